@@ -1,0 +1,26 @@
+// @ts-check
+import js from '@eslint/js';
+import tseslint from 'typescript-eslint';
+
+export default tseslint.config(
+  { ignores: ['dist/**', 'node_modules/**', 'sdk/**/dist/**', 'bench/results/**'] },
+  js.configs.recommended,
+  ...tseslint.configs.recommended,
+  {
+    rules: {
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_' }],
+      // Layering: api -> core -> vm. vm must never import core or api; core never imports api.
+      'no-restricted-imports': 'off',
+    },
+  },
+  {
+    files: ['src/vm/**/*.ts'],
+    rules: {
+      'no-restricted-imports': ['error', { patterns: ['../core/*', '../api/*', '**/core/**', '**/api/**'] }],
+    },
+  },
+  {
+    files: ['src/core/**/*.ts'],
+    rules: { 'no-restricted-imports': ['error', { patterns: ['../api/*', '**/api/**'] }] },
+  },
+);

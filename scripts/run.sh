@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The one entry point behind `npm start`, `npm test` and `npm run bench`: install what is
+# missing (Debian packages when root, else print the exact command), install npm packages,
+# compile, build the guest image into the cache, then do the job.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode="${1:-start}"
+
+say() { printf 'hostd setup: %s\n' "$*" >&2; }
+
+# command -> Debian package that provides it
+declare -A need=(
+  [qemu-system-x86_64]=qemu-system-x86
+  [mmdebstrap]=mmdebstrap
+  [lz4]=lz4
+  [cpio]=cpio
+  [setpriv]=util-linux
+  [python3]=python3
+  [zstd]=zstd
+)
+missing=()
+for cmd in "${!need[@]}"; do
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
+  if [ "$(id -u)" = 0 ]; then
+    say "installing Debian packages: $pkgs"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # shellcheck disable=SC2086
+    apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
+  else
+    say "missing system packages. Run this, then try again:"
+    printf '  sudo apt-get update && sudo apt-get install -y --no-install-recommends %s\n' "$pkgs" >&2
+    exit 1
+  fi
+fi
+
+# npm packages: reinstall when the lock file changed since the last install.
+if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  say "installing npm packages"
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+
+say "compiling TypeScript"
+npx --no-install tsc -p tsconfig.json
+
+say "building the guest image (cached)"
+SERVICE_IMAGE_DIR="$(bash guest/image/build.sh | tail -n 1)"
+export SERVICE_IMAGE_DIR
+
+case "$mode" in
+  start)
+    exec node dist/src/main.js
+    ;;
+  test)
+    exec bash scripts/test.sh
+    ;;
+  bench)
+    exec node dist/bench/run.js
+    ;;
+  *)
+    say "unknown mode $mode (start|test|bench)"
+    exit 2
+    ;;
+esac

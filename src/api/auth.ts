@@ -1,0 +1,49 @@
+/**
+ * Bearer-key authentication exactly as the contract's section 5. Keys are compared through
+ * their SHA-256 digests with timingSafeEqual, against every configured key without an early
+ * exit, so neither the key length nor which key matched shows in the response time.
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { fail, type HostdError } from '../errors.js';
+
+/** Exact 401 messages required by the contract. */
+export const MISSING_KEY_MESSAGE = 'missing Authorization: Bearer <key>';
+export const INVALID_KEY_MESSAGE = 'invalid api key';
+
+export type AuthMode =
+  | { kind: 'keys'; keys: readonly string[] }
+  | { kind: 'open'; why: 'loopback-no-keys' | 'disabled' };
+
+/**
+ * Decides the auth mode at start-up. Throws for a non-loopback bind with no keys and no
+ * explicit disable: an open sandbox service on a network is remote code execution for anyone.
+ */
+export function authMode(opts: {
+  apiKeys: readonly string[];
+  authDisabled: boolean;
+  loopback: boolean;
+}): AuthMode {
+  if (opts.authDisabled) return { kind: 'open', why: 'disabled' };
+  if (opts.apiKeys.length > 0) return { kind: 'keys', keys: opts.apiKeys };
+  if (opts.loopback) return { kind: 'open', why: 'loopback-no-keys' };
+  throw new Error(
+    'refusing to start: SERVICE_HOSTD_ADDR is not a loopback address and no SERVICE_API_KEYS are set. ' +
+      'Set SERVICE_API_KEYS=<key>[,<key>...] (or SERVICE_AUTH_DISABLED=1 to run open, which lets anyone on the network run code).',
+  );
+}
+
+const digest = (s: string): Buffer => createHash('sha256').update(s, 'utf8').digest();
+
+/** Returns a checker: given the Authorization header, null when allowed, else the 401 error. */
+export function makeAuthChecker(mode: AuthMode): (header: string | undefined) => HostdError | null {
+  if (mode.kind === 'open') return () => null;
+  const digests = mode.keys.map(digest);
+  return (header) => {
+    const match = header === undefined ? null : /^Bearer[ ]+(\S+)\s*$/i.exec(header);
+    if (!match) return fail('missingApiKey', MISSING_KEY_MESSAGE);
+    const presented = digest(match[1]!);
+    let ok = false;
+    for (const d of digests) ok = timingSafeEqual(d, presented) || ok;
+    return ok ? null : fail('invalidApiKey', INVALID_KEY_MESSAGE);
+  };
+}

@@ -1,0 +1,84 @@
+/**
+ * Prometheus metrics (prom-client), served at GET /metrics behind the same auth as the API.
+ * The core reports through ManagerObserver hooks so that it never depends on prom-client.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { ManagerObserver, SandboxManager } from '../core/sandbox-manager.js';
+
+export interface Metrics {
+  registry: Registry;
+  observer: ManagerObserver;
+  /** Binds the gauges that read live state (sandboxes alive, pool sizes) to a manager. */
+  bind(manager: SandboxManager): void;
+}
+
+export function createMetrics(): Metrics {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: 'hostd_process_' });
+  let manager: SandboxManager | null = null;
+
+  new Gauge({
+    name: 'hostd_sandboxes_alive',
+    help: 'Sandboxes that exist now (pooled VMs not included).',
+    registers: [registry],
+    collect() {
+      this.set(manager?.count ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'hostd_pool_ready',
+    help: 'Restored VMs waiting in each template pool.',
+    labelNames: ['template'],
+    registers: [registry],
+    collect() {
+      for (const s of manager?.poolStats() ?? []) this.set({ template: s.template }, s.ready);
+    },
+  });
+  const execSeconds = new Histogram({
+    name: 'hostd_exec_duration_seconds',
+    help: 'Wall time of execs from start to exit on the VM.',
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 300],
+    registers: [registry],
+  });
+  const forkSeconds = new Histogram({
+    name: 'hostd_fork_duration_seconds',
+    help: 'Wall time of forks until every child answers.',
+    labelNames: ['n'],
+    buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30],
+    registers: [registry],
+  });
+  const createSeconds = new Histogram({
+    name: 'hostd_create_duration_seconds',
+    help: 'Wall time of sandbox creation, by pool hit or miss.',
+    labelNames: ['pool'],
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5],
+    registers: [registry],
+  });
+  const vmStartFailures = new Counter({
+    name: 'hostd_vm_start_failures_total',
+    help: 'VM restores or boots that failed.',
+    registers: [registry],
+  });
+  const execsRunning = new Gauge({
+    name: 'hostd_execs_running',
+    help: 'Execs running now.',
+    registers: [registry],
+  });
+
+  return {
+    registry,
+    bind(m) {
+      manager = m;
+    },
+    observer: {
+      execStarted: () => execsRunning.inc(),
+      execFinished: (s) => {
+        execsRunning.dec();
+        execSeconds.observe(s);
+      },
+      forked: (n, s) => forkSeconds.observe({ n: String(n) }, s),
+      created: (hit, s) => createSeconds.observe({ pool: hit ? 'hit' : 'miss' }, s),
+      vmStartFailed: () => vmStartFailures.inc(),
+    },
+  };
+}

@@ -1,0 +1,173 @@
+/**
+ * The HTTP surface: fastify routes that parse and validate requests, call the SandboxManager,
+ * and render results. Every non-2xx response is `{"error": message}`, including fastify's own
+ * failures (bad JSON, body too large, unknown route), mapped through the error registry.
+ */
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
+import { ErrorKinds, HostdError, fail, toHostdError } from '../errors.js';
+import type { SandboxManager } from '../core/sandbox-manager.js';
+import type { ExecRun } from '../core/exec-run.js';
+import { makeAuthChecker, type AuthMode } from './auth.js';
+import type { Metrics } from './metrics.js';
+import { parseCreate, parseExec, parseFork } from './validate.js';
+
+export interface ServerOptions {
+  manager: SandboxManager;
+  auth: AuthMode;
+  maxBodyBytes: number;
+  logger: Logger;
+  metrics: Metrics;
+}
+
+type IdParams = { id: string };
+
+/** Fastify's own error codes that are the client's fault, mapped onto registry kinds. */
+function classifyFrameworkError(err: { statusCode?: number; code?: string; message: string }): HostdError {
+  if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+    return fail('bodyTooLarge', `request body too large: ${err.message}`);
+  }
+  if (err.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
+    return fail('unsupportedMediaType', 'Content-Type must be application/json');
+  }
+  if (err.statusCode !== undefined && err.statusCode >= 400 && err.statusCode < 500) {
+    return fail('invalidRequest', err.message);
+  }
+  return toHostdError(err);
+}
+
+export function sendError(reply: FastifyReply, err: HostdError): FastifyReply {
+  return reply.code(err.status).type('application/json').send({ error: err.message });
+}
+
+export async function buildServer(opts: ServerOptions): Promise<FastifyInstance> {
+  const { manager } = opts;
+  const app = Fastify({
+    loggerInstance: opts.logger as unknown as FastifyBaseLogger,
+    bodyLimit: opts.maxBodyBytes,
+    disableRequestLogging: true,
+    // Sandbox ids are validated by the manager; this only stops absurd URLs early.
+    maxParamLength: 200,
+    return503OnClosing: false,
+  });
+
+  // JSON bodies; an empty body is "no body" (POST /v1/sandboxes with nothing is `{}`).
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, raw, done) => {
+    const text = (raw as string).trim();
+    if (text === '') return done(null, undefined);
+    try {
+      done(null, JSON.parse(text));
+    } catch (err) {
+      done(fail('invalidRequest', `the body is not valid JSON: ${(err as Error).message}`), undefined);
+    }
+  });
+
+  const checkAuth = makeAuthChecker(opts.auth);
+  app.addHook('onRequest', async (req, reply) => {
+    const path = req.url.split('?')[0] ?? '';
+    const guarded = (path.startsWith('/v1/') && path !== '/v1/healthz') || path === '/metrics';
+    if (!guarded) return;
+    const err = checkAuth(req.headers.authorization);
+    if (err) return sendError(reply, err);
+  });
+
+  app.setErrorHandler((error, req, reply) => {
+    const err = error instanceof HostdError ? error : classifyFrameworkError(error as Error & { statusCode?: number });
+    if (err.kind === ErrorKinds.internal) req.log.error({ err: error }, 'internal error');
+    return sendError(reply, err);
+  });
+  app.setNotFoundHandler((req, reply) =>
+    sendError(reply, fail('routeNotFound', `no route for ${req.method} ${req.url.split('?')[0]}`)),
+  );
+
+  app.get('/v1/healthz', async (_req, reply) => reply.type('text/plain').send('ok'));
+
+  app.get('/metrics', async (_req, reply) =>
+    reply.type(opts.metrics.registry.contentType).send(await opts.metrics.registry.metrics()),
+  );
+
+  app.post('/v1/sandboxes', async (req) => {
+    const { template } = parseCreate(req.body);
+    const sandbox = await manager.create(template);
+    return { id: sandbox.id, state: 'ready' };
+  });
+
+  app.get('/v1/sandboxes', async () => ({ sandboxes: manager.list() }));
+
+  app.get<{ Params: IdParams }>('/v1/sandboxes/:id', async (req) => manager.describe(req.params.id));
+
+  // The VM's console and QEMU log tail: what a user needs when a guest misbehaves.
+  app.get<{ Params: IdParams }>('/v1/sandboxes/:id/logs', async (req, reply) =>
+    reply.type('text/plain; charset=utf-8').send(await manager.logTail(req.params.id)),
+  );
+
+  app.delete<{ Params: IdParams }>('/v1/sandboxes/:id', async (req, reply) => {
+    await manager.delete(req.params.id);
+    return reply.code(204).send();
+  });
+
+  app.post<{ Params: IdParams }>('/v1/sandboxes/:id/exec', async (req, reply) => {
+    const body = parseExec(req.body);
+    const abort = new AbortController();
+    // 'close' on the response fires when the client goes away (or when we finish).
+    reply.raw.on('close', () => {
+      if (!reply.raw.writableFinished) abort.abort();
+    });
+    const run = await manager.exec(req.params.id, { ...body, signal: abort.signal });
+    await streamExec(req, reply, run);
+  });
+
+  app.post<{ Params: IdParams }>('/v1/sandboxes/:id/fork', async (req) => {
+    const { n } = parseFork(req.body);
+    const children = await manager.fork(req.params.id, n);
+    return { parent_id: req.params.id, children: children.map((c) => ({ id: c.id, state: 'ready' })) };
+  });
+
+  app.post<{ Params: { parent: string; winner: string } }>(
+    '/v1/sandboxes/:parent/merge_into/:winner',
+    async (req) => {
+      if (req.body !== undefined) throw fail('invalidRequest', 'merge takes no request body');
+      const info = await manager.merge(req.params.parent, req.params.winner);
+      return { id: info.id, state: 'ready', merged: req.params.winner };
+    },
+  );
+
+  return app;
+}
+
+/**
+ * Writes exec events as NDJSON, one write per event so each is flushed as produced, and waits
+ * for 'drain' when the client reads slowly: that wait is what pauses the VM's output.
+ */
+async function streamExec(req: FastifyRequest, reply: FastifyReply, run: ExecRun): Promise<void> {
+  reply.hijack();
+  const res = reply.raw;
+  res.socket?.setNoDelay(true);
+  res.writeHead(200, {
+    'content-type': 'application/x-ndjson',
+    'cache-control': 'no-store',
+    'x-content-type-options': 'nosniff',
+  });
+  try {
+    for await (const event of run) {
+      if (res.destroyed) break;
+      if (!res.write(JSON.stringify(event) + '\n')) {
+        await new Promise<void>((resolve) => {
+          const done = (): void => {
+            res.off('drain', done);
+            res.off('close', done);
+            resolve();
+          };
+          res.on('drain', done);
+          res.on('close', done);
+        });
+      }
+    }
+  } catch (err) {
+    req.log.error({ err }, 'exec stream failed');
+  } finally {
+    run.discard();
+    if (!res.destroyed) res.end();
+  }
+}

@@ -1,0 +1,70 @@
+/**
+ * Request body validation. Hand-written rather than JSON Schema so that every rejection has a
+ * message a person can act on ("n must be an integer from 1 to 32, got 33") and the handlers get
+ * typed values. Unknown fields are rejected: a typo such as `timeout_ms` should not be ignored.
+ */
+import { fail } from '../errors.js';
+import type { Language } from '../vm/agent-channel.js';
+import { MAX_FORK } from '../core/sandbox-manager.js';
+
+type Body = Record<string, unknown>;
+
+function objectBody(body: unknown, allowMissing: boolean): Body {
+  if (body === undefined || body === null) {
+    if (allowMissing) return {};
+    throw fail('invalidRequest', 'a JSON object body is required');
+  }
+  if (typeof body !== 'object' || Array.isArray(body)) {
+    throw fail('invalidRequest', 'the body must be a JSON object');
+  }
+  return body as Body;
+}
+
+function onlyFields(body: Body, allowed: readonly string[]): void {
+  for (const key of Object.keys(body)) {
+    if (!allowed.includes(key)) {
+      throw fail('invalidRequest', `unknown field "${key}" (allowed: ${allowed.join(', ')})`);
+    }
+  }
+}
+
+const show = (v: unknown): string => JSON.stringify(v) ?? String(v);
+
+export function parseCreate(body: unknown): { template?: string } {
+  const b = objectBody(body, true);
+  onlyFields(b, ['template']);
+  if (b.template === undefined || b.template === null) return {};
+  if (typeof b.template !== 'string' || b.template === '') {
+    throw fail('invalidRequest', `template must be a non-empty string, got ${show(b.template)}`);
+  }
+  return { template: b.template };
+}
+
+/** Longest accepted exec timeout: a day. */
+export const MAX_TIMEOUT_S = 86_400;
+
+export function parseExec(body: unknown): { code: string; language: Language; timeoutMs?: number } {
+  const b = objectBody(body, false);
+  onlyFields(b, ['code', 'language', 'timeout']);
+  if (typeof b.code !== 'string') {
+    throw fail('invalidRequest', `code is required and must be a string, got ${show(b.code)}`);
+  }
+  const language = b.language ?? 'python';
+  if (language !== 'python' && language !== 'bash') {
+    throw fail('invalidRequest', `language must be "python" or "bash", got ${show(language)}`);
+  }
+  if (b.timeout === undefined || b.timeout === null) return { code: b.code, language };
+  if (typeof b.timeout !== 'number' || !Number.isFinite(b.timeout) || b.timeout <= 0 || b.timeout > MAX_TIMEOUT_S) {
+    throw fail('invalidRequest', `timeout must be a number of seconds in (0, ${MAX_TIMEOUT_S}], got ${show(b.timeout)}`);
+  }
+  return { code: b.code, language, timeoutMs: Math.ceil(b.timeout * 1000) };
+}
+
+export function parseFork(body: unknown): { n: number } {
+  const b = objectBody(body, false);
+  onlyFields(b, ['n']);
+  if (typeof b.n !== 'number' || !Number.isInteger(b.n) || b.n < 1 || b.n > MAX_FORK) {
+    throw fail('invalidRequest', `n must be an integer from 1 to ${MAX_FORK}, got ${show(b.n)}`);
+  }
+  return { n: b.n };
+}

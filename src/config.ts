@@ -1,0 +1,144 @@
+/**
+ * Server configuration, read once from `SERVICE_*` environment variables at start-up.
+ * Every variable is documented in docs/configuration.md; a bad value stops hostd with a
+ * message naming the variable, before anything is started.
+ */
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+
+export type AccelChoice = 'auto' | 'kvm' | 'tcg';
+
+/** The resources and pool size of one template; every sandbox of a template gets the same VM. */
+export interface TemplateConfig {
+  readonly name: string;
+  readonly memoryMib: number;
+  readonly vcpus: number;
+  readonly poolSize: number;
+}
+
+export interface Config {
+  readonly host: string;
+  readonly port: number;
+  readonly apiKeys: readonly string[];
+  readonly authDisabled: boolean;
+  readonly stateDir: string;
+  readonly cacheDir: string;
+  /** Directory holding vmlinux, initrd.cpio and manifest.json (built by guest/image/build.sh). */
+  readonly imageDir: string;
+  readonly accel: AccelChoice;
+  readonly tcgTbMib: number;
+  readonly templates: readonly TemplateConfig[];
+  readonly defaultTemplate: string;
+  readonly maxSandboxes: number;
+  readonly maxBodyBytes: number;
+  readonly maxQueuedExecs: number;
+  /** Seconds without any request after which a sandbox is deleted; 0 disables. */
+  readonly idleTimeoutS: number;
+  readonly logLevel: string;
+  readonly qemuBinary: string;
+}
+
+/** Thrown for an unusable configuration; main prints it and exits non-zero. */
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ConfigError';
+  }
+}
+
+type Env = Record<string, string | undefined>;
+
+function intVar(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  if (!/^\d+$/.test(raw.trim())) throw new ConfigError(`${name} must be a whole number, got "${raw}"`);
+  const value = Number(raw.trim());
+  if (value < min || value > max) {
+    throw new ConfigError(`${name} must be between ${min} and ${max}, got ${value}`);
+  }
+  return value;
+}
+
+/** Splits "host:port" and "[v6]:port"; a bare port binds loopback. */
+export function parseAddr(addr: string): { host: string; port: number } {
+  const match = /^(?:\[([^\]]+)\]|([^:]*)):(\d+)$/.exec(addr.trim()) ?? /^()()(\d+)$/.exec(addr.trim());
+  if (!match) throw new ConfigError(`SERVICE_HOSTD_ADDR must look like host:port, got "${addr}"`);
+  const host = match[1] || match[2] || '127.0.0.1';
+  const port = Number(match[3]);
+  if (port > 65535) throw new ConfigError(`SERVICE_HOSTD_ADDR port out of range: ${port}`);
+  return { host, port };
+}
+
+/** Loopback means only processes on this machine can connect: 127.0.0.0/8, ::1, localhost. */
+export function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
+/**
+ * `SERVICE_TEMPLATES` lists templates as `name[:mem=MiB][:cpus=N][:pool=N]`, comma-separated;
+ * the first is the default. Unset: one template `python` with the global defaults.
+ */
+export function parseTemplates(
+  raw: string | undefined,
+  defaults: Omit<TemplateConfig, 'name'>,
+): TemplateConfig[] {
+  const spec = raw && raw.trim() !== '' ? raw : 'python';
+  const seen = new Set<string>();
+  return spec.split(',').map((part) => {
+    const [name = '', ...opts] = part.trim().split(':');
+    if (!/^[a-z0-9][a-z0-9-]{0,31}$/.test(name)) {
+      throw new ConfigError(`SERVICE_TEMPLATES: bad template name "${name}" (use a-z, 0-9, -)`);
+    }
+    if (seen.has(name)) throw new ConfigError(`SERVICE_TEMPLATES: template "${name}" listed twice`);
+    seen.add(name);
+    const t = { name, ...defaults };
+    for (const opt of opts) {
+      const [key, value = ''] = opt.split('=');
+      const env = { V: value };
+      if (key === 'mem') t.memoryMib = intVar(env, 'V', 0, 128, 65536);
+      else if (key === 'cpus') t.vcpus = intVar(env, 'V', 0, 1, 16);
+      else if (key === 'pool') t.poolSize = intVar(env, 'V', 0, 0, 64);
+      else throw new ConfigError(`SERVICE_TEMPLATES: unknown option "${opt}" for "${name}"`);
+    }
+    return t;
+  });
+}
+
+export function loadConfig(env: Env = process.env): Config {
+  const { host, port } = parseAddr(env.SERVICE_HOSTD_ADDR ?? '127.0.0.1:7070');
+  const apiKeys = (env.SERVICE_API_KEYS ?? '')
+    .split(',')
+    .map((k) => k.trim())
+    .filter((k) => k !== '');
+  const authDisabled = env.SERVICE_AUTH_DISABLED === '1';
+  const accel = (env.SERVICE_ACCEL ?? 'auto') as AccelChoice;
+  if (!['auto', 'kvm', 'tcg'].includes(accel)) {
+    throw new ConfigError(`SERVICE_ACCEL must be auto, kvm or tcg, got "${accel}"`);
+  }
+  const cacheDir = env.SERVICE_CACHE_DIR || join(homedir(), '.cache', 'hostd');
+  const uid = typeof process.getuid === 'function' ? process.getuid() : 0;
+  const templates = parseTemplates(env.SERVICE_TEMPLATES, {
+    memoryMib: intVar(env, 'SERVICE_VM_MEMORY_MIB', 512, 128, 65536),
+    vcpus: intVar(env, 'SERVICE_VM_VCPUS', 1, 1, 16),
+    poolSize: intVar(env, 'SERVICE_POOL_SIZE', 2, 0, 64),
+  });
+  return {
+    host,
+    port,
+    apiKeys,
+    authDisabled,
+    stateDir: env.SERVICE_STATE_DIR || `/dev/shm/hostd-${uid}`,
+    cacheDir,
+    imageDir: env.SERVICE_IMAGE_DIR || '',
+    accel,
+    tcgTbMib: intVar(env, 'SERVICE_TCG_TB_MIB', 32, 4, 1024),
+    templates,
+    defaultTemplate: templates[0]!.name,
+    maxSandboxes: intVar(env, 'SERVICE_MAX_SANDBOXES', 128, 1, 4096),
+    maxBodyBytes: intVar(env, 'SERVICE_MAX_BODY_BYTES', 4 * 1024 * 1024, 1024, 256 * 1024 * 1024),
+    maxQueuedExecs: intVar(env, 'SERVICE_MAX_QUEUED_EXECS', 64, 1, 100000),
+    idleTimeoutS: intVar(env, 'SERVICE_IDLE_TIMEOUT_S', 3600, 0, 30 * 24 * 3600),
+    logLevel: env.SERVICE_LOG_LEVEL || 'info',
+    qemuBinary: env.SERVICE_QEMU_BINARY || 'qemu-system-x86_64',
+  };
+}

@@ -1,0 +1,155 @@
+/**
+ * One exec on one VM, as an async iterable of contract events (`type`, `data`, `seq`, `ts`).
+ *
+ * Why an iterable: the HTTP layer pulls events at the pace of its client, and this class turns
+ * that pace into backpressure on the VM (pause reading the agent channel when too many events
+ * wait), so `while True: print(...)` to a stalled client keeps hostd's memory bounded.
+ */
+import type { Language, OutputStream } from '../vm/agent-channel.js';
+import type { Vm } from '../vm/vm.js';
+
+export interface ExecEvent {
+  type: OutputStream | 'exit';
+  data: string | number;
+  seq: number;
+  ts: number;
+  /** Only on an `exit` that hostd produced because the exec could not finish (VM died). */
+  error?: string;
+}
+
+/** Exit code hostd reports when the exec ended without the program's own exit code. */
+export const EXECUTOR_FAILURE_EXIT = -1;
+
+/** Events buffered before the VM's output is paused, and the level at which it resumes. */
+const HIGH_WATER = 256;
+const LOW_WATER = 32;
+
+export interface ExecOptions {
+  language: Language;
+  code: string;
+  timeoutMs?: number;
+  /** Aborted when the HTTP client goes away: the exec is interrupted so the queue moves on. */
+  signal?: AbortSignal;
+}
+
+export class ExecRun implements AsyncIterable<ExecEvent> {
+  private readonly events: ExecEvent[] = [];
+  private seq = 0;
+  private finished = false;
+  private paused = false;
+  private wake: (() => void) | null = null;
+  private readonly execId: number;
+  private timer: NodeJS.Timeout | undefined;
+  private killTimer: NodeJS.Timeout | undefined;
+  private readonly onAbort = (): void => {
+    this.discard();
+    this.cancel('client');
+  };
+  private discarding = false;
+  private readonly signal: AbortSignal | undefined;
+  /** Resolves once the exec is over on the VM side (not when the consumer has read it all). */
+  readonly done: Promise<void>;
+  private resolveDone!: () => void;
+
+  constructor(
+    private readonly vm: Vm,
+    options: ExecOptions,
+    /** Called when the VM stops answering even after a cancel; the owner destroys the VM. */
+    private readonly onStuck: (reason: string) => void,
+  ) {
+    this.done = new Promise((r) => (this.resolveDone = r));
+    this.signal = options.signal;
+    this.execId = vm.exec(options.language, options.code, {
+      onOutput: (stream, data) => this.push({ type: stream, data }),
+      onExit: (code) => this.finish({ type: 'exit', data: code }),
+      onLost: (reason) => this.fail(reason),
+    });
+    if (options.timeoutMs !== undefined) {
+      this.timer = setTimeout(() => this.cancel('timeout'), options.timeoutMs);
+    }
+    if (options.signal) {
+      if (options.signal.aborted) this.cancel('client');
+      else options.signal.addEventListener('abort', this.onAbort, { once: true });
+    }
+  }
+
+  /** Ends the exec with an executor error (the sandbox was deleted, the VM died). */
+  fail(reason: string): void {
+    if (this.finished) return;
+    this.push({ type: 'stderr', data: `hostd: executor error: ${reason}` });
+    this.finish({ type: 'exit', data: EXECUTOR_FAILURE_EXIT, error: reason });
+  }
+
+  private cancel(reason: 'timeout' | 'client'): void {
+    if (this.finished) return;
+    this.vm.cancel(this.execId, reason);
+    // The agent escalates to killing the REPL after 2 s; if even that is not answered, the VM
+    // is wedged and its owner must replace it so the sandbox's queue does not stall forever.
+    this.killTimer ??= setTimeout(() => {
+      if (!this.finished) {
+        const why = 'the guest agent did not answer a cancel within 10 s';
+        this.fail(why);
+        this.onStuck(why);
+      }
+    }, 10_000);
+  }
+
+  /**
+   * Nobody will read the rest (the client left): drop buffered and future output and keep
+   * reading the VM, so the exit of the interrupted exec can arrive and free the queue.
+   */
+  discard(): void {
+    this.discarding = true;
+    this.events.length = 0;
+    if (this.paused) {
+      this.paused = false;
+      this.vm.resumeOutput();
+    }
+  }
+
+  private push(event: Omit<ExecEvent, 'seq' | 'ts'>): void {
+    if (this.finished) return;
+    if (this.discarding) {
+      this.seq++;
+      return;
+    }
+    this.events.push({ ...event, seq: this.seq++, ts: Date.now() } as ExecEvent);
+    if (!this.paused && this.events.length >= HIGH_WATER) {
+      this.paused = true;
+      this.vm.pauseOutput();
+    }
+    this.wake?.();
+  }
+
+  private finish(event: Omit<ExecEvent, 'seq' | 'ts'>): void {
+    if (this.finished) return;
+    this.push(event);
+    this.finished = true;
+    clearTimeout(this.timer);
+    clearTimeout(this.killTimer);
+    this.signal?.removeEventListener('abort', this.onAbort);
+    if (this.paused) {
+      this.paused = false;
+      this.vm.resumeOutput();
+    }
+    this.resolveDone();
+    this.wake?.();
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<ExecEvent> {
+    for (;;) {
+      const event = this.events.shift();
+      if (event) {
+        if (this.paused && this.events.length <= LOW_WATER) {
+          this.paused = false;
+          this.vm.resumeOutput();
+        }
+        yield event;
+        continue;
+      }
+      if (this.finished) return;
+      await new Promise<void>((r) => (this.wake = r));
+      this.wake = null;
+    }
+  }
+}

@@ -1,0 +1,16 @@
+/**
+ * Sandbox ids: `sbx_` + 32 lowercase hex from a CSPRNG (128 bits), so they are unguessable and
+ * safe to use as path components once validated.
+ */
+import { randomBytes } from 'node:crypto';
+
+const SANDBOX_ID = /^sbx_[0-9a-f]{32}$/;
+
+export function newSandboxId(): string {
+  return `sbx_${randomBytes(16).toString('hex')}`;
+}
+
+/** Validate before an id touches a map key, a log line or a path. */
+export function isSandboxId(value: string): boolean {
+  return SANDBOX_ID.test(value);
+}

@@ -1,0 +1,358 @@
+/**
+ * Owns every sandbox: create from a pool, exec through a per-sandbox FIFO, fork into
+ * copy-on-write children, merge a winner into its parent, delete, reap idle ones, shut down.
+ * It speaks in typed errors and async iterables; it knows nothing of HTTP.
+ */
+import { randomBytes } from 'node:crypto';
+import { rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import type { Config } from '../config.js';
+import { fail, HostdError } from '../errors.js';
+import type { Language } from '../vm/agent-channel.js';
+import type { MachineSpec } from '../vm/qemu-args.js';
+import { Vm, VmError, type VmHost } from '../vm/vm.js';
+import { ExecRun } from './exec-run.js';
+import { isSandboxId, newSandboxId } from './ids.js';
+import { TemplatePool, type PoolStats } from './pool.js';
+import { Sandbox, type SandboxInfo } from './sandbox.js';
+import type { Release } from './serial-queue.js';
+
+/** Hooks for metrics; the api layer wires them to prom-client. */
+export interface ManagerObserver {
+  execStarted?(): void;
+  execFinished?(seconds: number): void;
+  forked?(n: number, seconds: number): void;
+  created?(hit: boolean, seconds: number): void;
+  vmStartFailed?(): void;
+}
+
+export interface ExecRequest {
+  code: string;
+  language: Language;
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+export const MAX_FORK = 32;
+
+export class SandboxManager {
+  private readonly sandboxes = new Map<string, Sandbox>();
+  private readonly pools = new Map<string, TemplatePool>();
+  private shuttingDown = false;
+  private reaper: NodeJS.Timeout | undefined;
+  /** Children being started by forks in flight; counted against maxSandboxes. */
+  private reserved = 0;
+
+  constructor(
+    private readonly config: Config,
+    private readonly host: VmHost,
+    private readonly specFor: (template: string) => MachineSpec,
+    private readonly log: Logger,
+    private readonly observer: ManagerObserver = {},
+  ) {}
+
+  /** Boots every template (in turn: they compete for the same CPUs) and starts the reaper. */
+  async start(): Promise<void> {
+    for (const t of this.config.templates) {
+      const pool = new TemplatePool(
+        t,
+        this.host,
+        this.specFor(t.name),
+        join(this.config.stateDir, `template-${t.name}.mem`),
+        this.log,
+        () => this.observer.vmStartFailed?.(),
+      );
+      this.pools.set(t.name, pool);
+      await pool.init();
+    }
+    if (this.config.idleTimeoutS > 0) {
+      const every = Math.min(30_000, this.config.idleTimeoutS * 500);
+      this.reaper = setInterval(() => void this.reapIdle(), every);
+      this.reaper.unref();
+    }
+  }
+
+  templateBootMs(template = this.config.defaultTemplate): number {
+    return this.pools.get(template)?.bootMs ?? 0;
+  }
+
+  poolStats(): PoolStats[] {
+    return [...this.pools.values()].map((p) => p.stats());
+  }
+
+  get count(): number {
+    return this.sandboxes.size;
+  }
+
+  list(): SandboxInfo[] {
+    return [...this.sandboxes.values()].map((s) => s.info());
+  }
+
+  describe(id: string): SandboxInfo {
+    return this.get(id).info();
+  }
+
+  async create(template: string | undefined): Promise<Sandbox> {
+    this.ensureRunning();
+    const name = template ?? this.config.defaultTemplate;
+    const pool = this.pools.get(name);
+    if (!pool) {
+      const known = [...this.pools.keys()].join(', ');
+      throw fail('templateNotFound', `template "${name}" does not exist (known: ${known})`);
+    }
+    this.ensureCapacity(1);
+    const started = process.hrtime.bigint();
+    this.reserved++;
+    let taken: { vm: Vm; hit: boolean };
+    try {
+      taken = await pool.take();
+    } catch (err) {
+      throw this.vmStartError(err);
+    } finally {
+      this.reserved--;
+    }
+    if (this.shuttingDown) {
+      await taken.vm.destroy();
+      throw fail('shuttingDown', 'hostd is shutting down');
+    }
+    const sandbox = this.adopt(taken.vm, name, null);
+    this.observer.created?.(taken.hit, Number(process.hrtime.bigint() - started) / 1e9);
+    return sandbox;
+  }
+
+  /**
+   * Waits for the sandbox's turn, then starts the exec and returns its event stream. The turn
+   * is held until the exec has finished on the VM, whatever the consumer does.
+   */
+  async exec(id: string, req: ExecRequest): Promise<ExecRun> {
+    const { sandbox, release } = await this.acquire(id, req.signal);
+    const started = process.hrtime.bigint();
+    let run: ExecRun;
+    try {
+      const { vm } = sandbox;
+      run = new ExecRun(vm, req, (why) => this.markBroken(sandbox, vm, why));
+    } catch (err) {
+      release();
+      throw err;
+    }
+    this.observer.execStarted?.();
+    void run.done.then(() => {
+      sandbox.touch();
+      release();
+      this.observer.execFinished?.(Number(process.hrtime.bigint() - started) / 1e9);
+    });
+    return run;
+  }
+
+  /**
+   * Forks `id` into n copy-on-write children, all or nothing. Waits its turn like an exec;
+   * the parent pauses only for the final copy of the live migration and then runs on.
+   */
+  async fork(id: string, n: number): Promise<Sandbox[]> {
+    if (!Number.isInteger(n) || n < 1 || n > MAX_FORK) {
+      throw fail('invalidRequest', `n must be an integer from 1 to ${MAX_FORK}`);
+    }
+    const { sandbox, release } = await this.acquire(id);
+    const started = process.hrtime.bigint();
+    const memPath = join(this.config.stateDir, `fork-${randomBytes(8).toString('hex')}.mem`);
+    try {
+      this.ensureCapacity(n);
+      this.reserved += n;
+      try {
+        const snapshot = await sandbox.vm.snapshotLive(memPath).catch((err: unknown) => {
+          throw this.vmStartError(err, 'could not capture the parent state');
+        });
+        const results = await Promise.allSettled(
+          Array.from({ length: n }, () => Vm.restore(this.host, snapshot)),
+        );
+        const vms = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+        const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+        if (failure || this.shuttingDown) {
+          await Promise.all(vms.map((vm) => vm.destroy()));
+          if (this.shuttingDown) throw fail('shuttingDown', 'hostd is shutting down');
+          const failed = results.length - vms.length;
+          throw this.vmStartError(failure!.reason, `${failed} of ${n} children could not start`);
+        }
+        const children = vms.map((vm) => this.adopt(vm, sandbox.template, sandbox.id));
+        sandbox.touch();
+        this.observer.forked?.(n, Number(process.hrtime.bigint() - started) / 1e9);
+        return children;
+      } finally {
+        this.reserved -= n;
+      }
+    } finally {
+      // Every child has mapped the image by now (or failed); the mappings keep it alive and
+      // the last QEMU to exit frees it, so no file is left behind.
+      await rm(memPath, { force: true });
+      release();
+    }
+  }
+
+  /**
+   * The parent id adopts the winner's VM; the parent's old VM is destroyed and the winner id
+   * disappears. Waits for both sandboxes' queues (in a fixed order, so two merges in opposite
+   * directions cannot deadlock).
+   */
+  async merge(parentId: string, winnerId: string): Promise<SandboxInfo> {
+    if (parentId === winnerId) {
+      throw fail('mergeIntoSelf', 'cannot merge a sandbox into itself');
+    }
+    this.get(parentId);
+    this.get(winnerId);
+    const [firstId, secondId] = parentId < winnerId ? [parentId, winnerId] : [winnerId, parentId];
+    const first = await this.acquire(firstId);
+    let second: { sandbox: Sandbox; release: Release };
+    try {
+      second = await this.acquire(secondId, undefined, true);
+    } catch (err) {
+      first.release();
+      throw err;
+    }
+    const parent = first.sandbox.id === parentId ? first.sandbox : second.sandbox;
+    const winner = first.sandbox.id === winnerId ? first.sandbox : second.sandbox;
+    try {
+      if (winner.brokenReason) {
+        throw fail('executorError', `sandbox ${winnerId} is unusable: ${winner.brokenReason}`);
+      }
+      const oldVm = parent.vm;
+      this.sandboxes.delete(winner.id);
+      winner.queue.close(fail('sandboxNotFound', `sandbox ${winner.id} was merged into ${parent.id}`));
+      parent.vm = winner.vm;
+      parent.template = winner.template;
+      parent.brokenReason = null;
+      this.watchVm(parent, winner.vm);
+      parent.touch();
+      this.log.info({ parent: parent.id, winner: winner.id }, 'merged');
+      void oldVm.destroy();
+      return parent.info();
+    } finally {
+      second.release();
+      first.release();
+    }
+  }
+
+  /** Destroys the sandbox now; a running exec ends with an executor error, queued ones get 404. */
+  async delete(id: string): Promise<void> {
+    const sandbox = this.get(id, true);
+    this.sandboxes.delete(id);
+    sandbox.queue.close(fail('sandboxNotFound', `sandbox ${id} was deleted`));
+    sandbox.brokenReason = 'the sandbox was deleted';
+    await sandbox.vm.destroy();
+    this.log.info({ sandbox: id }, 'deleted');
+  }
+
+  /** Destroys everything, pools included; new requests get 503. */
+  async shutdown(): Promise<void> {
+    this.shuttingDown = true;
+    clearInterval(this.reaper);
+    const all = [...this.sandboxes.values()];
+    this.sandboxes.clear();
+    for (const s of all) s.queue.close(fail('shuttingDown', 'hostd is shutting down'));
+    await Promise.all([
+      ...all.map((s) => s.vm.destroy()),
+      ...[...this.pools.values()].map((p) => p.close()),
+    ]);
+  }
+
+  /** The VM's console and QEMU log tail, for error reports and failing tests. */
+  async logTail(id: string): Promise<string> {
+    return this.get(id, true).vm.logTail();
+  }
+
+  private get(id: string, allowBroken = false): Sandbox {
+    const sandbox = isSandboxId(id) ? this.sandboxes.get(id) : undefined;
+    if (!sandbox) throw fail('sandboxNotFound', `sandbox ${id} not found`);
+    if (!allowBroken) this.ensureUsable(sandbox);
+    sandbox.touch();
+    return sandbox;
+  }
+
+  private ensureUsable(sandbox: Sandbox): void {
+    if (sandbox.brokenReason) {
+      throw fail('executorError', `sandbox ${sandbox.id} is unusable: ${sandbox.brokenReason}; delete it`);
+    }
+  }
+
+  /** Waits for the sandbox's turn and re-checks it still exists and works afterwards. */
+  private async acquire(
+    id: string,
+    signal?: AbortSignal,
+    allowBroken = false,
+  ): Promise<{ sandbox: Sandbox; release: Release }> {
+    this.ensureRunning();
+    const sandbox = this.get(id, allowBroken);
+    const release = await sandbox.queue.acquire(signal);
+    if (this.sandboxes.get(id) !== sandbox) {
+      release();
+      throw fail('sandboxNotFound', `sandbox ${id} not found`);
+    }
+    if (!allowBroken) {
+      try {
+        this.ensureUsable(sandbox);
+      } catch (err) {
+        release();
+        throw err;
+      }
+    }
+    return { sandbox, release };
+  }
+
+  private adopt(vm: Vm, template: string, parentId: string | null): Sandbox {
+    const sandbox = new Sandbox(newSandboxId(), template, vm, parentId, this.config.maxQueuedExecs);
+    this.sandboxes.set(sandbox.id, sandbox);
+    this.watchVm(sandbox, vm);
+    this.log.info({ sandbox: sandbox.id, vm: vm.id, template, parent: parentId }, 'sandbox ready');
+    return sandbox;
+  }
+
+  /** A VM that dies makes its sandbox report executor errors until it is deleted. */
+  private watchVm(sandbox: Sandbox, vm: Vm): void {
+    vm.removeAllListeners('died');
+    vm.once('died', (why: string) => {
+      if (sandbox.vm !== vm) return;
+      this.markBroken(sandbox, vm, why);
+    });
+  }
+
+  private markBroken(sandbox: Sandbox, vm: Vm, why: string): void {
+    if (sandbox.vm !== vm || sandbox.brokenReason) return;
+    sandbox.brokenReason = why;
+    this.log.warn({ sandbox: sandbox.id, vm: vm.id, why }, 'sandbox VM failed');
+    void vm.logTail().then((tail) => this.log.warn({ sandbox: sandbox.id, tail }, 'VM log tail'));
+    void vm.destroy();
+  }
+
+  private async reapIdle(): Promise<void> {
+    const cutoff = Date.now() - this.config.idleTimeoutS * 1000;
+    for (const s of [...this.sandboxes.values()]) {
+      if (s.lastUsedAt < cutoff && !s.queue.running) {
+        this.log.info({ sandbox: s.id, idleS: this.config.idleTimeoutS }, 'deleting idle sandbox');
+        await this.delete(s.id).catch(() => undefined);
+      }
+    }
+  }
+
+  private ensureRunning(): void {
+    if (this.shuttingDown) throw fail('shuttingDown', 'hostd is shutting down');
+  }
+
+  private ensureCapacity(n: number): void {
+    const alive = this.sandboxes.size + this.reserved;
+    if (alive + n > this.config.maxSandboxes) {
+      throw fail(
+        'limitReached',
+        `sandbox limit reached: ${alive} alive, ${n} requested, limit ${this.config.maxSandboxes} (SERVICE_MAX_SANDBOXES)`,
+      );
+    }
+  }
+
+  private vmStartError(err: unknown, context = 'the VM failed to start'): HostdError {
+    if (err instanceof HostdError) return err;
+    const message = err instanceof Error ? err.message : String(err);
+    if (err instanceof VmError && err.consoleTail) {
+      this.log.error({ tail: err.consoleTail }, 'VM start failure log tail');
+    }
+    return fail('executorError', `${context}: ${message}`, err);
+  }
+}

@@ -1,0 +1,104 @@
+/**
+ * hostd's entry point: read configuration, claim the state directory, boot the templates,
+ * serve HTTP, and on SIGTERM/SIGINT destroy every VM and leave nothing behind.
+ */
+import { pino } from 'pino';
+import { ConfigError, isLoopback, loadConfig, type Config } from './config.js';
+import { authMode } from './api/auth.js';
+import { createMetrics } from './api/metrics.js';
+import { buildServer } from './api/server.js';
+import { SandboxManager } from './core/sandbox-manager.js';
+import { chooseAccel } from './vm/accel.js';
+import { loadImage } from './vm/image.js';
+import type { MachineSpec } from './vm/qemu-args.js';
+import { claimStateDir, releaseStateDir } from './state-dir.js';
+import { join } from 'node:path';
+
+async function main(): Promise<void> {
+  let config: Config;
+  let auth;
+  try {
+    config = loadConfig();
+    auth = authMode({
+      apiKeys: config.apiKeys,
+      authDisabled: config.authDisabled,
+      loopback: isLoopback(config.host),
+    });
+  } catch (err) {
+    process.stderr.write(`hostd: ${(err as Error).message}\n`);
+    process.exit(2);
+  }
+  const log = pino({
+    level: config.logLevel,
+    base: { service: 'hostd' },
+    redact: { paths: ['req.headers.authorization', 'apiKeys'], censor: '[redacted]' },
+  });
+  if (auth.kind === 'open' && auth.why === 'disabled') {
+    log.warn(
+      '!!! AUTHENTICATION IS DISABLED (SERVICE_AUTH_DISABLED=1): anyone who can reach ' +
+        `${config.host}:${config.port} can run arbitrary code on this host's VMs !!!`,
+    );
+  } else if (auth.kind === 'open') {
+    log.info('no SERVICE_API_KEYS and a loopback bind: authentication is off');
+  } else {
+    log.info({ keys: auth.keys.length }, 'API key authentication on');
+  }
+
+  const cleaned = await claimStateDir(config.stateDir);
+  if (cleaned.killedProcesses || cleaned.removedEntries) {
+    log.warn({ ...cleaned, stateDir: config.stateDir }, 'cleaned up after a previous run');
+  }
+  const accel = chooseAccel(config.accel);
+  log.info({ accel: accel.accel, reason: accel.reason }, 'accelerator chosen');
+  const image = await loadImage(config.imageDir);
+  log.info({ image: config.imageDir, key: image.key, kernel: image.kernelVersion }, 'guest image');
+
+  const specFor = (name: string): MachineSpec => {
+    const t = config.templates.find((x) => x.name === name)!;
+    return { image, memoryMib: t.memoryMib, vcpus: t.vcpus, accel: accel.accel, tcgTbMib: config.tcgTbMib };
+  };
+  const metrics = createMetrics();
+  const manager = new SandboxManager(
+    config,
+    {
+      qemuBinary: config.qemuBinary,
+      vmsDir: join(config.stateDir, 'vms'),
+      // The kernel kills QEMU if hostd dies, even by SIGKILL: no orphaned VMs.
+      launcher: ['setpriv', '--pdeathsig', 'KILL', '--'],
+    },
+    specFor,
+    log,
+    metrics.observer,
+  );
+  metrics.bind(manager);
+
+  let stopping: Promise<void> | null = null;
+  const app = await buildServer({ manager, auth, maxBodyBytes: config.maxBodyBytes, logger: log, metrics });
+  const stop = (signal: string): Promise<void> =>
+    (stopping ??= (async () => {
+      log.info({ signal }, 'shutting down: destroying all VMs');
+      await manager.shutdown();
+      await app.close().catch(() => undefined);
+      await releaseStateDir(config.stateDir);
+      log.info('stopped');
+    })());
+  for (const sig of ['SIGTERM', 'SIGINT'] as const) {
+    process.once(sig, () => void stop(sig).finally(() => process.exit(0)));
+  }
+
+  try {
+    await manager.start();
+  } catch (err) {
+    log.error({ err }, 'could not boot the templates');
+    await stop('startup-failure');
+    process.exit(1);
+  }
+  const address = await app.listen({ host: config.host, port: config.port });
+  log.info({ address, accel: accel.accel, templateBootMs: manager.templateBootMs() }, `hostd listening on ${address}`);
+}
+
+main().catch((err: unknown) => {
+  if (err instanceof ConfigError) process.stderr.write(`hostd: ${err.message}\n`);
+  else process.stderr.write(`hostd: fatal: ${(err as Error)?.stack ?? String(err)}\n`);
+  process.exit(1);
+});

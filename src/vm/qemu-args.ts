@@ -1,0 +1,75 @@
+/**
+ * QEMU command lines as pure functions, so they can be golden-tested without starting QEMU.
+ *
+ * Every VM of a template uses the exact same machine and devices: a snapshot restores only
+ * into an identical machine. The one thing that varies is how guest RAM is backed:
+ * - `template`: RAM is a shared mapping of a tmpfs file (share=on); its snapshot then holds
+ *   only device state, because migration with x-ignore-shared skips shared RAM.
+ * - `clone`: a private copy-on-write mapping (share=off) of an immutable image file, restored
+ *   from a device-state file. Pages the clone writes are its own; the rest stay shared.
+ * - `materialize`: share=on on a new file, receiving a live migration from a running clone:
+ *   this is how a fork point becomes an immutable image (see vm/fork-point.ts).
+ */
+
+export type Accel = 'kvm' | 'tcg';
+
+export interface GuestImage {
+  /** Uncompressed ELF kernel with a PVH note (microvm boots it directly). */
+  readonly kernel: string;
+  readonly initrd: string;
+  readonly cmdline: string;
+  /** Identifies the image build; snapshots are only valid for the same key. */
+  readonly key: string;
+}
+
+export interface MachineSpec {
+  readonly image: GuestImage;
+  readonly memoryMib: number;
+  readonly vcpus: number;
+  readonly accel: Accel;
+  /** TCG translation buffer per VM; bounding it bounds each VM's host memory. */
+  readonly tcgTbMib: number;
+}
+
+export interface VmPaths {
+  readonly qmpSocket: string;
+  readonly agentSocket: string;
+  readonly consoleLog: string;
+}
+
+export type RamMode =
+  | { readonly kind: 'template'; readonly memPath: string }
+  | { readonly kind: 'clone'; readonly memPath: string }
+  | { readonly kind: 'materialize'; readonly memPath: string };
+
+/** The virtio-serial port name the guest agent looks for. */
+export const AGENT_PORT_NAME = 'hostd.agent';
+
+/** Builds the argv (without the binary) for one QEMU process. */
+export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): string[] {
+  const share = ram.kind === 'clone' ? 'off' : 'on';
+  const accel =
+    spec.accel === 'kvm' ? ['-accel', 'kvm', '-cpu', 'host'] : ['-accel', `tcg,tb-size=${spec.tcgTbMib}`];
+  const args = [
+    '-name', 'hostd-vm,debug-threads=on',
+    '-M', 'microvm,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem',
+    ...accel,
+    '-m', `${spec.memoryMib}M`,
+    '-smp', String(spec.vcpus),
+    '-object',
+    `memory-backend-file,id=mem,size=${spec.memoryMib}M,mem-path=${ram.memPath},share=${share}`,
+    '-nodefaults', '-no-user-config', '-nographic', '-display', 'none', '-monitor', 'none',
+    '-kernel', spec.image.kernel,
+    '-initrd', spec.image.initrd,
+    '-append', spec.image.cmdline,
+    '-serial', `file:${paths.consoleLog}`,
+    '-device', 'virtio-serial-device,max_ports=1',
+    '-chardev', `socket,id=agent,path=${paths.agentSocket},server=on,wait=off`,
+    '-device', `virtserialport,chardev=agent,name=${AGENT_PORT_NAME}`,
+    '-qmp', `unix:${paths.qmpSocket},server=on,wait=off`,
+    // QEMU's own seccomp filter: no spawning, no privilege changes, no obsolete syscalls.
+    '-sandbox', 'on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny',
+  ];
+  if (ram.kind !== 'template') args.push('-incoming', 'defer');
+  return args;
+}

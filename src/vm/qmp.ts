@@ -1,0 +1,186 @@
+/**
+ * A minimal QMP (QEMU Machine Protocol) client over a unix socket. Hand-written because no
+ * maintained npm package speaks QMP; we need only: greeting, capabilities negotiation,
+ * commands with ids, and waiting for events (MIGRATION status changes).
+ */
+import { connect, type Socket } from 'node:net';
+import { EventEmitter } from 'node:events';
+
+interface Pending {
+  resolve: (value: unknown) => void;
+  reject: (err: Error) => void;
+  command: string;
+}
+
+/** A QMP error reply, or the connection closing while a command was pending. */
+export class QmpError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'QmpError';
+  }
+}
+
+export interface QmpEvent {
+  event: string;
+  data?: Record<string, unknown>;
+}
+
+/**
+ * Connected, negotiated QMP session. Emits `event` (QmpEvent) and `close`.
+ * Use `QmpClient.connect(path)`; it retries while QEMU has not created the socket yet.
+ */
+export class QmpClient extends EventEmitter {
+  private buffer = '';
+  private nextId = 1;
+  private readonly pending = new Map<string, Pending>();
+  private closed = false;
+
+  private constructor(private readonly socket: Socket) {
+    super();
+    socket.setEncoding('utf8');
+    socket.on('data', (chunk: string) => this.onData(chunk));
+    socket.on('error', () => undefined);
+    socket.on('close', () => this.onClose());
+  }
+
+  /** Connects to `path`, retrying every 2 ms until `deadline` (epoch ms), then negotiates. */
+  static async connect(path: string, deadline: number): Promise<QmpClient> {
+    const socket = await connectWithRetry(path, deadline);
+    const client = new QmpClient(socket);
+    await client.greeting();
+    await client.execute('qmp_capabilities');
+    return client;
+  }
+
+  private greetingWaiter: ((ok: boolean) => void) | null = null;
+  private greeted = false;
+
+  private greeting(): Promise<void> {
+    if (this.greeted) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      this.greetingWaiter = (ok) =>
+        ok ? resolve() : reject(new QmpError('QMP closed before greeting'));
+    });
+  }
+
+  private onData(chunk: string): void {
+    this.buffer += chunk;
+    let nl: number;
+    while ((nl = this.buffer.indexOf('\n')) >= 0) {
+      const line = this.buffer.slice(0, nl).trim();
+      this.buffer = this.buffer.slice(nl + 1);
+      if (line === '') continue;
+      let msg: Record<string, unknown>;
+      try {
+        msg = JSON.parse(line) as Record<string, unknown>;
+      } catch {
+        continue;
+      }
+      this.onMessage(msg);
+    }
+  }
+
+  private onMessage(msg: Record<string, unknown>): void {
+    if ('QMP' in msg) {
+      this.greeted = true;
+      this.greetingWaiter?.(true);
+      return;
+    }
+    if ('event' in msg) {
+      this.emit('event', msg as unknown as QmpEvent);
+      return;
+    }
+    const id = typeof msg.id === 'string' ? msg.id : undefined;
+    const waiter = id === undefined ? undefined : this.pending.get(id);
+    if (!waiter || id === undefined) return;
+    this.pending.delete(id);
+    if ('error' in msg) {
+      const err = msg.error as { class?: string; desc?: string };
+      waiter.reject(new QmpError(`${waiter.command}: ${err.desc ?? err.class ?? 'QMP error'}`));
+    } else {
+      waiter.resolve(msg.return);
+    }
+  }
+
+  private onClose(): void {
+    this.closed = true;
+    this.greetingWaiter?.(false);
+    for (const waiter of this.pending.values()) {
+      waiter.reject(new QmpError(`${waiter.command}: QMP connection closed`));
+    }
+    this.pending.clear();
+    this.emit('close');
+  }
+
+  /** Runs one QMP command and resolves with its `return` value. */
+  execute(command: string, args?: Record<string, unknown>): Promise<unknown> {
+    if (this.closed) return Promise.reject(new QmpError(`${command}: QMP connection closed`));
+    const id = String(this.nextId++);
+    const payload = JSON.stringify(args ? { execute: command, arguments: args, id } : { execute: command, id });
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject, command });
+      this.socket.write(payload + '\n');
+    });
+  }
+
+  /** Resolves with the first event named `name` whose data satisfies `match`. */
+  waitEvent(
+    name: string,
+    match: (data: Record<string, unknown>) => boolean,
+    timeoutMs: number,
+  ): Promise<QmpEvent> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        cleanup();
+        reject(new QmpError(`timed out after ${timeoutMs} ms waiting for QMP event ${name}`));
+      }, timeoutMs);
+      const onEvent = (ev: QmpEvent): void => {
+        if (ev.event === name && match(ev.data ?? {})) {
+          cleanup();
+          resolve(ev);
+        }
+      };
+      const onClose = (): void => {
+        cleanup();
+        reject(new QmpError(`QMP closed while waiting for event ${name}`));
+      };
+      const cleanup = (): void => {
+        clearTimeout(timer);
+        this.off('event', onEvent);
+        this.off('close', onClose);
+      };
+      this.on('event', onEvent);
+      this.on('close', onClose);
+    });
+  }
+
+  close(): void {
+    this.socket.destroy();
+  }
+}
+
+/**
+ * Connects to a unix socket that a just-spawned process is about to create. Polling is the
+ * simplest portable way: QEMU creates its sockets a few ms after exec.
+ */
+export async function connectWithRetry(path: string, deadline: number): Promise<Socket> {
+  for (;;) {
+    try {
+      return await new Promise<Socket>((resolve, reject) => {
+        const socket = connect(path);
+        socket.once('connect', () => {
+          socket.removeAllListeners('error');
+          resolve(socket);
+        });
+        socket.once('error', (err) => {
+          socket.destroy();
+          reject(err);
+        });
+      });
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if ((code !== 'ENOENT' && code !== 'ECONNREFUSED') || Date.now() > deadline) throw err;
+      await new Promise((r) => setTimeout(r, 2));
+    }
+  }
+}

@@ -1,0 +1,331 @@
+/**
+ * One QEMU microVM process and its two channels (QMP, guest agent).
+ *
+ * Life cycle: a template VM is cold-booted once per template (`Vm.bootTemplate`) and frozen
+ * into a `Snapshot` (its RAM file + device state). Every sandbox VM is `Vm.restore`d from a
+ * snapshot: a copy-on-write mapping of the RAM file, so it starts in ~100 ms instead of
+ * seconds and costs only the pages it writes. Forking a running VM first turns its current
+ * state into a new snapshot (`Vm.snapshotLive`), then restores children from it.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdir, open, readFile, rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { EventEmitter } from 'node:events';
+import { AgentChannel, type CancelReason, type ExecSink, type Language } from './agent-channel.js';
+import { QmpClient } from './qmp.js';
+import { qemuArgs, type MachineSpec, type RamMode, type VmPaths } from './qemu-args.js';
+import { receiveStream, sendStream } from './migration.js';
+
+/** An immutable memory image plus the device state that goes with it. */
+export interface Snapshot {
+  readonly spec: MachineSpec;
+  /** tmpfs file holding guest RAM; never written after the snapshot is taken. */
+  readonly memPath: string;
+  /** QEMU's migration stream without RAM (x-ignore-shared): tens of KB. */
+  readonly deviceState: Buffer;
+}
+
+export interface VmHost {
+  readonly qemuBinary: string;
+  /** Directory under which each VM gets its own folder of sockets and logs. */
+  readonly vmsDir: string;
+  /** Extra argv put before QEMU (e.g. setpriv dropping privileges); always includes pdeathsig. */
+  readonly launcher: readonly string[];
+}
+
+/** Raised for anything that makes a VM unusable: QEMU failed, died, or the agent is silent. */
+export class VmError extends Error {
+  constructor(
+    message: string,
+    readonly consoleTail = '',
+  ) {
+    super(message);
+    this.name = 'VmError';
+  }
+}
+
+let vmCounter = 0;
+
+/** Timeouts, generous for TCG on a loaded 2-core machine. */
+const BOOT_TIMEOUT_MS = 120_000;
+const RESTORE_TIMEOUT_MS = 30_000;
+const HELLO_TIMEOUT_MS = 30_000;
+/** Migration parameters for local copies: no bandwidth cap, a pause budget of 50 ms. */
+const UNTHROTTLED = { 'max-bandwidth': 64 * 1024 ** 3, 'downtime-limit': 50 };
+
+export class Vm extends EventEmitter {
+  readonly id: string;
+  readonly dir: string;
+  readonly paths: VmPaths;
+  private proc: ChildProcess | null = null;
+  private qmp: QmpClient | null = null;
+  private agent: AgentChannel | null = null;
+  private exited = false;
+  private exitInfo = '';
+  private destroyed = false;
+  private readonly exitPromise: Promise<void>;
+  private resolveExit!: () => void;
+
+  private constructor(
+    readonly host: VmHost,
+    readonly spec: MachineSpec,
+  ) {
+    super();
+    this.id = `vm${process.pid.toString(36)}-${(++vmCounter).toString(36)}`;
+    this.dir = join(host.vmsDir, this.id);
+    this.paths = {
+      qmpSocket: join(this.dir, 'qmp.sock'),
+      agentSocket: join(this.dir, 'agent.sock'),
+      consoleLog: join(this.dir, 'console.log'),
+    };
+    this.exitPromise = new Promise((r) => (this.resolveExit = r));
+  }
+
+  /** Cold-boots a template VM whose RAM is the shared file `memPath`, waits for its agent. */
+  static async bootTemplate(host: VmHost, spec: MachineSpec, memPath: string): Promise<Vm> {
+    const vm = new Vm(host, spec);
+    try {
+      await vm.start({ kind: 'template', memPath }, Date.now() + BOOT_TIMEOUT_MS);
+      await vm.connectAgent(Date.now() + BOOT_TIMEOUT_MS, BOOT_TIMEOUT_MS);
+      return vm;
+    } catch (err) {
+      throw await vm.failStart(err);
+    }
+  }
+
+  /** Starts a copy-on-write clone of `snapshot` and waits until its agent answers. */
+  static async restore(host: VmHost, snapshot: Snapshot): Promise<Vm> {
+    const vm = new Vm(host, snapshot.spec);
+    try {
+      const deadline = Date.now() + RESTORE_TIMEOUT_MS;
+      await vm.start({ kind: 'clone', memPath: snapshot.memPath }, deadline);
+      await vm.incoming(snapshot.deviceState, deadline);
+      await vm.qmp!.execute('cont');
+      await vm.connectAgent(deadline, HELLO_TIMEOUT_MS);
+      return vm;
+    } catch (err) {
+      throw await vm.failStart(err);
+    }
+  }
+
+  /** The guest agent channel; exec and cancel go through it. */
+  exec(language: Language, code: string, sink: ExecSink): number {
+    if (!this.agent) throw new VmError('VM has no agent connection');
+    return this.agent.exec(language, code, sink);
+  }
+
+  cancel(execId: number, reason: CancelReason): void {
+    this.agent?.cancel(execId, reason);
+  }
+
+  /** Stop/resume reading guest output (backpressure from a slow HTTP client). */
+  pauseOutput(): void {
+    this.agent?.pause();
+  }
+
+  resumeOutput(): void {
+    this.agent?.resume();
+  }
+
+  get alive(): boolean {
+    return !this.exited && !this.destroyed && this.agent !== null && !this.agent.closed;
+  }
+
+  /** Why the VM is not alive, for error messages. */
+  get deathReason(): string {
+    if (this.exited) return `the VM exited (${this.exitInfo})`;
+    if (this.agent?.closed) return 'the guest agent connection was lost';
+    return 'the VM is not running';
+  }
+
+  /**
+   * Freezes this template VM's device state. RAM is not copied: it already lives in the shared
+   * memory file, which from now on must never change, so the template VM is destroyed.
+   */
+  async freezeAsTemplate(memPath: string): Promise<Snapshot> {
+    const qmp = this.requireQmp();
+    await qmp.execute('stop');
+    const deviceState = await this.migrateOut(true);
+    await this.destroy();
+    return { spec: this.spec, memPath, deviceState };
+  }
+
+  /**
+   * Captures this running VM's whole state as a new immutable snapshot whose RAM is the file
+   * `memPath`, and lets this VM go on running. The RAM is materialized by a live migration
+   * into a helper QEMU whose RAM is a shared mapping of `memPath`; that helper then saves its
+   * device state (without RAM) and exits. The guest is paused only for migration's final
+   * stop-and-copy of the pages dirtied during the copy.
+   */
+  async snapshotLive(memPath: string): Promise<Snapshot> {
+    const qmp = this.requireQmp();
+    const helper = new Vm(this.host, this.spec);
+    try {
+      const deadline = Date.now() + RESTORE_TIMEOUT_MS;
+      await helper.start({ kind: 'materialize', memPath }, deadline);
+      const incomingSock = join(helper.dir, 'in.sock');
+      await helper.requireQmp().execute('migrate-incoming', { uri: `unix:${incomingSock}` });
+      // RAM must travel this time: both ends agree x-ignore-shared is off (the stream format
+      // differs with it on), and QEMU's default 32 MiB/s migration throttle is lifted.
+      await qmp.execute('migrate-set-capabilities', {
+        capabilities: [{ capability: 'x-ignore-shared', state: false }],
+      });
+      await qmp.execute('migrate-set-parameters', UNTHROTTLED);
+      const completed = this.waitMigration(qmp);
+      await qmp.execute('migrate', { uri: `unix:${incomingSock}` });
+      await completed;
+      // The source stopped itself at the end of migration; let it run on.
+      await qmp.execute('cont');
+      await helper.waitIncomingDone();
+      const deviceState = await helper.migrateOut(true);
+      return { spec: this.spec, memPath, deviceState };
+    } finally {
+      await helper.destroy();
+    }
+  }
+
+  /** Kills QEMU and removes every file of this VM. Safe to call more than once. */
+  async destroy(): Promise<void> {
+    if (this.destroyed) return this.exitPromise;
+    this.destroyed = true;
+    this.agent?.close();
+    this.qmp?.close();
+    if (this.proc && !this.exited) this.proc.kill('SIGKILL');
+    else this.resolveExit();
+    await this.exitPromise;
+    await rm(this.dir, { recursive: true, force: true });
+  }
+
+  /** Last lines of the guest console (kernel and init messages) plus QEMU's stderr. */
+  async logTail(lines = 30): Promise<string> {
+    const read = async (p: string): Promise<string> => {
+      try {
+        return (await readFile(p, 'utf8')).split('\n').slice(-lines).join('\n');
+      } catch {
+        return '';
+      }
+    };
+    const [consoleTail, qemuTail] = await Promise.all([
+      read(this.paths.consoleLog),
+      read(join(this.dir, 'qemu.log')),
+    ]);
+    return `--- guest console (${this.id}) ---\n${consoleTail}\n--- qemu stderr ---\n${qemuTail}`;
+  }
+
+  /** Resident set of the QEMU process, for metrics and benchmarks. */
+  get pid(): number | undefined {
+    return this.proc?.pid;
+  }
+
+  private async start(ram: RamMode, deadline: number): Promise<void> {
+    await mkdir(this.dir, { recursive: true, mode: 0o700 });
+    const log = await open(join(this.dir, 'qemu.log'), 'w');
+    const args = qemuArgs(this.spec, this.paths, ram);
+    const [cmd, ...pre] = [...this.host.launcher, this.host.qemuBinary];
+    try {
+      this.proc = spawn(cmd!, [...pre, ...args], { stdio: ['ignore', 'ignore', log.fd], detached: false });
+    } finally {
+      await log.close();
+    }
+    this.proc.once('exit', (code, signal) => {
+      this.exited = true;
+      this.exitInfo = signal ? `signal ${signal}` : `code ${code}`;
+      this.agent?.close();
+      this.resolveExit();
+      if (!this.destroyed) this.emit('died', this.exitInfo);
+    });
+    this.proc.once('error', () => undefined);
+    const exitedEarly = this.exitPromise.then(() => {
+      throw new VmError(`QEMU exited during start-up (${this.exitInfo})`);
+    });
+    this.qmp = await Promise.race([QmpClient.connect(this.paths.qmpSocket, deadline), exitedEarly]);
+    this.qmp.on('close', () => undefined);
+  }
+
+  private async connectAgent(deadline: number, helloTimeoutMs: number): Promise<void> {
+    const agent = await AgentChannel.connect(this.paths.agentSocket, deadline);
+    this.agent = agent;
+    agent.on('close', () => {
+      if (!this.destroyed && !this.exited) this.emit('died', 'agent connection lost');
+    });
+    await agent.hello(helloTimeoutMs);
+  }
+
+  /** Restores device state into a QEMU started with `-incoming defer`. */
+  private async incoming(deviceState: Buffer, deadline: number): Promise<void> {
+    const qmp = this.requireQmp();
+    await qmp.execute('migrate-set-capabilities', {
+      capabilities: [{ capability: 'x-ignore-shared', state: true }],
+    });
+    const sock = join(this.dir, 'in.sock');
+    await qmp.execute('migrate-incoming', { uri: `unix:${sock}` });
+    await sendStream(sock, deviceState, deadline);
+    await this.waitIncomingDone();
+  }
+
+  /** Waits until an incoming migration finished loading (run state leaves `inmigrate`). */
+  private async waitIncomingDone(): Promise<void> {
+    const qmp = this.requireQmp();
+    for (let i = 0; ; i++) {
+      const status = (await qmp.execute('query-status')) as { status: string };
+      if (status.status !== 'inmigrate') {
+        if (status.status === 'paused' || status.status === 'prelaunch') return;
+        if (status.status === 'running') return;
+        throw new VmError(`incoming migration ended in state ${status.status}`);
+      }
+      if (this.exited) throw new VmError(`QEMU exited during restore (${this.exitInfo})`);
+      await new Promise((r) => setTimeout(r, i < 50 ? 1 : 10));
+      if (i > 5000) throw new VmError('incoming migration did not finish');
+    }
+  }
+
+  /** Migrates this (stopped) VM's device state out to hostd memory. */
+  private async migrateOut(ignoreShared: boolean): Promise<Buffer> {
+    const qmp = this.requireQmp();
+    await qmp.execute('migrate-set-capabilities', {
+      capabilities: [{ capability: 'x-ignore-shared', state: ignoreShared }],
+    });
+    await qmp.execute('migrate-set-parameters', UNTHROTTLED);
+    const sock = join(this.dir, 'out.sock');
+    const receiver = await receiveStream(sock, RESTORE_TIMEOUT_MS);
+    try {
+      const completed = this.waitMigration(qmp);
+      await qmp.execute('migrate', { uri: `unix:${sock}` });
+      await completed;
+      return await receiver.done;
+    } finally {
+      receiver.close();
+    }
+  }
+
+  /** Polls query-migrate until completed; fails on failed/cancelled. */
+  private async waitMigration(qmp: QmpClient): Promise<void> {
+    for (let i = 0; ; i++) {
+      await new Promise((r) => setTimeout(r, i < 20 ? 1 : 5));
+      const info = (await qmp.execute('query-migrate')) as { status?: string; 'error-desc'?: string };
+      if (info.status === 'completed') return;
+      if (info.status === 'failed' || info.status === 'cancelled') {
+        throw new VmError(`migration ${info.status}: ${info['error-desc'] ?? 'no reason given'}`);
+      }
+      if (i > 20000) throw new VmError('migration did not complete');
+    }
+  }
+
+  private requireQmp(): QmpClient {
+    if (!this.qmp) throw new VmError('VM has no QMP connection');
+    return this.qmp;
+  }
+
+  private async failStart(err: unknown): Promise<VmError> {
+    const tail = await this.logTail(20);
+    await this.destroy();
+    const message = err instanceof Error ? err.message : String(err);
+    return new VmError(`VM failed to start: ${message}`, tail);
+  }
+}
+
+/** Bytes of a tmpfs file actually allocated (its holes cost nothing). */
+export async function allocatedBytes(path: string): Promise<number> {
+  const st = await stat(path);
+  return st.blocks * 512;
+}

@@ -1,0 +1,192 @@
+/**
+ * Starts a real hostd (the compiled dist/src/main.js) as a child process on an ephemeral port
+ * with its own state directory, for integration tests. Every test file shares one such hostd;
+ * `stop()` sends SIGTERM and checks nothing is left behind.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdtemp } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+export const ROOT = resolve(import.meta.dirname, '..', '..', '..');
+
+export interface Hostd {
+  url: string;
+  stateDir: string;
+  proc: ChildProcess;
+  /** Every log line hostd printed (JSON from pino), for assertions and failure reports. */
+  logs: string[];
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+  request(method: string, path: string, body?: unknown, headers?: Record<string, string>): Promise<Response>;
+  json<T = unknown>(method: string, path: string, body?: unknown): Promise<{ status: number; body: T }>;
+}
+
+export interface StartOptions {
+  env?: Record<string, string>;
+  /** Bearer key the request helpers send. */
+  apiKey?: string;
+  /** Resolve as soon as the process exits instead of waiting for "listening" (start-up failures). */
+  expectExit?: boolean;
+  stateDir?: string;
+}
+
+/** Resolves once hostd logs "hostd listening", with the URL it serves on. */
+export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
+  if (!process.env.SERVICE_IMAGE_DIR) {
+    throw new Error('SERVICE_IMAGE_DIR is not set: run the tests through `npm test`');
+  }
+  const stateDir = opts.stateDir ?? (await mkdtemp('/dev/shm/hostd-test-'));
+  const proc = spawn(process.execPath, [join(ROOT, 'dist', 'src', 'main.js')], {
+    env: {
+      ...process.env,
+      SERVICE_HOSTD_ADDR: '127.0.0.1:0',
+      SERVICE_STATE_DIR: stateDir,
+      SERVICE_POOL_SIZE: '2',
+      SERVICE_LOG_LEVEL: 'info',
+      ...opts.env,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const logs: string[] = [];
+  let url = '';
+  const onLine = (line: string): void => {
+    logs.push(line);
+    const m = /hostd listening on (http:\/\/\S+?)"/.exec(line);
+    if (m) url = m[1]!;
+  };
+  for (const stream of [proc.stdout!, proc.stderr!]) {
+    let buf = '';
+    stream.setEncoding('utf8');
+    stream.on('data', (chunk: string) => {
+      buf += chunk;
+      const lines = buf.split('\n');
+      buf = lines.pop() ?? '';
+      lines.forEach(onLine);
+    });
+  }
+  let exitCode: number | null | undefined;
+  const exited = new Promise<number | null>((r) =>
+    proc.once('exit', (code) => {
+      exitCode = code;
+      r(code);
+    }),
+  );
+  const deadline = Date.now() + 180_000;
+  while (!url && exitCode === undefined) {
+    if (Date.now() > deadline) {
+      proc.kill('SIGKILL');
+      throw new Error(`hostd did not start within 180 s:\n${logs.slice(-30).join('\n')}`);
+    }
+    await sleep(20);
+  }
+  if (!url && !opts.expectExit) {
+    throw new Error(`hostd exited with code ${exitCode} during start-up:\n${logs.slice(-30).join('\n')}`);
+  }
+  const authHeader: Record<string, string> = opts.apiKey ? { authorization: `Bearer ${opts.apiKey}` } : {};
+  const request = (method: string, path: string, body?: unknown, headers: Record<string, string> = {}) =>
+    fetch(url + path, {
+      method,
+      headers: {
+        ...authHeader,
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+        ...headers,
+      },
+      body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+    });
+  return {
+    url,
+    stateDir,
+    proc,
+    logs,
+    request,
+    async json<T>(method: string, path: string, body?: unknown) {
+      const res = await request(method, path, body);
+      const text = await res.text();
+      return { status: res.status, body: (text ? JSON.parse(text) : undefined) as T };
+    },
+    async stop(signal: NodeJS.Signals = 'SIGTERM') {
+      if (exitCode !== undefined) return exitCode;
+      proc.kill(signal);
+      const timer = setTimeout(() => proc.kill('SIGKILL'), 60_000);
+      const code = await exited;
+      clearTimeout(timer);
+      return code;
+    },
+  };
+}
+
+/** Parses an NDJSON exec response into events. */
+export interface ExecEvent {
+  type: 'stdout' | 'stderr' | 'exit';
+  data: string | number;
+  seq: number;
+  ts: number;
+  error?: string;
+}
+
+export async function execEvents(
+  hostd: Hostd,
+  id: string,
+  code: string,
+  extra: Record<string, unknown> = {},
+): Promise<ExecEvent[]> {
+  const res = await hostd.request('POST', `/v1/sandboxes/${id}/exec`, { code, ...extra });
+  const text = await res.text();
+  if (res.status !== 200) throw new Error(`exec returned ${res.status}: ${text}`);
+  return text
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => JSON.parse(l) as ExecEvent);
+}
+
+/** stdout, stderr joined (one line each) and the exit code of an exec. */
+export async function run(
+  hostd: Hostd,
+  id: string,
+  code: string,
+  extra: Record<string, unknown> = {},
+): Promise<{ stdout: string; stderr: string; exit: number; events: ExecEvent[] }> {
+  const events = await execEvents(hostd, id, code, extra);
+  const join = (t: string): string =>
+    events
+      .filter((e) => e.type === t)
+      .map((e) => `${e.data}\n`)
+      .join('');
+  const exit = events.find((e) => e.type === 'exit');
+  return { stdout: join('stdout'), stderr: join('stderr'), exit: exit ? Number(exit.data) : NaN, events };
+}
+
+export async function createSandbox(hostd: Hostd, body: unknown = {}): Promise<string> {
+  const res = await hostd.json<{ id: string; state: string }>('POST', '/v1/sandboxes', body);
+  if (res.status !== 200) throw new Error(`create returned ${res.status}: ${JSON.stringify(res.body)}`);
+  return res.body.id;
+}
+
+/**
+ * Runs `fn` with a fresh sandbox; on failure prints the sandbox id and its VM log tail, and
+ * always deletes the sandbox.
+ */
+export async function withSandbox(hostd: Hostd, fn: (id: string) => Promise<void>): Promise<void> {
+  const id = await createSandbox(hostd);
+  try {
+    await fn(id);
+  } catch (err) {
+    await reportFailure(hostd, id);
+    throw err;
+  } finally {
+    await hostd.request('DELETE', `/v1/sandboxes/${id}`).catch(() => undefined);
+  }
+}
+
+export async function reportFailure(hostd: Hostd, id: string): Promise<void> {
+  const res = await hostd.request('GET', `/v1/sandboxes/${id}/logs`).catch(() => null);
+  const tail = res ? await res.text() : '(no logs)';
+  console.error(`\n=== test failed on sandbox ${id} ===\n${tail}\n=== hostd log tail ===\n${hostd.logs.slice(-20).join('\n')}\n`);
+}
+
+/** True when no QEMU process mentions the directory and the directory is gone. */
+export async function nothingLeft(stateDir: string): Promise<{ qemu: number; dirExists: boolean }> {
+  const { findProcessesUsing } = await import('../../src/state-dir.js');
+  return { qemu: (await findProcessesUsing(stateDir)).length, dirExists: existsSync(stateDir) };
+}

@@ -1,0 +1,48 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { ConfigError, isLoopback, loadConfig, parseAddr, parseTemplates } from '../../src/config.js';
+
+test('SERVICE_HOSTD_ADDR defaults to 127.0.0.1:7070', () => {
+  const c = loadConfig({});
+  assert.equal(c.host, '127.0.0.1');
+  assert.equal(c.port, 7070);
+});
+
+test('addresses: host:port, [v6]:port and a bare port', () => {
+  assert.deepEqual(parseAddr('0.0.0.0:80'), { host: '0.0.0.0', port: 80 });
+  assert.deepEqual(parseAddr('[::1]:7070'), { host: '::1', port: 7070 });
+  assert.deepEqual(parseAddr('9000'), { host: '127.0.0.1', port: 9000 });
+  assert.throws(() => parseAddr('nonsense'), ConfigError);
+  assert.throws(() => parseAddr('1.2.3.4:99999'), ConfigError);
+});
+
+test('loopback is 127.0.0.0/8, ::1 and localhost, nothing else', () => {
+  for (const h of ['127.0.0.1', '127.1.2.3', '::1', 'localhost']) assert.ok(isLoopback(h), h);
+  for (const h of ['0.0.0.0', '10.0.0.1', '::', '192.168.1.1']) assert.ok(!isLoopback(h), h);
+});
+
+test('API keys are a comma-separated list, blanks ignored', () => {
+  assert.deepEqual(loadConfig({ SERVICE_API_KEYS: 'a, b,,c ' }).apiKeys, ['a', 'b', 'c']);
+});
+
+test('only the exact value 1 disables auth', () => {
+  assert.equal(loadConfig({ SERVICE_AUTH_DISABLED: '1' }).authDisabled, true);
+  assert.equal(loadConfig({ SERVICE_AUTH_DISABLED: 'true' }).authDisabled, false);
+});
+
+test('numeric variables are range-checked with the variable named in the error', () => {
+  assert.throws(() => loadConfig({ SERVICE_POOL_SIZE: '-1' }), /SERVICE_POOL_SIZE/);
+  assert.throws(() => loadConfig({ SERVICE_VM_MEMORY_MIB: '64' }), /SERVICE_VM_MEMORY_MIB/);
+  assert.throws(() => loadConfig({ SERVICE_ACCEL: 'xen' }), /SERVICE_ACCEL/);
+});
+
+test('templates: the first listed is the default; options override the global sizes', () => {
+  const t = parseTemplates('python,big:mem=2048:cpus=2:pool=0', { memoryMib: 512, vcpus: 1, poolSize: 2 });
+  assert.deepEqual(t, [
+    { name: 'python', memoryMib: 512, vcpus: 1, poolSize: 2 },
+    { name: 'big', memoryMib: 2048, vcpus: 2, poolSize: 0 },
+  ]);
+  assert.throws(() => parseTemplates('a,a', { memoryMib: 512, vcpus: 1, poolSize: 2 }), /twice/);
+  assert.throws(() => parseTemplates('Bad!', { memoryMib: 512, vcpus: 1, poolSize: 2 }), /bad template name/);
+  assert.throws(() => parseTemplates('x:gpu=1', { memoryMib: 512, vcpus: 1, poolSize: 2 }), /unknown option/);
+});

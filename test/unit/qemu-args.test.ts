@@ -1,0 +1,61 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { qemuArgs, type MachineSpec } from '../../src/vm/qemu-args.js';
+import { chooseAccel } from '../../src/vm/accel.js';
+
+const spec: MachineSpec = {
+  image: { kernel: '/img/vmlinux', initrd: '/img/initrd.cpio', cmdline: 'console=ttyS0 quiet', key: 'k' },
+  memoryMib: 512,
+  vcpus: 1,
+  accel: 'tcg',
+  tcgTbMib: 32,
+};
+const paths = { qmpSocket: '/s/qmp.sock', agentSocket: '/s/agent.sock', consoleLog: '/s/console.log' };
+
+const argAfter = (args: string[], flag: string): string[] =>
+  args.flatMap((a, i) => (a === flag ? [args[i + 1]!] : []));
+
+test('a template boots with its RAM as a shared file and no -incoming', () => {
+  const args = qemuArgs(spec, paths, { kind: 'template', memPath: '/s/t.mem' });
+  assert.ok(argAfter(args, '-object').includes('memory-backend-file,id=mem,size=512M,mem-path=/s/t.mem,share=on'));
+  assert.ok(!args.includes('-incoming'));
+});
+
+test('a clone maps the image privately (copy-on-write) and waits for an incoming migration', () => {
+  const args = qemuArgs(spec, paths, { kind: 'clone', memPath: '/s/t.mem' });
+  assert.ok(argAfter(args, '-object').includes('memory-backend-file,id=mem,size=512M,mem-path=/s/t.mem,share=off'));
+  assert.deepEqual(argAfter(args, '-incoming'), ['defer']);
+});
+
+test('template and clone differ only in share= and -incoming (snapshots need identical machines)', () => {
+  const t = qemuArgs(spec, paths, { kind: 'template', memPath: '/m' });
+  const c = qemuArgs(spec, paths, { kind: 'clone', memPath: '/m' });
+  const strip = (a: string[]): string[] =>
+    a.map((x) => x.replace('share=on', 'share=X').replace('share=off', 'share=X')).filter((x, i, all) => x !== '-incoming' && all[i - 1] !== '-incoming');
+  assert.deepEqual(strip(c), strip(t));
+});
+
+test('TCG bounds the translation buffer; KVM uses the host CPU', () => {
+  assert.deepEqual(argAfter(qemuArgs(spec, paths, { kind: 'template', memPath: '/m' }), '-accel'), ['tcg,tb-size=32']);
+  const kvm = qemuArgs({ ...spec, accel: 'kvm' }, paths, { kind: 'template', memPath: '/m' });
+  assert.deepEqual(argAfter(kvm, '-accel'), ['kvm']);
+  assert.deepEqual(argAfter(kvm, '-cpu'), ['host']);
+});
+
+test('the guest gets no network device and QEMU runs under its seccomp sandbox', () => {
+  const args = qemuArgs(spec, paths, { kind: 'clone', memPath: '/m' });
+  assert.ok(args.includes('-nodefaults'));
+  assert.ok(!args.some((a) => /netdev|virtio-net|-nic/.test(a)));
+  assert.match(argAfter(args, '-sandbox')[0]!, /^on,.*spawn=deny/);
+});
+
+test('accelerator: explicit choice wins; auto prefers KVM unless it is missing or nested PVM', () => {
+  const probe = (kvm: boolean, pvm: boolean) => ({ kvmUsable: () => kvm, pvmLoaded: () => pvm });
+  assert.equal(chooseAccel('tcg', probe(true, false)).accel, 'tcg');
+  assert.equal(chooseAccel('kvm', probe(false, false)).accel, 'kvm');
+  assert.equal(chooseAccel('auto', probe(true, false)).accel, 'kvm');
+  assert.equal(chooseAccel('auto', probe(false, false)).accel, 'tcg');
+  const pvm = chooseAccel('auto', probe(true, true));
+  assert.equal(pvm.accel, 'tcg');
+  assert.match(pvm.reason, /kvm_pvm/);
+});
