@@ -51,7 +51,8 @@ type Env = Record<string, string | undefined>;
 function intVar(env: Env, name: string, fallback: number, min: number, max: number): number {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
-  if (!/^\d+$/.test(raw.trim())) throw new ConfigError(`${name} must be a whole number, got "${raw}"`);
+  if (!/^\d+$/.test(raw.trim()))
+    throw new ConfigError(`${name} must be a whole number, got "${raw}"`);
   const value = Number(raw.trim());
   if (value < min || value > max) {
     throw new ConfigError(`${name} must be between ${min} and ${max}, got ${value}`);
@@ -61,7 +62,8 @@ function intVar(env: Env, name: string, fallback: number, min: number, max: numb
 
 /** Splits "host:port" and "[v6]:port"; a bare port binds loopback. */
 export function parseAddr(addr: string): { host: string; port: number } {
-  const match = /^(?:\[([^\]]+)\]|([^:]*)):(\d+)$/.exec(addr.trim()) ?? /^()()(\d+)$/.exec(addr.trim());
+  const match =
+    /^(?:\[([^\]]+)\]|([^:]*)):(\d+)$/.exec(addr.trim()) ?? /^()()(\d+)$/.exec(addr.trim());
   if (!match) throw new ConfigError(`SERVICE_HOSTD_ADDR must look like host:port, got "${addr}"`);
   const host = match[1] || match[2] || '127.0.0.1';
   const port = Number(match[3]);

@@ -8,11 +8,13 @@ import { authMode } from './api/auth.js';
 import { createMetrics } from './api/metrics.js';
 import { buildServer } from './api/server.js';
 import { SandboxManager } from './core/sandbox-manager.js';
-import { chooseAccel } from './vm/accel.js';
+import { chooseAccel, hostTscKhz } from './vm/accel.js';
 import { loadImage } from './vm/image.js';
 import type { MachineSpec } from './vm/qemu-args.js';
 import { claimStateDir, releaseStateDir } from './state-dir.js';
 import { join } from 'node:path';
+
+const HOSTD_VERSION = '0.1.0';
 
 async function main(): Promise<void> {
   let config: Config;
@@ -50,14 +52,22 @@ async function main(): Promise<void> {
   }
   const accel = chooseAccel(config.accel);
   log.info({ accel: accel.accel, reason: accel.reason }, 'accelerator chosen');
+  const tscKhz = hostTscKhz();
   const image = await loadImage(config.imageDir);
   log.info({ image: config.imageDir, key: image.key, kernel: image.kernelVersion }, 'guest image');
 
   const specFor = (name: string): MachineSpec => {
     const t = config.templates.find((x) => x.name === name)!;
-    return { image, memoryMib: t.memoryMib, vcpus: t.vcpus, accel: accel.accel, tcgTbMib: config.tcgTbMib };
+    return {
+      image,
+      memoryMib: t.memoryMib,
+      vcpus: t.vcpus,
+      accel: accel.accel,
+      tcgTbMib: config.tcgTbMib,
+      tscKhz,
+    };
   };
-  const metrics = createMetrics();
+  const metrics = createMetrics({ accel: accel.accel, version: HOSTD_VERSION });
   const manager = new SandboxManager(
     config,
     {
@@ -73,7 +83,13 @@ async function main(): Promise<void> {
   metrics.bind(manager);
 
   let stopping: Promise<void> | null = null;
-  const app = await buildServer({ manager, auth, maxBodyBytes: config.maxBodyBytes, logger: log, metrics });
+  const app = await buildServer({
+    manager,
+    auth,
+    maxBodyBytes: config.maxBodyBytes,
+    logger: log,
+    metrics,
+  });
   const stop = (signal: string): Promise<void> =>
     (stopping ??= (async () => {
       log.info({ signal }, 'shutting down: destroying all VMs');
@@ -94,7 +110,10 @@ async function main(): Promise<void> {
     process.exit(1);
   }
   const address = await app.listen({ host: config.host, port: config.port });
-  log.info({ address, accel: accel.accel, templateBootMs: manager.templateBootMs() }, `hostd listening on ${address}`);
+  log.info(
+    { address, accel: accel.accel, templateBootMs: manager.templateBootMs() },
+    `hostd listening on ${address}`,
+  );
 }
 
 main().catch((err: unknown) => {

@@ -45,7 +45,9 @@ export async function claimStateDir(dir: string): Promise<StateDirReport> {
   if (holder && holder !== process.pid) {
     const cmd = await cmdlineOf(holder);
     if (cmd && /node|hostd/.test(cmd)) {
-      throw new Error(`another hostd (pid ${holder}) is using ${dir}; stop it or set SERVICE_STATE_DIR`);
+      throw new Error(
+        `another hostd (pid ${holder}) is using ${dir}; stop it or set SERVICE_STATE_DIR`,
+      );
     }
   }
   const stale = await findProcessesUsing(dir);

@@ -12,9 +12,16 @@ export interface Metrics {
   bind(manager: SandboxManager): void;
 }
 
-export function createMetrics(): Metrics {
+/** `info` labels a constant gauge so dashboards (and the benchmark) can see how hostd runs. */
+export function createMetrics(info: { accel: string; version: string }): Metrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'hostd_process_' });
+  new Gauge({
+    name: 'hostd_info',
+    help: 'Constant 1, labelled with the accelerator and the hostd version.',
+    labelNames: ['accel', 'version'],
+    registers: [registry],
+  }).set(info, 1);
   let manager: SandboxManager | null = null;
 
   new Gauge({

@@ -3,7 +3,12 @@
  * and render results. Every non-2xx response is `{"error": message}`, including fastify's own
  * failures (bad JSON, body too large, unknown route), mapped through the error registry.
  */
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+} from 'fastify';
 import type { Logger } from 'pino';
 import { ErrorKinds, HostdError, fail, toHostdError } from '../errors.js';
 import type { SandboxManager } from '../core/sandbox-manager.js';
@@ -23,7 +28,11 @@ export interface ServerOptions {
 type IdParams = { id: string };
 
 /** Fastify's own error codes that are the client's fault, mapped onto registry kinds. */
-function classifyFrameworkError(err: { statusCode?: number; code?: string; message: string }): HostdError {
+function classifyFrameworkError(err: {
+  statusCode?: number;
+  code?: string;
+  message: string;
+}): HostdError {
   if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
     return fail('bodyTooLarge', `request body too large: ${err.message}`);
   }
@@ -59,7 +68,10 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     try {
       done(null, JSON.parse(text));
     } catch (err) {
-      done(fail('invalidRequest', `the body is not valid JSON: ${(err as Error).message}`), undefined);
+      done(
+        fail('invalidRequest', `the body is not valid JSON: ${(err as Error).message}`),
+        undefined,
+      );
     }
   });
 
@@ -73,7 +85,10 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   });
 
   app.setErrorHandler((error, req, reply) => {
-    const err = error instanceof HostdError ? error : classifyFrameworkError(error as Error & { statusCode?: number });
+    const err =
+      error instanceof HostdError
+        ? error
+        : classifyFrameworkError(error as Error & { statusCode?: number });
     if (err.kind === ErrorKinds.internal) req.log.error({ err: error }, 'internal error');
     return sendError(reply, err);
   });
@@ -95,7 +110,9 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
 
   app.get('/v1/sandboxes', async () => ({ sandboxes: manager.list() }));
 
-  app.get<{ Params: IdParams }>('/v1/sandboxes/:id', async (req) => manager.describe(req.params.id));
+  app.get<{ Params: IdParams }>('/v1/sandboxes/:id', async (req) =>
+    manager.describe(req.params.id),
+  );
 
   // The VM's console and QEMU log tail: what a user needs when a guest misbehaves.
   app.get<{ Params: IdParams }>('/v1/sandboxes/:id/logs', async (req, reply) =>
@@ -121,7 +138,10 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   app.post<{ Params: IdParams }>('/v1/sandboxes/:id/fork', async (req) => {
     const { n } = parseFork(req.body);
     const children = await manager.fork(req.params.id, n);
-    return { parent_id: req.params.id, children: children.map((c) => ({ id: c.id, state: 'ready' })) };
+    return {
+      parent_id: req.params.id,
+      children: children.map((c) => ({ id: c.id, state: 'ready' })),
+    };
   });
 
   app.post<{ Params: { parent: string; winner: string } }>(

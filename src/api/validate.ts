@@ -54,8 +54,16 @@ export function parseExec(body: unknown): { code: string; language: Language; ti
     throw fail('invalidRequest', `language must be "python" or "bash", got ${show(language)}`);
   }
   if (b.timeout === undefined || b.timeout === null) return { code: b.code, language };
-  if (typeof b.timeout !== 'number' || !Number.isFinite(b.timeout) || b.timeout <= 0 || b.timeout > MAX_TIMEOUT_S) {
-    throw fail('invalidRequest', `timeout must be a number of seconds in (0, ${MAX_TIMEOUT_S}], got ${show(b.timeout)}`);
+  if (
+    typeof b.timeout !== 'number' ||
+    !Number.isFinite(b.timeout) ||
+    b.timeout <= 0 ||
+    b.timeout > MAX_TIMEOUT_S
+  ) {
+    throw fail(
+      'invalidRequest',
+      `timeout must be a number of seconds in (0, ${MAX_TIMEOUT_S}], got ${show(b.timeout)}`,
+    );
   }
   return { code: b.code, language, timeoutMs: Math.ceil(b.timeout * 1000) };
 }

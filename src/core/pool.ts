@@ -40,7 +40,11 @@ export class TemplatePool {
     this.snapshot = await vm.freezeAsTemplate(this.memPath);
     this.bootMs = Date.now() - started;
     this.log.info(
-      { template: this.config.name, bootMs: this.bootMs, deviceStateBytes: this.snapshot.deviceState.length },
+      {
+        template: this.config.name,
+        bootMs: this.bootMs,
+        deviceStateBytes: this.snapshot.deviceState.length,
+      },
       'template booted and frozen',
     );
     this.refill();
@@ -88,7 +92,10 @@ export class TemplatePool {
           try {
             vm = await this.restore();
           } catch (err) {
-            this.log.error({ err, template: this.config.name }, 'pool refill failed; retrying in 1 s');
+            this.log.error(
+              { err, template: this.config.name },
+              'pool refill failed; retrying in 1 s',
+            );
             await new Promise((r) => setTimeout(r, 1000));
             continue;
           }

@@ -217,7 +217,9 @@ export class SandboxManager {
       }
       const oldVm = parent.vm;
       this.sandboxes.delete(winner.id);
-      winner.queue.close(fail('sandboxNotFound', `sandbox ${winner.id} was merged into ${parent.id}`));
+      winner.queue.close(
+        fail('sandboxNotFound', `sandbox ${winner.id} was merged into ${parent.id}`),
+      );
       parent.vm = winner.vm;
       parent.template = winner.template;
       parent.brokenReason = null;
@@ -270,7 +272,10 @@ export class SandboxManager {
 
   private ensureUsable(sandbox: Sandbox): void {
     if (sandbox.brokenReason) {
-      throw fail('executorError', `sandbox ${sandbox.id} is unusable: ${sandbox.brokenReason}; delete it`);
+      throw fail(
+        'executorError',
+        `sandbox ${sandbox.id} is unusable: ${sandbox.brokenReason}; delete it`,
+      );
     }
   }
 

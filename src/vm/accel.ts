@@ -3,7 +3,7 @@
  * works. These development machines expose a nested paravirtual KVM (`kvm_pvm`) that cannot run
  * a stock Debian kernel (NOTES.md), so its presence forces TCG. The reason is logged at start.
  */
-import { accessSync, constants, existsSync } from 'node:fs';
+import { accessSync, constants, existsSync, readFileSync } from 'node:fs';
 import type { Accel } from './qemu-args.js';
 
 export interface AccelDecision {
@@ -41,4 +41,18 @@ export function chooseAccel(choice: 'auto' | Accel, probe: AccelProbe = hostProb
     };
   }
   return { accel: 'kvm', reason: '/dev/kvm is usable' };
+}
+
+/** The host TSC rate in kHz from /proc/cpuinfo ("cpu MHz"), or undefined if unknown. */
+export function hostTscKhz(cpuinfo = safeRead('/proc/cpuinfo')): number | undefined {
+  const m = /^cpu MHz\s*:\s*([\d.]+)/m.exec(cpuinfo);
+  return m ? Math.round(Number(m[1]) * 1000) : undefined;
+}
+
+function safeRead(path: string): string {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch {
+    return '';
+  }
 }

@@ -29,6 +29,18 @@ export interface MachineSpec {
   readonly accel: Accel;
   /** TCG translation buffer per VM; bounding it bounds each VM's host memory. */
   readonly tcgTbMib: number;
+  /**
+   * Host TSC frequency in kHz, passed to a TCG guest as `tsc_early_khz`. Under TCG the guest's
+   * TSC is the host's, and the guest kernel's own calibration against the emulated PIT fails
+   * when the host is loaded, after which boot stalls for good (seen at load 4 on 2 cores).
+   */
+  readonly tscKhz?: number;
+}
+
+/** The kernel command line for a machine: the image's, plus what the accelerator needs. */
+export function kernelCmdline(spec: MachineSpec): string {
+  const extra = spec.accel === 'tcg' && spec.tscKhz ? ` tsc_early_khz=${spec.tscKhz}` : '';
+  return spec.image.cmdline + extra;
 }
 
 export interface VmPaths {
@@ -49,26 +61,47 @@ export const AGENT_PORT_NAME = 'hostd.agent';
 export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): string[] {
   const share = ram.kind === 'clone' ? 'off' : 'on';
   const accel =
-    spec.accel === 'kvm' ? ['-accel', 'kvm', '-cpu', 'host'] : ['-accel', `tcg,tb-size=${spec.tcgTbMib}`];
+    spec.accel === 'kvm'
+      ? ['-accel', 'kvm', '-cpu', 'host']
+      : ['-accel', `tcg,tb-size=${spec.tcgTbMib}`];
   const args = [
-    '-name', 'hostd-vm,debug-threads=on',
-    '-M', 'microvm,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem',
+    '-name',
+    'hostd-vm,debug-threads=on',
+    '-M',
+    'microvm,x-option-roms=off,isa-serial=on,rtc=on,pit=on,pic=on,acpi=on,auto-kernel-cmdline=off,memory-backend=mem',
     ...accel,
-    '-m', `${spec.memoryMib}M`,
-    '-smp', String(spec.vcpus),
+    '-m',
+    `${spec.memoryMib}M`,
+    '-smp',
+    String(spec.vcpus),
     '-object',
     `memory-backend-file,id=mem,size=${spec.memoryMib}M,mem-path=${ram.memPath},share=${share}`,
-    '-nodefaults', '-no-user-config', '-nographic', '-display', 'none', '-monitor', 'none',
-    '-kernel', spec.image.kernel,
-    '-initrd', spec.image.initrd,
-    '-append', spec.image.cmdline,
-    '-serial', `file:${paths.consoleLog}`,
-    '-device', 'virtio-serial-device,max_ports=1',
-    '-chardev', `socket,id=agent,path=${paths.agentSocket},server=on,wait=off`,
-    '-device', `virtserialport,chardev=agent,name=${AGENT_PORT_NAME}`,
-    '-qmp', `unix:${paths.qmpSocket},server=on,wait=off`,
+    '-nodefaults',
+    '-no-user-config',
+    '-nographic',
+    '-display',
+    'none',
+    '-monitor',
+    'none',
+    '-kernel',
+    spec.image.kernel,
+    '-initrd',
+    spec.image.initrd,
+    '-append',
+    kernelCmdline(spec),
+    '-serial',
+    `file:${paths.consoleLog}`,
+    '-device',
+    'virtio-serial-device,max_ports=2',
+    '-chardev',
+    `socket,id=agent,path=${paths.agentSocket},server=on,wait=off`,
+    '-device',
+    `virtserialport,chardev=agent,name=${AGENT_PORT_NAME}`,
+    '-qmp',
+    `unix:${paths.qmpSocket},server=on,wait=off`,
     // QEMU's own seccomp filter: no spawning, no privilege changes, no obsolete syscalls.
-    '-sandbox', 'on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny',
+    '-sandbox',
+    'on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny',
   ];
   if (ram.kind !== 'template') args.push('-incoming', 'defer');
   return args;

@@ -116,7 +116,9 @@ export class QmpClient extends EventEmitter {
   execute(command: string, args?: Record<string, unknown>): Promise<unknown> {
     if (this.closed) return Promise.reject(new QmpError(`${command}: QMP connection closed`));
     const id = String(this.nextId++);
-    const payload = JSON.stringify(args ? { execute: command, arguments: args, id } : { execute: command, id });
+    const payload = JSON.stringify(
+      args ? { execute: command, arguments: args, id } : { execute: command, id },
+    );
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject, command });
       this.socket.write(payload + '\n');

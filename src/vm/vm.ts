@@ -223,7 +223,10 @@ export class Vm extends EventEmitter {
     const args = qemuArgs(this.spec, this.paths, ram);
     const [cmd, ...pre] = [...this.host.launcher, this.host.qemuBinary];
     try {
-      this.proc = spawn(cmd!, [...pre, ...args], { stdio: ['ignore', 'ignore', log.fd], detached: false });
+      this.proc = spawn(cmd!, [...pre, ...args], {
+        stdio: ['ignore', 'ignore', log.fd],
+        detached: false,
+      });
     } finally {
       await log.close();
     }
@@ -302,7 +305,10 @@ export class Vm extends EventEmitter {
   private async waitMigration(qmp: QmpClient): Promise<void> {
     for (let i = 0; ; i++) {
       await new Promise((r) => setTimeout(r, i < 20 ? 1 : 5));
-      const info = (await qmp.execute('query-migrate')) as { status?: string; 'error-desc'?: string };
+      const info = (await qmp.execute('query-migrate')) as {
+        status?: string;
+        'error-desc'?: string;
+      };
       if (info.status === 'completed') return;
       if (info.status === 'failed' || info.status === 'cancelled') {
         throw new VmError(`migration ${info.status}: ${info['error-desc'] ?? 'no reason given'}`);

@@ -18,8 +18,17 @@ export interface Hostd {
   /** Every log line hostd printed (JSON from pino), for assertions and failure reports. */
   logs: string[];
   stop(signal?: NodeJS.Signals): Promise<number | null>;
-  request(method: string, path: string, body?: unknown, headers?: Record<string, string>): Promise<Response>;
-  json<T = unknown>(method: string, path: string, body?: unknown): Promise<{ status: number; body: T }>;
+  request(
+    method: string,
+    path: string,
+    body?: unknown,
+    headers?: Record<string, string>,
+  ): Promise<Response>;
+  json<T = unknown>(
+    method: string,
+    path: string,
+    body?: unknown,
+  ): Promise<{ status: number; body: T }>;
 }
 
 export interface StartOptions {
@@ -81,10 +90,19 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
     await sleep(20);
   }
   if (!url && !opts.expectExit) {
-    throw new Error(`hostd exited with code ${exitCode} during start-up:\n${logs.slice(-30).join('\n')}`);
+    throw new Error(
+      `hostd exited with code ${exitCode} during start-up:\n${logs.slice(-30).join('\n')}`,
+    );
   }
-  const authHeader: Record<string, string> = opts.apiKey ? { authorization: `Bearer ${opts.apiKey}` } : {};
-  const request = (method: string, path: string, body?: unknown, headers: Record<string, string> = {}) =>
+  const authHeader: Record<string, string> = opts.apiKey
+    ? { authorization: `Bearer ${opts.apiKey}` }
+    : {};
+  const request = (
+    method: string,
+    path: string,
+    body?: unknown,
+    headers: Record<string, string> = {},
+  ) =>
     fetch(url + path, {
       method,
       headers: {
@@ -154,12 +172,18 @@ export async function run(
       .map((e) => `${e.data}\n`)
       .join('');
   const exit = events.find((e) => e.type === 'exit');
-  return { stdout: join('stdout'), stderr: join('stderr'), exit: exit ? Number(exit.data) : NaN, events };
+  return {
+    stdout: join('stdout'),
+    stderr: join('stderr'),
+    exit: exit ? Number(exit.data) : NaN,
+    events,
+  };
 }
 
 export async function createSandbox(hostd: Hostd, body: unknown = {}): Promise<string> {
   const res = await hostd.json<{ id: string; state: string }>('POST', '/v1/sandboxes', body);
-  if (res.status !== 200) throw new Error(`create returned ${res.status}: ${JSON.stringify(res.body)}`);
+  if (res.status !== 200)
+    throw new Error(`create returned ${res.status}: ${JSON.stringify(res.body)}`);
   return res.body.id;
 }
 
@@ -182,7 +206,9 @@ export async function withSandbox(hostd: Hostd, fn: (id: string) => Promise<void
 export async function reportFailure(hostd: Hostd, id: string): Promise<void> {
   const res = await hostd.request('GET', `/v1/sandboxes/${id}/logs`).catch(() => null);
   const tail = res ? await res.text() : '(no logs)';
-  console.error(`\n=== test failed on sandbox ${id} ===\n${tail}\n=== hostd log tail ===\n${hostd.logs.slice(-20).join('\n')}\n`);
+  console.error(
+    `\n=== test failed on sandbox ${id} ===\n${tail}\n=== hostd log tail ===\n${hostd.logs.slice(-20).join('\n')}\n`,
+  );
 }
 
 /** True when no QEMU process mentions the directory and the directory is gone. */

@@ -1,6 +1,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { authMode, makeAuthChecker, INVALID_KEY_MESSAGE, MISSING_KEY_MESSAGE } from '../../src/api/auth.js';
+import {
+  authMode,
+  makeAuthChecker,
+  INVALID_KEY_MESSAGE,
+  MISSING_KEY_MESSAGE,
+} from '../../src/api/auth.js';
 
 test('loopback with no keys means no auth', () => {
   assert.deepEqual(authMode({ apiKeys: [], authDisabled: false, loopback: true }), {
@@ -10,7 +15,10 @@ test('loopback with no keys means no auth', () => {
 });
 
 test('a non-loopback bind with no keys and no disable flag refuses to start', () => {
-  assert.throws(() => authMode({ apiKeys: [], authDisabled: false, loopback: false }), /refusing to start/);
+  assert.throws(
+    () => authMode({ apiKeys: [], authDisabled: false, loopback: false }),
+    /refusing to start/,
+  );
 });
 
 test('SERVICE_AUTH_DISABLED=1 wins over keys and binds', () => {
@@ -18,7 +26,9 @@ test('SERVICE_AUTH_DISABLED=1 wins over keys and binds', () => {
 });
 
 test('configured keys are required even on loopback', () => {
-  const check = makeAuthChecker(authMode({ apiKeys: ['k1', 'k2'], authDisabled: false, loopback: true }));
+  const check = makeAuthChecker(
+    authMode({ apiKeys: ['k1', 'k2'], authDisabled: false, loopback: true }),
+  );
   assert.equal(check('Bearer k1'), null);
   assert.equal(check('Bearer k2'), null);
   assert.equal(check(undefined)?.message, MISSING_KEY_MESSAGE);

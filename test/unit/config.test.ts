@@ -1,6 +1,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError, isLoopback, loadConfig, parseAddr, parseTemplates } from '../../src/config.js';
+import {
+  ConfigError,
+  isLoopback,
+  loadConfig,
+  parseAddr,
+  parseTemplates,
+} from '../../src/config.js';
 
 test('SERVICE_HOSTD_ADDR defaults to 127.0.0.1:7070', () => {
   const c = loadConfig({});
@@ -37,12 +43,22 @@ test('numeric variables are range-checked with the variable named in the error',
 });
 
 test('templates: the first listed is the default; options override the global sizes', () => {
-  const t = parseTemplates('python,big:mem=2048:cpus=2:pool=0', { memoryMib: 512, vcpus: 1, poolSize: 2 });
+  const t = parseTemplates('python,big:mem=2048:cpus=2:pool=0', {
+    memoryMib: 512,
+    vcpus: 1,
+    poolSize: 2,
+  });
   assert.deepEqual(t, [
     { name: 'python', memoryMib: 512, vcpus: 1, poolSize: 2 },
     { name: 'big', memoryMib: 2048, vcpus: 2, poolSize: 0 },
   ]);
   assert.throws(() => parseTemplates('a,a', { memoryMib: 512, vcpus: 1, poolSize: 2 }), /twice/);
-  assert.throws(() => parseTemplates('Bad!', { memoryMib: 512, vcpus: 1, poolSize: 2 }), /bad template name/);
-  assert.throws(() => parseTemplates('x:gpu=1', { memoryMib: 512, vcpus: 1, poolSize: 2 }), /unknown option/);
+  assert.throws(
+    () => parseTemplates('Bad!', { memoryMib: 512, vcpus: 1, poolSize: 2 }),
+    /bad template name/,
+  );
+  assert.throws(
+    () => parseTemplates('x:gpu=1', { memoryMib: 512, vcpus: 1, poolSize: 2 }),
+    /unknown option/,
+  );
 });

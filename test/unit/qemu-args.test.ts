@@ -1,29 +1,46 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { qemuArgs, type MachineSpec } from '../../src/vm/qemu-args.js';
-import { chooseAccel } from '../../src/vm/accel.js';
+import { chooseAccel, hostTscKhz } from '../../src/vm/accel.js';
 
 const spec: MachineSpec = {
-  image: { kernel: '/img/vmlinux', initrd: '/img/initrd.cpio', cmdline: 'console=ttyS0 quiet', key: 'k' },
+  image: {
+    kernel: '/img/vmlinux',
+    initrd: '/img/initrd.cpio',
+    cmdline: 'console=ttyS0 quiet',
+    key: 'k',
+  },
   memoryMib: 512,
   vcpus: 1,
   accel: 'tcg',
   tcgTbMib: 32,
 };
-const paths = { qmpSocket: '/s/qmp.sock', agentSocket: '/s/agent.sock', consoleLog: '/s/console.log' };
+const paths = {
+  qmpSocket: '/s/qmp.sock',
+  agentSocket: '/s/agent.sock',
+  consoleLog: '/s/console.log',
+};
 
 const argAfter = (args: string[], flag: string): string[] =>
   args.flatMap((a, i) => (a === flag ? [args[i + 1]!] : []));
 
 test('a template boots with its RAM as a shared file and no -incoming', () => {
   const args = qemuArgs(spec, paths, { kind: 'template', memPath: '/s/t.mem' });
-  assert.ok(argAfter(args, '-object').includes('memory-backend-file,id=mem,size=512M,mem-path=/s/t.mem,share=on'));
+  assert.ok(
+    argAfter(args, '-object').includes(
+      'memory-backend-file,id=mem,size=512M,mem-path=/s/t.mem,share=on',
+    ),
+  );
   assert.ok(!args.includes('-incoming'));
 });
 
 test('a clone maps the image privately (copy-on-write) and waits for an incoming migration', () => {
   const args = qemuArgs(spec, paths, { kind: 'clone', memPath: '/s/t.mem' });
-  assert.ok(argAfter(args, '-object').includes('memory-backend-file,id=mem,size=512M,mem-path=/s/t.mem,share=off'));
+  assert.ok(
+    argAfter(args, '-object').includes(
+      'memory-backend-file,id=mem,size=512M,mem-path=/s/t.mem,share=off',
+    ),
+  );
   assert.deepEqual(argAfter(args, '-incoming'), ['defer']);
 });
 
@@ -31,12 +48,16 @@ test('template and clone differ only in share= and -incoming (snapshots need ide
   const t = qemuArgs(spec, paths, { kind: 'template', memPath: '/m' });
   const c = qemuArgs(spec, paths, { kind: 'clone', memPath: '/m' });
   const strip = (a: string[]): string[] =>
-    a.map((x) => x.replace('share=on', 'share=X').replace('share=off', 'share=X')).filter((x, i, all) => x !== '-incoming' && all[i - 1] !== '-incoming');
+    a
+      .map((x) => x.replace('share=on', 'share=X').replace('share=off', 'share=X'))
+      .filter((x, i, all) => x !== '-incoming' && all[i - 1] !== '-incoming');
   assert.deepEqual(strip(c), strip(t));
 });
 
 test('TCG bounds the translation buffer; KVM uses the host CPU', () => {
-  assert.deepEqual(argAfter(qemuArgs(spec, paths, { kind: 'template', memPath: '/m' }), '-accel'), ['tcg,tb-size=32']);
+  assert.deepEqual(argAfter(qemuArgs(spec, paths, { kind: 'template', memPath: '/m' }), '-accel'), [
+    'tcg,tb-size=32',
+  ]);
   const kvm = qemuArgs({ ...spec, accel: 'kvm' }, paths, { kind: 'template', memPath: '/m' });
   assert.deepEqual(argAfter(kvm, '-accel'), ['kvm']);
   assert.deepEqual(argAfter(kvm, '-cpu'), ['host']);
@@ -58,4 +79,16 @@ test('accelerator: explicit choice wins; auto prefers KVM unless it is missing o
   const pvm = chooseAccel('auto', probe(true, true));
   assert.equal(pvm.accel, 'tcg');
   assert.match(pvm.reason, /kvm_pvm/);
+});
+
+test('a TCG guest is told the host TSC rate so a loaded host cannot stall its boot', () => {
+  const args = qemuArgs({ ...spec, tscKhz: 2445426 }, paths, { kind: 'template', memPath: '/m' });
+  assert.deepEqual(argAfter(args, '-append'), ['console=ttyS0 quiet tsc_early_khz=2445426']);
+  const kvm = qemuArgs({ ...spec, accel: 'kvm', tscKhz: 2445426 }, paths, {
+    kind: 'template',
+    memPath: '/m',
+  });
+  assert.deepEqual(argAfter(kvm, '-append'), ['console=ttyS0 quiet']);
+  assert.equal(hostTscKhz('model name: x\ncpu MHz\t\t: 2445.426\n'), 2445426);
+  assert.equal(hostTscKhz(''), undefined);
 });

@@ -4,7 +4,10 @@ import { parseCreate, parseExec, parseFork } from '../../src/api/validate.js';
 import { HostdError } from '../../src/errors.js';
 
 const rejects400 = (fn: () => unknown, pattern: RegExp): void => {
-  assert.throws(fn, (err: unknown) => err instanceof HostdError && err.status === 400 && pattern.test(err.message));
+  assert.throws(
+    fn,
+    (err: unknown) => err instanceof HostdError && err.status === 400 && pattern.test(err.message),
+  );
 };
 
 test('create accepts no body, {} and a template name', () => {

@@ -1,0 +1,288 @@
+/**
+ * `npm run bench`: measures hostd against its targets and writes bench/results/latest.json.
+ * Starts its own hostd (pool of 4, plus a `cold` template with no pool for pool misses), or
+ * uses HOSTD_URL (then template_boot_ms and memory figures are null: they need the processes).
+ *
+ * BENCH_QUICK=1 runs fewer iterations (used by a smoke test in CI).
+ */
+import { spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { startHostd, type Hostd } from '../test/helpers/hostd.js';
+import { findProcessesUsing } from '../src/state-dir.js';
+import { runSoak } from './soak.js';
+
+const ROOT = resolve(import.meta.dirname, '..', '..');
+const QUICK = process.env.BENCH_QUICK === '1';
+
+type Results = Record<string, number | string | null>;
+
+function pct(values: number[], p: number): number {
+  const s = [...values].sort((a, b) => a - b);
+  const i = Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1));
+  return Math.round(s[i]! * 100) / 100;
+}
+
+const now = (): number => Number(process.hrtime.bigint()) / 1e6;
+
+interface Client {
+  url: string;
+  headers: Record<string, string>;
+}
+
+async function call(c: Client, method: string, path: string, body?: unknown): Promise<Response> {
+  return fetch(c.url + path, {
+    method,
+    headers: {
+      ...c.headers,
+      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+    },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+}
+
+async function create(c: Client, template?: string): Promise<string> {
+  const res = await call(c, 'POST', '/v1/sandboxes', template ? { template } : {});
+  if (res.status !== 200) throw new Error(`create: ${res.status} ${await res.text()}`);
+  return ((await res.json()) as { id: string }).id;
+}
+
+async function exec(c: Client, id: string, code: string): Promise<string> {
+  const res = await call(c, 'POST', `/v1/sandboxes/${id}/exec`, { code });
+  const text = await res.text();
+  if (res.status !== 200 || !text.includes('"type":"exit","data":0')) {
+    throw new Error(`exec on ${id}: ${res.status} ${text.slice(0, 300)}`);
+  }
+  return text;
+}
+
+async function del(c: Client, id: string): Promise<void> {
+  await call(c, 'DELETE', `/v1/sandboxes/${id}`);
+}
+
+async function poolReady(c: Client, template: string): Promise<number> {
+  const text = await (await call(c, 'GET', '/metrics')).text();
+  const m = new RegExp(`^hostd_pool_ready\\{template="${template}"\\} (\\d+)`, 'm').exec(text);
+  return m ? Number(m[1]) : 0;
+}
+
+async function accelOf(c: Client): Promise<string> {
+  const text = await (await call(c, 'GET', '/metrics')).text();
+  return /hostd_info\{accel="(\w+)"/.exec(text)?.[1] ?? 'unknown';
+}
+
+/** Proportional set size of a process in MiB (shared pages divided among their users). */
+function pssMib(pid: number): number {
+  try {
+    const m = /^Pss:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'));
+    return m ? Number(m[1]) / 1024 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+function rssMib(pid: number): number {
+  const m = /^Rss:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'));
+  return m ? Number(m[1]) / 1024 : 0;
+}
+
+/** Round trip of print(1) to the same guest agent running locally over a pipe: the floor. */
+async function baselineLocalRepl(iterations: number): Promise<number> {
+  const work = mkdtempSync(join(tmpdir(), 'hostd-bench-'));
+  const agent = spawn(
+    'python3',
+    [join(ROOT, 'guest/agent/agent.py'), '--stdio', '--no-system', '--workdir', work],
+    {
+      stdio: ['pipe', 'pipe', 'inherit'],
+    },
+  );
+  let buf = '';
+  let waiter: ((line: string) => void) | null = null;
+  agent.stdout.setEncoding('utf8');
+  agent.stdout.on('data', (chunk: string) => {
+    buf += chunk;
+    let nl: number;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, nl);
+      buf = buf.slice(nl + 1);
+      waiter?.(line);
+    }
+  });
+  const roundTrip = (id: number): Promise<void> =>
+    new Promise((resolveRt) => {
+      waiter = (line) => {
+        if (line.includes('"op": "exit"') || line.includes('"op":"exit"')) resolveRt();
+      };
+      agent.stdin.write(
+        JSON.stringify({ op: 'exec', id, language: 'python', code: 'print(1)' }) + '\n',
+      );
+    });
+  const times: number[] = [];
+  for (let i = 0; i < iterations + 20; i++) {
+    const t = now();
+    await roundTrip(i + 1);
+    if (i >= 20) times.push(now() - t);
+  }
+  agent.kill('SIGKILL');
+  return pct(times, 50);
+}
+
+async function main(): Promise<void> {
+  const results: Results = {};
+  let hostd: Hostd | null = null;
+  let client: Client;
+  if (process.env.HOSTD_URL) {
+    const key = process.env.SERVICE_API_KEY;
+    client = { url: process.env.HOSTD_URL, headers: key ? { authorization: `Bearer ${key}` } : {} };
+  } else {
+    hostd = await startHostd({
+      env: {
+        SERVICE_TEMPLATES: 'python,cold:pool=0',
+        SERVICE_POOL_SIZE: '4',
+        SERVICE_LOG_LEVEL: 'info',
+      },
+    });
+    client = { url: hostd.url, headers: {} };
+  }
+  try {
+    results.accelerator = await accelOf(client);
+    const bootLine = hostd?.logs.find(
+      (l) => l.includes('template booted and frozen') && l.includes('"python"'),
+    );
+    results.template_boot_ms = bootLine
+      ? (JSON.parse(bootLine) as { bootMs: number }).bootMs
+      : null;
+
+    // Pool hits: wait for a pooled VM before each create, so each create is a hand-over.
+    const hits: number[] = [];
+    for (let i = 0; i < (QUICK ? 5 : 40); i++) {
+      for (let w = 0; w < 600 && (await poolReady(client, 'python')) < 1; w++) await sleep(25);
+      const t = now();
+      const id = await create(client);
+      hits.push(now() - t);
+      await del(client, id);
+    }
+    results.create_pool_hit_p50_ms = pct(hits, 50);
+    results.create_pool_hit_p99_ms = pct(hits, 99);
+
+    // Pool misses: the `cold` template has no pool, so every create restores a VM.
+    const misses: number[] = [];
+    for (let i = 0; i < (QUICK ? 3 : 10); i++) {
+      const t = now();
+      const id = await create(client, hostd ? 'cold' : undefined);
+      misses.push(now() - t);
+      await del(client, id);
+    }
+    results.create_pool_miss_p50_ms = hostd ? pct(misses, 50) : null;
+
+    // Exec round trip of a trivial print in a warm sandbox.
+    const id = await create(client);
+    const execs: number[] = [];
+    for (let i = 0; i < (QUICK ? 50 : 300); i++) {
+      const t = now();
+      await exec(client, id, 'print(1)');
+      if (i >= 20) execs.push(now() - t);
+    }
+    results.exec_print_p50_ms = pct(execs, 50);
+    results.exec_print_p99_ms = pct(execs, 99);
+    results.baseline_local_repl_exec_p50_ms = await baselineLocalRepl(QUICK ? 50 : 300);
+
+    // Fork latency: request sent until every child answers (the response), p50 over runs.
+    for (const n of [1, 8, 32]) {
+      const times: number[] = [];
+      for (let r = 0; r < (QUICK ? 1 : n === 32 ? 3 : 5); r++) {
+        const t = now();
+        const res = await call(client, 'POST', `/v1/sandboxes/${id}/fork`, { n });
+        const body = (await res.json()) as { children?: { id: string }[]; error?: string };
+        times.push(now() - t);
+        if (!body.children) throw new Error(`fork ${n}: ${res.status} ${body.error}`);
+        await Promise.all(body.children.map((c) => del(client, c.id)));
+      }
+      results[`fork_n${n}_ms`] = pct(times, 50);
+    }
+    await del(client, id);
+
+    if (hostd) Object.assign(results, await forkMemory(client, hostd));
+    if (!QUICK || process.env.BENCH_SOAK === '1') {
+      Object.assign(
+        results,
+        await runSoak(client, { seconds: QUICK ? 10 : 60, hostdPid: hostd?.proc.pid }),
+      );
+    }
+  } finally {
+    if (hostd) await hostd.stop();
+  }
+
+  results.measured_at = new Date().toISOString();
+  mkdirSync(join(ROOT, 'bench', 'results'), { recursive: true });
+  writeFileSync(
+    join(ROOT, 'bench', 'results', 'latest.json'),
+    JSON.stringify(results, null, 2) + '\n',
+  );
+  console.log('\nmetric                               value');
+  for (const [k, v] of Object.entries(results)) console.log(`${k.padEnd(36)} ${v}`);
+  console.log('\nwritten to bench/results/latest.json');
+}
+
+/**
+ * Memory of a 32-way fork of a parent that imported the standard library and holds a 50 MB
+ * object: host PSS added per idle child, against what a full copy of the parent would cost.
+ */
+async function forkMemory(c: Client, hostd: Hostd): Promise<Results> {
+  const parent = await create(c);
+  await exec(
+    c,
+    parent,
+    [
+      'import os, sys, json, re, collections, itertools, functools, asyncio, decimal, fractions,',
+      '    statistics, datetime, pathlib, subprocess, threading, socket, http.client, email, csv,',
+      '    sqlite3, xml.etree.ElementTree, unittest, argparse, logging, hashlib, random, typing',
+      'blob = os.urandom(50 * 1024 * 1024)',
+      'print(len(blob))',
+    ].join('\n'),
+  );
+  await sleep(1000);
+  const qemuPss = async (): Promise<Map<number, number>> => {
+    const m = new Map<number, number>();
+    for (const pid of await findProcessesUsing(hostd.stateDir)) m.set(pid, pssMib(pid));
+    return m;
+  };
+  const before = await qemuPss();
+  const parentPid = [...before.keys()].find((pid) => {
+    const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    const vm = [...hostd.logs].reverse().find((l) => l.includes('"sandbox ready"'))!;
+    return cmd.includes(`/${(JSON.parse(vm) as { vm: string }).vm}/`);
+  });
+  const fullCopy = parentPid ? rssMib(parentPid) : NaN;
+  const res = await call(c, 'POST', `/v1/sandboxes/${parent}/fork`, { n: 32 });
+  const children = ((await res.json()) as { children: { id: string }[] }).children;
+  // 32 live children run code at the same time.
+  const outcomes = await Promise.allSettled(
+    children.map((ch) =>
+      exec(
+        c,
+        ch.id,
+        'import hashlib\nprint(len(blob), hashlib.sha256(blob[:1000]).hexdigest()[:8])',
+      ),
+    ),
+  );
+  await sleep(3000); // idle
+  const after = await qemuPss();
+  const totalBefore = [...before.values()].reduce((a, b) => a + b, 0);
+  const totalAfter = [...after.values()].reduce((a, b) => a + b, 0);
+  const perChild = (totalAfter - totalBefore) / children.length;
+  await Promise.all(children.map((ch) => del(c, ch.id)));
+  await del(c, parent);
+  return {
+    fork_child_pss_mib: Math.round(perChild * 10) / 10,
+    full_copy_child_mib: Math.round(fullCopy * 10) / 10,
+    fork_n32_concurrent_exec_errors: outcomes.filter((o) => o.status === 'rejected').length,
+  };
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});

@@ -1,0 +1,91 @@
+/**
+ * Authentication exactly as the contract's section 5, against real hostd processes.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { ROOT, startHostd, type Hostd } from '../helpers/hostd.js';
+
+describe('with SERVICE_API_KEYS set', () => {
+  let hostd: Hostd;
+  before(async () => {
+    hostd = await startHostd({
+      env: { SERVICE_API_KEYS: 'key-one,key-two', SERVICE_POOL_SIZE: '1' },
+    });
+  });
+  after(async () => {
+    await hostd.stop();
+  });
+
+  test('a request without a key is 401 with the exact contract body', async () => {
+    const res = await hostd.request('GET', '/v1/sandboxes');
+    assert.equal(res.status, 401);
+    assert.equal(await res.text(), '{"error":"missing Authorization: Bearer <key>"}');
+  });
+
+  test('an unlisted key is 401 "invalid api key"', async () => {
+    const res = await hostd.request(
+      'POST',
+      '/v1/sandboxes',
+      {},
+      { authorization: 'Bearer key-three' },
+    );
+    assert.equal(res.status, 401);
+    assert.equal(await res.text(), '{"error":"invalid api key"}');
+  });
+
+  test('any listed key works', async () => {
+    for (const key of ['key-one', 'key-two']) {
+      const res = await hostd.request('GET', '/v1/sandboxes', undefined, {
+        authorization: `Bearer ${key}`,
+      });
+      assert.equal(res.status, 200, key);
+    }
+  });
+
+  test('healthz needs no key; metrics do', async () => {
+    assert.equal((await hostd.request('GET', '/v1/healthz')).status, 200);
+    assert.equal((await hostd.request('GET', '/metrics')).status, 401);
+  });
+
+  test('auth is checked before anything else, even on unknown sandboxes', async () => {
+    const res = await hostd.request('DELETE', '/v1/sandboxes/sbx_0000');
+    assert.equal(res.status, 401);
+  });
+
+  test('keys never appear in the logs', () => {
+    assert.ok(!hostd.logs.some((l) => l.includes('key-one') || l.includes('key-two')));
+  });
+});
+
+describe('start-up rules', () => {
+  test('a non-loopback bind with no keys and no disable flag refuses to start', () => {
+    const r = spawnSync(process.execPath, [join(ROOT, 'dist', 'src', 'main.js')], {
+      env: {
+        ...process.env,
+        SERVICE_HOSTD_ADDR: '0.0.0.0:0',
+        SERVICE_API_KEYS: '',
+        SERVICE_AUTH_DISABLED: '',
+      },
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
+    assert.notEqual(r.status, 0);
+    assert.match(r.stderr, /refusing to start: .*not a loopback address and no SERVICE_API_KEYS/);
+  });
+
+  test('SERVICE_AUTH_DISABLED=1 logs a loud warning and lets requests in without a key', async () => {
+    const hostd = await startHostd({
+      env: { SERVICE_AUTH_DISABLED: '1', SERVICE_API_KEYS: 'ignored', SERVICE_POOL_SIZE: '0' },
+    });
+    try {
+      assert.ok(
+        hostd.logs.some((l) => /AUTHENTICATION IS DISABLED/.test(l) && /"level":40/.test(l)),
+      );
+      assert.equal((await hostd.request('GET', '/v1/sandboxes')).status, 200);
+    } finally {
+      await hostd.stop();
+    }
+  });
+});

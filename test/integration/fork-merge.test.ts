@@ -1,0 +1,327 @@
+/**
+ * Fork and merge: copy-on-write children of a running sandbox, and adopting the winner.
+ * Real hostd, real VMs; one hostd for the whole file.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readdir } from 'node:fs/promises';
+import {
+  createSandbox,
+  nothingLeft,
+  reportFailure,
+  run,
+  startHostd,
+  type Hostd,
+} from '../helpers/hostd.js';
+
+let hostd: Hostd;
+before(async () => {
+  hostd = await startHostd({ env: { SERVICE_MAX_SANDBOXES: '48' } });
+});
+after(async () => {
+  await hostd.stop();
+  assert.deepEqual(await nothingLeft(hostd.stateDir), { qemu: 0, dirExists: false });
+});
+
+async function fork(id: string, n: number): Promise<string[]> {
+  const res = await hostd.json<{ parent_id: string; children: { id: string; state: string }[] }>(
+    'POST',
+    `/v1/sandboxes/${id}/fork`,
+    { n },
+  );
+  assert.equal(res.status, 200, JSON.stringify(res.body));
+  assert.equal(res.body.parent_id, id);
+  assert.equal(res.body.children.length, n);
+  for (const c of res.body.children) {
+    assert.match(c.id, /^sbx_[0-9a-f]{32}$/);
+    assert.equal(c.state, 'ready');
+  }
+  return res.body.children.map((c) => c.id);
+}
+
+const out = async (id: string, code: string, language = 'python'): Promise<string> => {
+  const r = await run(hostd, id, code, { language });
+  assert.equal(r.exit, 0, `exit ${r.exit}: ${r.stderr}`);
+  return r.stdout.trim();
+};
+
+/** Creates a sandbox; on failure reports it and every sandbox the test made, then deletes all. */
+async function scenario(
+  fn: (parent: string, track: (ids: string[]) => string[]) => Promise<void>,
+): Promise<void> {
+  const made: string[] = [];
+  const parent = await createSandbox(hostd);
+  made.push(parent);
+  try {
+    await fn(parent, (ids) => (made.push(...ids), ids));
+  } catch (err) {
+    for (const id of made) await reportFailure(hostd, id);
+    throw err;
+  } finally {
+    for (const id of made) await hostd.request('DELETE', `/v1/sandboxes/${id}`);
+  }
+}
+
+describe('fork', () => {
+  test('children inherit variables, imports, open handles, files, cwd and background processes', async () => {
+    await scenario(async (parent, track) => {
+      await out(
+        parent,
+        [
+          'import os, json, subprocess',
+          'counter = 41',
+          'f = open("/root/log.txt", "w"); f.write("parent;"); f.flush()',
+          'os.makedirs("/root/work", exist_ok=True); os.chdir("/root/work")',
+          'bg = subprocess.Popen(["sleep", "600"])',
+        ].join('\n'),
+      );
+      const [child] = track(await fork(parent, 1));
+      assert.equal(await out(child!, 'counter + 1'), '42');
+      assert.equal(await out(child!, 'json.dumps([1])'), "'[1]'");
+      await out(child!, 'f.write("child;"); f.flush()');
+      assert.equal(await out(child!, 'open("/root/log.txt").read()'), "'parent;child;'");
+      assert.equal(await out(child!, 'os.getcwd()'), "'/root/work'");
+      assert.equal(
+        await out(child!, 'bg.poll() is None and os.path.exists(f"/proc/{bg.pid}")'),
+        'True',
+      );
+    });
+  });
+
+  test('changes are isolated: child from parent, parent from child, sibling from sibling', async () => {
+    await scenario(async (parent, track) => {
+      await out(parent, 'shared = "base"\nopen("/root/f", "w").write("base")');
+      const [a, b] = track(await fork(parent, 2));
+      await out(a!, 'shared = "a"\nopen("/root/f", "w").write("a")');
+      await out(b!, 'shared = "b"\nopen("/root/f", "w").write("b")');
+      await out(parent, 'shared = "p"\nopen("/root/f", "w").write("p")');
+      for (const [id, want] of [
+        [a!, 'a'],
+        [b!, 'b'],
+        [parent, 'p'],
+      ] as const) {
+        assert.equal(await out(id, 'print(shared, open("/root/f").read())'), `${want} ${want}`);
+      }
+    });
+  });
+
+  test('children have a correct clock, distinct os.urandom and reseeded random', async () => {
+    await scenario(async (parent, track) => {
+      await out(parent, 'import os, random, time\nrandom.seed(1234)');
+      const kids = track(await fork(parent, 3));
+      const seen = await Promise.all(
+        kids.map((k) => out(k, 'print(os.urandom(16).hex(), random.random(), time.time())')),
+      );
+      const urandom = new Set(seen.map((s) => s.split(' ')[0]));
+      const rnd = new Set(seen.map((s) => s.split(' ')[1]));
+      assert.equal(urandom.size, 3, 'os.urandom differs between siblings');
+      assert.equal(rnd.size, 3, 'random is reseeded per child');
+      for (const s of seen) {
+        const t = Number(s.split(' ')[2]) * 1000;
+        assert.ok(Math.abs(t - Date.now()) < 30_000, `guest clock off by ${t - Date.now()} ms`);
+      }
+    });
+  });
+
+  test('forks of forks work to any depth; deleting a parent never harms its children', async () => {
+    await scenario(async (root, track) => {
+      await out(root, 'depth = 0');
+      let current = root;
+      for (let d = 1; d <= 3; d++) {
+        const [next] = track(await fork(current, 1));
+        await out(next!, `depth = ${d}`);
+        current = next!;
+      }
+      assert.equal(await out(current, 'depth'), '3');
+      assert.equal((await hostd.request('DELETE', `/v1/sandboxes/${root}`)).status, 204);
+      assert.equal(await out(current, 'depth + 1'), '4');
+    });
+  });
+
+  test('fork waits its turn behind a running exec, and the parent keeps working after', async () => {
+    await scenario(async (parent, track) => {
+      await out(parent, 'steps = []');
+      const slow = run(hostd, parent, 'import time\ntime.sleep(1)\nsteps.append("slow")');
+      await new Promise((r) => setTimeout(r, 100));
+      const [child] = track(await fork(parent, 1));
+      await slow;
+      assert.equal(
+        await out(child!, 'steps'),
+        "['slow']",
+        'the fork point is after the queued exec',
+      );
+      assert.equal(await out(parent, 'steps.append("after"); steps'), "['slow', 'after']");
+    });
+  });
+
+  test('n outside 1..32, or not an integer, is a 400 and the parent is untouched', async () => {
+    await scenario(async (parent) => {
+      await out(parent, 'v = 7');
+      for (const body of [{ n: 0 }, { n: 33 }, { n: '2' }, { n: 1.5 }, {}, undefined]) {
+        const res = await hostd.json<{ error: string }>(
+          'POST',
+          `/v1/sandboxes/${parent}/fork`,
+          body,
+        );
+        assert.equal(res.status, 400, JSON.stringify(body));
+        assert.match(res.body.error, /n must be an integer from 1 to 32|body is required/);
+      }
+      assert.equal(await out(parent, 'v'), '7');
+    });
+  });
+
+  test('forking an unknown sandbox is a 404', async () => {
+    const res = await hostd.json<{ error: string }>(
+      'POST',
+      `/v1/sandboxes/sbx_${'0'.repeat(32)}/fork`,
+      { n: 1 },
+    );
+    assert.equal(res.status, 404);
+  });
+
+  test('a fork that would exceed the sandbox limit starts no child and leaves the parent working', async () => {
+    await scenario(async (parent) => {
+      await out(parent, 'w = 1');
+      const count = async (): Promise<number> =>
+        (await hostd.json<{ sandboxes: unknown[] }>('GET', '/v1/sandboxes')).body.sandboxes.length;
+      const before = await count();
+      // The limit is 48: 32 children fit once, never twice.
+      const first = await hostd.json<{ children: { id: string }[] }>(
+        'POST',
+        `/v1/sandboxes/${parent}/fork`,
+        { n: 32 },
+      );
+      assert.equal(first.status, 200);
+      const second = await hostd.json<{ error: string }>('POST', `/v1/sandboxes/${parent}/fork`, {
+        n: 32,
+      });
+      assert.equal(second.status, 429);
+      assert.match(second.body.error, /sandbox limit reached/);
+      assert.equal(await count(), before + 32);
+      for (const k of first.body.children) await hostd.request('DELETE', `/v1/sandboxes/${k.id}`);
+      assert.equal(await count(), before);
+      assert.equal(await out(parent, 'w'), '1');
+    });
+  });
+
+  test('32 children run code concurrently without errors, and no image file is left on tmpfs', async () => {
+    await scenario(async (parent, track) => {
+      await out(parent, 'import hashlib\nseed = b"x" * 1000000');
+      const kids = track(await fork(parent, 32));
+      const results = await Promise.all(
+        kids.map((k, i) => run(hostd, k, `print(${i}, hashlib.sha256(seed).hexdigest()[:12])`)),
+      );
+      results.forEach((r, i) => {
+        assert.equal(r.exit, 0, r.stderr);
+        assert.match(r.stdout, new RegExp(`^${i} [0-9a-f]{12}\\n$`));
+      });
+      const files = await readdir(hostd.stateDir);
+      assert.deepEqual(
+        files.filter((f) => f.startsWith('fork-')),
+        [],
+        'fork images are unlinked once mapped',
+      );
+    });
+  });
+});
+
+describe('merge', () => {
+  test('the parent id adopts the winner; the winner id is gone; siblings are untouched', async () => {
+    await scenario(async (parent, track) => {
+      await out(parent, 'who = "parent"');
+      const [winner, sibling] = track(await fork(parent, 2));
+      await out(winner!, 'who = "winner"');
+      await out(sibling!, 'who = "sibling"');
+      const res = await hostd.json<Record<string, unknown>>(
+        'POST',
+        `/v1/sandboxes/${parent}/merge_into/${winner}`,
+      );
+      assert.equal(res.status, 200);
+      assert.deepEqual(res.body, { id: parent, state: 'ready', merged: winner });
+      assert.equal(await out(parent, 'who'), "'winner'");
+      assert.equal(await out(sibling!, 'who'), "'sibling'");
+      for (const [m, p] of [
+        ['GET', `/v1/sandboxes/${winner}`],
+        ['POST', `/v1/sandboxes/${winner}/exec`],
+        ['POST', `/v1/sandboxes/${parent}/merge_into/${winner}`],
+      ] as const) {
+        const r = await hostd.json<{ error: string }>(
+          m,
+          p,
+          m === 'POST' && p.endsWith('exec') ? { code: '1' } : undefined,
+        );
+        assert.equal(r.status, 404, `${m} ${p}`);
+      }
+    });
+  });
+
+  test('merging into itself is 400; unknown ids are 404; a body is 400', async () => {
+    await scenario(async (parent, track) => {
+      const self = await hostd.json<{ error: string }>(
+        'POST',
+        `/v1/sandboxes/${parent}/merge_into/${parent}`,
+      );
+      assert.equal(self.status, 400);
+      assert.match(self.body.error, /itself/);
+      const ghost = `sbx_${'f'.repeat(32)}`;
+      assert.equal(
+        (await hostd.request('POST', `/v1/sandboxes/${parent}/merge_into/${ghost}`)).status,
+        404,
+      );
+      assert.equal(
+        (await hostd.request('POST', `/v1/sandboxes/${ghost}/merge_into/${parent}`)).status,
+        404,
+      );
+      const [child] = track(await fork(parent, 1));
+      const withBody = await hostd.request('POST', `/v1/sandboxes/${parent}/merge_into/${child}`, {
+        x: 1,
+      });
+      assert.equal(withBody.status, 400);
+      assert.equal(await out(child!, '1 + 1'), '2');
+    });
+  });
+
+  test("the parent's old VM is destroyed and its memory freed", async () => {
+    await scenario(async (parent, track) => {
+      const { findProcessesUsing } = await import('../../src/state-dir.js');
+      const [winner] = track(await fork(parent, 1));
+      const before = (await findProcessesUsing(hostd.stateDir)).length;
+      assert.equal(
+        (await hostd.request('POST', `/v1/sandboxes/${parent}/merge_into/${winner}`)).status,
+        200,
+      );
+      let afterCount = before;
+      for (let i = 0; i < 50 && afterCount >= before; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        afterCount = (await findProcessesUsing(hostd.stateDir)).length;
+      }
+      assert.ok(afterCount < before, `QEMU processes ${before} -> ${afterCount}`);
+    });
+  });
+
+  test('merge waits for running execs on both; execs queued on the parent run on the adopted VM', async () => {
+    await scenario(async (parent, track) => {
+      await out(parent, 'name = "old"');
+      const [winner] = track(await fork(parent, 1));
+      await out(winner!, 'name = "new"');
+      const running = run(hostd, winner!, 'import time\ntime.sleep(1)\nname = "new-after-sleep"');
+      await new Promise((r) => setTimeout(r, 100));
+      const merged = hostd.request('POST', `/v1/sandboxes/${parent}/merge_into/${winner}`);
+      await new Promise((r) => setTimeout(r, 50));
+      const queuedOnParent = run(hostd, parent, 'print(name)');
+      assert.equal((await running).exit, 0);
+      assert.equal((await merged).status, 200);
+      assert.equal((await queuedOnParent).stdout, 'new-after-sleep\n');
+    });
+  });
+
+  test('forking a sandbox that was merged into works', async () => {
+    await scenario(async (parent, track) => {
+      const [winner] = track(await fork(parent, 1));
+      await out(winner!, 'gen = 2');
+      await hostd.request('POST', `/v1/sandboxes/${parent}/merge_into/${winner}`);
+      const [grandchild] = track(await fork(parent, 1));
+      assert.equal(await out(grandchild!, 'gen + 1'), '3');
+    });
+  });
+});

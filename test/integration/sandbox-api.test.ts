@@ -1,0 +1,165 @@
+/**
+ * The sandbox lifecycle and HTTP surface, against a real hostd with real VMs.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  createSandbox,
+  nothingLeft,
+  startHostd,
+  withSandbox,
+  run,
+  type Hostd,
+} from '../helpers/hostd.js';
+
+let hostd: Hostd;
+before(async () => {
+  hostd = await startHostd();
+});
+after(async () => {
+  const code = await hostd.stop();
+  assert.equal(code, 0, 'hostd exits 0 on SIGTERM');
+  assert.deepEqual(await nothingLeft(hostd.stateDir), { qemu: 0, dirExists: false });
+});
+
+describe('create', () => {
+  test('an empty body gives a ready sandbox with a sbx_ + 32 hex id', async () => {
+    const res = await hostd.json<{ id: string; state: string }>('POST', '/v1/sandboxes', {});
+    assert.equal(res.status, 200);
+    assert.match(res.body.id, /^sbx_[0-9a-f]{32}$/);
+    assert.equal(res.body.state, 'ready');
+    assert.deepEqual(Object.keys(res.body).sort(), ['id', 'state']);
+    await hostd.request('DELETE', `/v1/sandboxes/${res.body.id}`);
+  });
+
+  test('no body at all and {"template":"python"} work too', async () => {
+    const a = await hostd.request('POST', '/v1/sandboxes');
+    assert.equal(a.status, 200);
+    const b = await hostd.json<{ id: string }>('POST', '/v1/sandboxes', { template: 'python' });
+    assert.equal(b.status, 200);
+    const idA = ((await a.json()) as { id: string }).id;
+    for (const id of [idA, b.body.id]) await hostd.request('DELETE', `/v1/sandboxes/${id}`);
+  });
+
+  test('an unknown template is a 404 that names the known ones', async () => {
+    const res = await hostd.json<{ error: string }>('POST', '/v1/sandboxes', { template: 'ruby' });
+    assert.equal(res.status, 404);
+    assert.match(res.body.error, /template "ruby" does not exist \(known: python\)/);
+  });
+
+  test('ids are unique across many creates', async () => {
+    const ids = await Promise.all(Array.from({ length: 4 }, () => createSandbox(hostd)));
+    assert.equal(new Set(ids).size, 4);
+    for (const id of ids) await hostd.request('DELETE', `/v1/sandboxes/${id}`);
+  });
+});
+
+describe('describe, list and delete', () => {
+  test('GET returns state, template and times; list includes it; DELETE is 204 then 404', async () => {
+    const id = await createSandbox(hostd);
+    const one = await hostd.json<Record<string, unknown>>('GET', `/v1/sandboxes/${id}`);
+    assert.equal(one.status, 200);
+    assert.equal(one.body.id, id);
+    assert.equal(one.body.state, 'ready');
+    assert.equal(one.body.template, 'python');
+    assert.ok(!Number.isNaN(Date.parse(String(one.body.created_at))));
+    const all = await hostd.json<{ sandboxes: { id: string }[] }>('GET', '/v1/sandboxes');
+    assert.ok(all.body.sandboxes.some((s) => s.id === id));
+
+    const del = await hostd.request('DELETE', `/v1/sandboxes/${id}`);
+    assert.equal(del.status, 204);
+    assert.equal(await del.text(), '');
+    for (const [method, path] of [
+      ['GET', `/v1/sandboxes/${id}`],
+      ['DELETE', `/v1/sandboxes/${id}`],
+    ] as const) {
+      const res = await hostd.json<{ error: string }>(method, path);
+      assert.equal(res.status, 404);
+      assert.match(res.body.error, /not found/);
+    }
+    const gone = await hostd.json<{ error: string }>('POST', `/v1/sandboxes/${id}/exec`, {
+      code: '1',
+    });
+    assert.equal(gone.status, 404);
+  });
+
+  test('a malformed id is simply not found', async () => {
+    for (const id of ['nope', 'sbx_XYZ', '..%2F..%2Fetc', 'sbx_' + 'a'.repeat(31)]) {
+      const res = await hostd.json<{ error: string }>('GET', `/v1/sandboxes/${id}`);
+      assert.equal(res.status, 404, id);
+      assert.equal(typeof res.body.error, 'string');
+    }
+  });
+
+  test('deleting a sandbox ends its running exec with an executor error', async () => {
+    const id = await createSandbox(hostd);
+    const res = await hostd.request('POST', `/v1/sandboxes/${id}/exec`, {
+      code: 'import time\nprint("started", flush=True)\ntime.sleep(60)',
+    });
+    const reader = res.body!.getReader();
+    const first = new TextDecoder().decode((await reader.read()).value);
+    assert.match(first, /started/);
+    assert.equal((await hostd.request('DELETE', `/v1/sandboxes/${id}`)).status, 204);
+    let rest = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      rest += new TextDecoder().decode(value);
+    }
+    const events = rest
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    const exit = events.at(-1)!;
+    assert.equal(exit.type, 'exit');
+    assert.equal(exit.data, -1);
+    assert.match(String(exit.error), /deleted/);
+  });
+});
+
+describe('the HTTP surface', () => {
+  test('healthz answers ok in plain text', async () => {
+    const res = await hostd.request('GET', '/v1/healthz');
+    assert.equal(res.status, 200);
+    assert.equal(await res.text(), 'ok');
+  });
+
+  test('unknown routes are JSON 404s', async () => {
+    const res = await hostd.json<{ error: string }>('GET', '/v1/nothing-here');
+    assert.equal(res.status, 404);
+    assert.match(res.body.error, /no route for GET \/v1\/nothing-here/);
+  });
+
+  test('malformed JSON is a 400 with the error body', async () => {
+    const res = await hostd.request('POST', '/v1/sandboxes', '{"template":');
+    assert.equal(res.status, 400);
+    assert.match(((await res.json()) as { error: string }).error, /not valid JSON/);
+  });
+
+  test('a body over the limit is a 413 and the sandbox is untouched', async () => {
+    await withSandbox(hostd, async (id) => {
+      await run(hostd, id, 'x = 41');
+      const big = JSON.stringify({ code: '#' + 'a'.repeat(5 * 1024 * 1024) });
+      const res = await hostd.request('POST', `/v1/sandboxes/${id}/exec`, big);
+      assert.equal(res.status, 413);
+      assert.match(((await res.json()) as { error: string }).error, /too large/);
+      assert.equal((await run(hostd, id, 'x + 1')).stdout, '42\n');
+    });
+  });
+
+  test('a non-JSON content type is a 415', async () => {
+    const res = await hostd.request('POST', '/v1/sandboxes', 'template=python', {
+      'content-type': 'application/x-www-form-urlencoded',
+    });
+    assert.equal(res.status, 415);
+    assert.deepEqual(Object.keys((await res.json()) as object), ['error']);
+  });
+
+  test('metrics are served in Prometheus format', async () => {
+    const res = await hostd.request('GET', '/metrics');
+    assert.equal(res.status, 200);
+    const text = await res.text();
+    assert.match(text, /^hostd_sandboxes_alive \d+$/m);
+    assert.match(text, /^hostd_pool_ready\{template="python"\} \d+$/m);
+  });
+});
