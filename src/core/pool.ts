@@ -3,7 +3,6 @@
  * is a hand-over (about a millisecond) rather than a restore (about a hundred). Refills run one
  * restore at a time so that a burst of creates cannot starve running sandboxes of CPU.
  */
-import { rm } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import type { TemplateConfig } from '../config.js';
 import type { MachineSpec } from '../vm/qemu-args.js';
@@ -122,6 +121,8 @@ export class TemplatePool {
   async close(): Promise<void> {
     this.closed = true;
     await Promise.all(this.ready.splice(0).map((vm) => vm.destroy()));
-    await rm(this.memPath, { force: true });
+    // The image goes once the sandboxes still restored from it are gone too.
+    this.snapshot?.image.release();
+    this.snapshot = null;
   }
 }

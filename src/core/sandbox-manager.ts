@@ -4,7 +4,6 @@
  * It speaks in typed errors and async iterables; it knows nothing of HTTP.
  */
 import { randomBytes } from 'node:crypto';
-import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { Config } from '../config.js';
@@ -160,12 +159,14 @@ export class SandboxManager {
       this.ensureCapacity(n);
       this.reserved += n;
       try {
-        const snapshot = await sandbox.vm.snapshotLive(memPath).catch((err: unknown) => {
+        const snapshot = await sandbox.vm.snapshot(memPath).catch((err: unknown) => {
           throw this.vmStartError(err, 'could not capture the parent state');
         });
+        const snapshotMs = Number(process.hrtime.bigint() - started) / 1e6;
+        // Each child holds its own reference to the fork image; the last to go deletes it.
         const results = await Promise.allSettled(
           Array.from({ length: n }, () => Vm.restore(this.host, snapshot)),
-        );
+        ).finally(() => snapshot.image.release());
         const vms = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
         const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
         if (failure || this.shuttingDown) {
@@ -176,15 +177,22 @@ export class SandboxManager {
         }
         const children = vms.map((vm) => this.adopt(vm, sandbox.template, sandbox.id));
         sandbox.touch();
+        const totalMs = Number(process.hrtime.bigint() - started) / 1e6;
+        this.log.info(
+          {
+            parent: sandbox.id,
+            n,
+            snapshotMs: Math.round(snapshotMs),
+            totalMs: Math.round(totalMs),
+          },
+          'forked',
+        );
         this.observer.forked?.(n, Number(process.hrtime.bigint() - started) / 1e9);
         return children;
       } finally {
         this.reserved -= n;
       }
     } finally {
-      // Every child has mapped the image by now (or failed); the mappings keep it alive and
-      // the last QEMU to exit frees it, so no file is left behind.
-      await rm(memPath, { force: true });
       release();
     }
   }

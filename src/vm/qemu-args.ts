@@ -7,8 +7,9 @@
  *   only device state, because migration with x-ignore-shared skips shared RAM.
  * - `clone`: a private copy-on-write mapping (share=off) of an immutable image file, restored
  *   from a device-state file. Pages the clone writes are its own; the rest stay shared.
- * - `materialize`: share=on on a new file, receiving a live migration from a running clone:
- *   this is how a fork point becomes an immutable image (see vm/fork-point.ts).
+
+ * A fork point becomes a new immutable image by copying a clone's base file and the pages the
+ * clone wrote (vm/page-delta.ts); its children are clones of that image.
  */
 
 export type Accel = 'kvm' | 'tcg';
@@ -51,8 +52,7 @@ export interface VmPaths {
 
 export type RamMode =
   | { readonly kind: 'template'; readonly memPath: string }
-  | { readonly kind: 'clone'; readonly memPath: string }
-  | { readonly kind: 'materialize'; readonly memPath: string };
+  | { readonly kind: 'clone'; readonly memPath: string };
 
 /** The virtio-serial port name the guest agent looks for. */
 export const AGENT_PORT_NAME = 'hostd.agent';
@@ -99,6 +99,10 @@ export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): strin
     `virtserialport,chardev=agent,name=${AGENT_PORT_NAME}`,
     '-qmp',
     `unix:${paths.qmpSocket},server=on,wait=off`,
+    // Device-state snapshots (xen-save-devices-state) carry no configuration section; every
+    // VM agrees not to send or expect one so that all snapshots load the same way.
+    '-global',
+    'migration.send-configuration=off',
     // QEMU's own seccomp filter: no spawning, no privilege changes, no obsolete syscalls.
     '-sandbox',
     'on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny',

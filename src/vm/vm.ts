@@ -7,21 +7,27 @@
  * seconds and costs only the pages it writes. Forking a running VM first turns its current
  * state into a new snapshot (`Vm.snapshotLive`), then restores children from it.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { mkdir, open, readFile, rm, stat } from 'node:fs/promises';
+import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { EventEmitter } from 'node:events';
 import { AgentChannel, type CancelReason, type ExecSink, type Language } from './agent-channel.js';
 import { QmpClient } from './qmp.js';
 import { qemuArgs, type MachineSpec, type RamMode, type VmPaths } from './qemu-args.js';
-import { receiveStream, sendStream } from './migration.js';
+import { sendStream } from './migration.js';
+import { MemImage } from './mem-image.js';
+import { copyWrittenPages } from './page-delta.js';
+
+const run = promisify(execFile);
 
 /** An immutable memory image plus the device state that goes with it. */
 export interface Snapshot {
   readonly spec: MachineSpec;
-  /** tmpfs file holding guest RAM; never written after the snapshot is taken. */
-  readonly memPath: string;
-  /** QEMU's migration stream without RAM (x-ignore-shared): tens of KB. */
+  /** tmpfs file holding guest RAM; never written after the snapshot is taken. The snapshot
+   * owns one reference; whoever holds the snapshot releases it when done restoring. */
+  readonly image: MemImage;
+  /** QEMU device state without RAM (xen-save-devices-state): about 8 KB. */
   readonly deviceState: Buffer;
 }
 
@@ -50,16 +56,16 @@ let vmCounter = 0;
 const BOOT_TIMEOUT_MS = 120_000;
 const RESTORE_TIMEOUT_MS = 30_000;
 const HELLO_TIMEOUT_MS = 30_000;
-/** Migration parameters for local copies: no bandwidth cap, a pause budget of 50 ms. */
-const UNTHROTTLED = { 'max-bandwidth': 64 * 1024 ** 3, 'downtime-limit': 50 };
 
 export class Vm extends EventEmitter {
   readonly id: string;
   readonly dir: string;
   readonly paths: VmPaths;
   private proc: ChildProcess | null = null;
-  private qmp: QmpClient | null = null;
+  qmp: QmpClient | null = null;
   private agent: AgentChannel | null = null;
+  /** The image this VM's RAM is a private copy-on-write mapping of (null for a template). */
+  private base: MemImage | null = null;
   private exited = false;
   private exitInfo = '';
   private destroyed = false;
@@ -96,9 +102,10 @@ export class Vm extends EventEmitter {
   /** Starts a copy-on-write clone of `snapshot` and waits until its agent answers. */
   static async restore(host: VmHost, snapshot: Snapshot): Promise<Vm> {
     const vm = new Vm(host, snapshot.spec);
+    vm.base = snapshot.image.retain();
     try {
       const deadline = Date.now() + RESTORE_TIMEOUT_MS;
-      await vm.start({ kind: 'clone', memPath: snapshot.memPath }, deadline);
+      await vm.start({ kind: 'clone', memPath: snapshot.image.path }, deadline);
       await vm.incoming(snapshot.deviceState, deadline);
       await vm.qmp!.execute('cont');
       await vm.connectAgent(deadline, HELLO_TIMEOUT_MS);
@@ -139,48 +146,42 @@ export class Vm extends EventEmitter {
   }
 
   /**
-   * Freezes this template VM's device state. RAM is not copied: it already lives in the shared
-   * memory file, which from now on must never change, so the template VM is destroyed.
+   * Freezes this template VM: its RAM already lives in the shared file `memPath`, so only the
+   * device state is saved; the VM is then destroyed so that the file never changes again.
+   * Zero pages are turned into holes, which halves the file on a fresh guest.
    */
   async freezeAsTemplate(memPath: string): Promise<Snapshot> {
-    const qmp = this.requireQmp();
-    await qmp.execute('stop');
-    const deviceState = await this.migrateOut(true);
+    await this.requireQmp().execute('stop');
+    const deviceState = await this.saveDeviceState();
     await this.destroy();
-    return { spec: this.spec, memPath, deviceState };
+    await run('fallocate', ['--dig-holes', memPath]);
+    return { spec: this.spec, image: new MemImage(memPath).retain(), deviceState };
   }
 
   /**
-   * Captures this running VM's whole state as a new immutable snapshot whose RAM is the file
-   * `memPath`, and lets this VM go on running. The RAM is materialized by a live migration
-   * into a helper QEMU whose RAM is a shared mapping of `memPath`; that helper then saves its
-   * device state (without RAM) and exits. The guest is paused only for migration's final
-   * stop-and-copy of the pages dirtied during the copy.
+   * Captures this clone's whole state as a new snapshot whose RAM image is `memPath`: a copy of
+   * its base image (made while the guest runs) plus the pages it has written (copied while it
+   * is paused, together with the device state). The guest is paused for milliseconds.
    */
-  async snapshotLive(memPath: string): Promise<Snapshot> {
+  async snapshot(memPath: string): Promise<Snapshot> {
     const qmp = this.requireQmp();
-    const helper = new Vm(this.host, this.spec);
+    const base = this.base;
+    const pid = this.proc?.pid;
+    if (!base || pid === undefined) throw new VmError('only a running clone can be snapshotted');
+    const image = new MemImage(memPath).retain();
     try {
-      const deadline = Date.now() + RESTORE_TIMEOUT_MS;
-      await helper.start({ kind: 'materialize', memPath }, deadline);
-      const incomingSock = join(helper.dir, 'in.sock');
-      await helper.requireQmp().execute('migrate-incoming', { uri: `unix:${incomingSock}` });
-      // RAM must travel this time: both ends agree x-ignore-shared is off (the stream format
-      // differs with it on), and QEMU's default 32 MiB/s migration throttle is lifted.
-      await qmp.execute('migrate-set-capabilities', {
-        capabilities: [{ capability: 'x-ignore-shared', state: false }],
-      });
-      await qmp.execute('migrate-set-parameters', UNTHROTTLED);
-      const completed = this.waitMigration(qmp);
-      await qmp.execute('migrate', { uri: `unix:${incomingSock}` });
-      await completed;
-      // The source stopped itself at the end of migration; let it run on.
-      await qmp.execute('cont');
-      await helper.waitIncomingDone();
-      const deviceState = await helper.migrateOut(true);
-      return { spec: this.spec, memPath, deviceState };
-    } finally {
-      await helper.destroy();
+      await run('cp', ['--sparse=always', base.path, memPath]);
+      await qmp.execute('stop');
+      try {
+        const deviceState = await this.saveDeviceState();
+        await copyWrittenPages(pid, base.path, this.spec.memoryMib * 1024 * 1024, memPath);
+        return { spec: this.spec, image, deviceState };
+      } finally {
+        await qmp.execute('cont');
+      }
+    } catch (err) {
+      image.release();
+      throw err;
     }
   }
 
@@ -193,6 +194,8 @@ export class Vm extends EventEmitter {
     if (this.proc && !this.exited) this.proc.kill('SIGKILL');
     else this.resolveExit();
     await this.exitPromise;
+    this.base?.release();
+    this.base = null;
     await rm(this.dir, { recursive: true, force: true });
   }
 
@@ -282,39 +285,13 @@ export class Vm extends EventEmitter {
     }
   }
 
-  /** Migrates this (stopped) VM's device state out to hostd memory. */
-  private async migrateOut(ignoreShared: boolean): Promise<Buffer> {
-    const qmp = this.requireQmp();
-    await qmp.execute('migrate-set-capabilities', {
-      capabilities: [{ capability: 'x-ignore-shared', state: ignoreShared }],
-    });
-    await qmp.execute('migrate-set-parameters', UNTHROTTLED);
-    const sock = join(this.dir, 'out.sock');
-    const receiver = await receiveStream(sock, RESTORE_TIMEOUT_MS);
-    try {
-      const completed = this.waitMigration(qmp);
-      await qmp.execute('migrate', { uri: `unix:${sock}` });
-      await completed;
-      return await receiver.done;
-    } finally {
-      receiver.close();
-    }
-  }
-
-  /** Polls query-migrate until completed; fails on failed/cancelled. */
-  private async waitMigration(qmp: QmpClient): Promise<void> {
-    for (let i = 0; ; i++) {
-      await new Promise((r) => setTimeout(r, i < 20 ? 1 : 5));
-      const info = (await qmp.execute('query-migrate')) as {
-        status?: string;
-        'error-desc'?: string;
-      };
-      if (info.status === 'completed') return;
-      if (info.status === 'failed' || info.status === 'cancelled') {
-        throw new VmError(`migration ${info.status}: ${info['error-desc'] ?? 'no reason given'}`);
-      }
-      if (i > 20000) throw new VmError('migration did not complete');
-    }
+  /** Saves the (stopped) VM's device state, without RAM, through a file in its directory. */
+  private async saveDeviceState(): Promise<Buffer> {
+    const file = join(this.dir, 'device.state');
+    await this.requireQmp().execute('xen-save-devices-state', { filename: file, live: false });
+    const state = await readFile(file);
+    await rm(file, { force: true });
+    return state;
   }
 
   private requireQmp(): QmpClient {
