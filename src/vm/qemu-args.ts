@@ -40,7 +40,11 @@ export interface MachineSpec {
 
 /** The kernel command line for a machine: the image's, plus what the accelerator needs. */
 export function kernelCmdline(spec: MachineSpec): string {
-  const extra = spec.accel === 'tcg' && spec.tscKhz ? ` tsc_early_khz=${spec.tscKhz}` : '';
+  // tsc=reliable: the TCG guest's TSC is the host's constant TSC. Without it the guest's
+  // clocksource watchdog, skewed by emulation, marks it unstable and falls back to jiffies,
+  // which needs a periodic tick: every idle VM then burns CPU.
+  const extra =
+    spec.accel === 'tcg' && spec.tscKhz ? ` tsc_early_khz=${spec.tscKhz} tsc=reliable` : '';
   return spec.image.cmdline + extra;
 }
 
