@@ -47,6 +47,7 @@ say "compiling TypeScript"
 npx --no-install tsc -p tsconfig.json
 
 say "building the guest image (cached)"
+if [ -n "${SERVICE_CACHE_DIR:-}" ]; then export HOSTD_CACHE_DIR="$SERVICE_CACHE_DIR"; fi
 SERVICE_IMAGE_DIR="$(bash guest/image/build.sh | tail -n 1)"
 export SERVICE_IMAGE_DIR
 

@@ -28,8 +28,6 @@ export const ErrorKinds = {
   templateNotFound: { code: 'template_not_found', status: 404 },
   /** No route matches the method and path. */
   routeNotFound: { code: 'route_not_found', status: 404 },
-  /** The method is known for nothing at that path. */
-  methodNotAllowed: { code: 'method_not_allowed', status: 405 },
   /** The request body is larger than the configured limit. */
   bodyTooLarge: { code: 'body_too_large', status: 413 },
   /** The request's Content-Type is not application/json. */

@@ -83,7 +83,9 @@ test('accelerator: explicit choice wins; auto prefers KVM unless it is missing o
 
 test('a TCG guest is told the host TSC rate so a loaded host cannot stall its boot', () => {
   const args = qemuArgs({ ...spec, tscKhz: 2445426 }, paths, { kind: 'template', memPath: '/m' });
-  assert.deepEqual(argAfter(args, '-append'), ['console=ttyS0 quiet tsc_early_khz=2445426 tsc=reliable']);
+  assert.deepEqual(argAfter(args, '-append'), [
+    'console=ttyS0 quiet tsc_early_khz=2445426 tsc=reliable',
+  ]);
   const kvm = qemuArgs({ ...spec, accel: 'kvm', tscKhz: 2445426 }, paths, {
     kind: 'template',
     memPath: '/m',
