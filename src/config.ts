@@ -34,6 +34,10 @@ export interface Config {
   readonly maxQueuedExecs: number;
   /** Seconds without any request after which a sandbox is deleted; 0 disables. */
   readonly idleTimeoutS: number;
+  /** Memory and state-dir space (MiB) that must stay free after starting a VM. */
+  readonly minFreeMib: number;
+  /** Output (bytes of event data) one exec may produce before it is interrupted. */
+  readonly maxExecOutputBytes: number;
   readonly logLevel: string;
   readonly qemuBinary: string;
 }
@@ -140,6 +144,14 @@ export function loadConfig(env: Env = process.env): Config {
     maxBodyBytes: intVar(env, 'SERVICE_MAX_BODY_BYTES', 4 * 1024 * 1024, 1024, 256 * 1024 * 1024),
     maxQueuedExecs: intVar(env, 'SERVICE_MAX_QUEUED_EXECS', 64, 1, 100000),
     idleTimeoutS: intVar(env, 'SERVICE_IDLE_TIMEOUT_S', 3600, 0, 30 * 24 * 3600),
+    minFreeMib: intVar(env, 'SERVICE_MIN_FREE_MIB', 256, 0, 1 << 30),
+    maxExecOutputBytes: intVar(
+      env,
+      'SERVICE_MAX_EXEC_OUTPUT_BYTES',
+      64 * 1024 * 1024,
+      1024,
+      2 ** 40,
+    ),
     logLevel: env.SERVICE_LOG_LEVEL || 'info',
     qemuBinary: env.SERVICE_QEMU_BINARY || 'qemu-system-x86_64',
   };

@@ -30,6 +30,8 @@ export interface ExecOptions {
   timeoutMs?: number;
   /** Aborted when the HTTP client goes away: the exec is interrupted so the queue moves on. */
   signal?: AbortSignal;
+  /** Bytes of output after which the exec is interrupted (SERVICE_MAX_EXEC_OUTPUT_BYTES). */
+  maxOutputBytes?: number;
 }
 
 export class ExecRun implements AsyncIterable<ExecEvent> {
@@ -46,6 +48,9 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
     this.cancel('client');
   };
   private discarding = false;
+  private outputBytes = 0;
+  private readonly maxOutputBytes: number;
+  private limitNotice: string | null = null;
   private readonly signal: AbortSignal | undefined;
   /** Resolves once the exec is over on the VM side (not when the consumer has read it all). */
   readonly done: Promise<void>;
@@ -59,8 +64,9 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
   ) {
     this.done = new Promise((r) => (this.resolveDone = r));
     this.signal = options.signal;
+    this.maxOutputBytes = options.maxOutputBytes ?? Infinity;
     this.execId = vm.exec(options.language, options.code, {
-      onOutput: (stream, data) => this.push({ type: stream, data }),
+      onOutput: (stream, data) => this.output(stream, data),
       onExit: (code) => this.finish({ type: 'exit', data: code }),
       onLost: (reason) => this.fail(reason),
     });
@@ -107,6 +113,18 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
     }
   }
 
+  /** Counts output against the cap; past it, drops the rest and interrupts the code. */
+  private output(stream: 'stdout' | 'stderr', data: string): void {
+    if (this.limitNotice) return;
+    this.outputBytes += Buffer.byteLength(data) + 1;
+    if (this.outputBytes > this.maxOutputBytes) {
+      this.limitNotice = `hostd: output limit of ${this.maxOutputBytes} bytes reached; execution interrupted`;
+      this.cancel('client');
+      return;
+    }
+    this.push({ type: stream, data });
+  }
+
   private push(event: Omit<ExecEvent, 'seq' | 'ts'>): void {
     if (this.finished) return;
     if (this.discarding) {
@@ -123,6 +141,7 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
 
   private finish(event: Omit<ExecEvent, 'seq' | 'ts'>): void {
     if (this.finished) return;
+    if (this.limitNotice) this.push({ type: 'stderr', data: this.limitNotice });
     this.push(event);
     this.finished = true;
     clearTimeout(this.timer);

@@ -30,6 +30,8 @@ export class TemplatePool {
     private readonly log: Logger,
     /** Called for every VM start failure (metrics). */
     private readonly onStartFailure: () => void = () => undefined,
+    /** Why the host cannot afford another VM now, or null; refills wait while it says no. */
+    private readonly shortage: () => string | null = () => null,
   ) {}
 
   /** Cold-boots the template once and freezes it; every sandbox is a restore of this. */
@@ -87,6 +89,15 @@ export class TemplatePool {
     void (async () => {
       try {
         while (!this.closed && this.ready.length < this.config.poolSize) {
+          const short = this.shortage();
+          if (short) {
+            this.log.warn(
+              { template: this.config.name, why: short },
+              'pool refill waits for resources',
+            );
+            await new Promise((r) => setTimeout(r, 2000));
+            continue;
+          }
           let vm: Vm;
           try {
             vm = await this.restore();

@@ -13,6 +13,7 @@ import type { MachineSpec } from '../vm/qemu-args.js';
 import { Vm, VmError, type VmHost } from '../vm/vm.js';
 import { ExecRun } from './exec-run.js';
 import { isSandboxId, newSandboxId } from './ids.js';
+import { hostFree, shortage } from '../vm/host-resources.js';
 import { TemplatePool, type PoolStats } from './pool.js';
 import { Sandbox, type SandboxInfo } from './sandbox.js';
 import type { Release } from './serial-queue.js';
@@ -61,6 +62,7 @@ export class SandboxManager {
         join(this.config.stateDir, `template-${t.name}.mem`),
         this.log,
         () => this.observer.vmStartFailed?.(),
+        () => this.resourceShortage(1, 0),
       );
       this.pools.set(t.name, pool);
       await pool.init();
@@ -101,6 +103,7 @@ export class SandboxManager {
       throw fail('templateNotFound', `template "${name}" does not exist (known: ${known})`);
     }
     this.ensureCapacity(1);
+    this.ensureResources(1, 0);
     const started = process.hrtime.bigint();
     this.reserved++;
     let taken: { vm: Vm; hit: boolean };
@@ -130,7 +133,9 @@ export class SandboxManager {
     let run: ExecRun;
     try {
       const { vm } = sandbox;
-      run = new ExecRun(vm, req, (why) => this.markBroken(sandbox, vm, why));
+      run = new ExecRun(vm, { ...req, maxOutputBytes: this.config.maxExecOutputBytes }, (why) =>
+        this.markBroken(sandbox, vm, why),
+      );
     } catch (err) {
       release();
       throw err;
@@ -157,6 +162,7 @@ export class SandboxManager {
     const memPath = join(this.config.stateDir, `fork-${randomBytes(8).toString('hex')}.mem`);
     try {
       this.ensureCapacity(n);
+      this.ensureResources(n, sandbox.vm.imageMib());
       this.reserved += n;
       try {
         const snapshot = await sandbox.vm.snapshot(memPath).catch((err: unknown) => {
@@ -348,6 +354,21 @@ export class SandboxManager {
 
   private ensureRunning(): void {
     if (this.shuttingDown) throw fail('shuttingDown', 'hostd is shutting down');
+  }
+
+  /** 503 when the host could not afford `vms` more VMs (and an image of `imageMib`). */
+  private ensureResources(vms: number, imageMib: number): void {
+    const why = this.resourceShortage(vms, imageMib);
+    if (why) throw fail('insufficientResources', why);
+  }
+
+  private resourceShortage(vms: number, imageMib: number): string | null {
+    return shortage(hostFree(this.config.stateDir), {
+      vms,
+      perVmMib: this.config.tcgTbMib + 48,
+      imageMib,
+      reserveMib: this.config.minFreeMib,
+    });
   }
 
   private ensureCapacity(n: number): void {

@@ -8,6 +8,7 @@
  * state into a new snapshot (`Vm.snapshotLive`), then restores children from it.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { statSync } from 'node:fs';
 import { mkdir, open, readFile, rm, stat } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { join } from 'node:path';
@@ -213,6 +214,16 @@ export class Vm extends EventEmitter {
       read(join(this.dir, 'qemu.log')),
     ]);
     return `--- guest console (${this.id}) ---\n${consoleTail}\n--- qemu stderr ---\n${qemuTail}`;
+  }
+
+  /** Allocated size of this VM's base image in MiB: what a fork's copy of it will cost. */
+  imageMib(): number {
+    if (!this.base) return 0;
+    try {
+      return (statSync(this.base.path).blocks * 512) / 1024 / 1024;
+    } catch {
+      return 0;
+    }
   }
 
   /** Resident set of the QEMU process, for metrics and benchmarks. */

@@ -1,0 +1,40 @@
+/**
+ * Checks that the host can afford another VM before starting one: an out-of-memory host
+ * kills processes at random (hostd itself, or another sandbox), and a full tmpfs makes QEMU
+ * die mid-copy. Failing early gives the client a clear error instead.
+ */
+import { readFileSync, statfsSync } from 'node:fs';
+
+export interface HostFree {
+  memAvailableMib: number;
+  stateDirFreeMib: number;
+}
+
+export function hostFree(stateDir: string): HostFree {
+  const meminfo = readFileSync('/proc/meminfo', 'utf8');
+  const m = /^MemAvailable:\s+(\d+) kB/m.exec(meminfo);
+  const fs = statfsSync(stateDir);
+  return {
+    memAvailableMib: m ? Number(m[1]) / 1024 : Infinity,
+    stateDirFreeMib: (fs.bavail * fs.bsize) / 1024 / 1024,
+  };
+}
+
+/**
+ * Returns why starting `vms` more VMs (and writing `imageMib` of image) would leave less than
+ * `reserveMib` free, or null when it is fine. `perVmMib` is the estimated cost of one idle VM.
+ */
+export function shortage(
+  free: HostFree,
+  need: { vms: number; perVmMib: number; imageMib: number; reserveMib: number },
+): string | null {
+  const mem = need.vms * need.perVmMib + need.imageMib + need.reserveMib;
+  if (free.memAvailableMib < mem) {
+    return `not enough host memory: ${Math.round(free.memAvailableMib)} MiB available, ${Math.round(mem)} MiB needed (including the ${need.reserveMib} MiB reserve, SERVICE_MIN_FREE_MIB)`;
+  }
+  const disk = need.imageMib + need.reserveMib;
+  if (free.stateDirFreeMib < disk) {
+    return `not enough space in the state directory: ${Math.round(free.stateDirFreeMib)} MiB free, ${Math.round(disk)} MiB needed`;
+  }
+  return null;
+}
