@@ -10,6 +10,7 @@ interface Manifest {
   key: string;
   cmdline: string;
   kernel_version?: string;
+  tcg?: { cmdline_append?: string; cpu?: string };
 }
 
 /** Reads `dir/manifest.json`; fails with a message that says how to build the image. */
@@ -28,5 +29,7 @@ export async function loadImage(dir: string): Promise<GuestImage & { kernelVersi
     cmdline: manifest.cmdline,
     key: manifest.key,
     kernelVersion: manifest.kernel_version ?? 'unknown',
+    tcgCmdlineAppend: manifest.tcg?.cmdline_append,
+    tcgCpu: manifest.tcg?.cpu,
   };
 }

@@ -21,6 +21,10 @@ export interface GuestImage {
   readonly cmdline: string;
   /** Identifies the image build; snapshots are only valid for the same key. */
   readonly key: string;
+  /** Appended to the command line under TCG; `{host_tsc_khz}` is filled in (manifest `tcg`). */
+  readonly tcgCmdlineAppend?: string;
+  /** CPU model under TCG (manifest `tcg.cpu`), e.g. with RDRAND so the guest RNG seeds at once. */
+  readonly tcgCpu?: string;
 }
 
 export interface MachineSpec {
@@ -40,12 +44,13 @@ export interface MachineSpec {
 
 /** The kernel command line for a machine: the image's, plus what the accelerator needs. */
 export function kernelCmdline(spec: MachineSpec): string {
-  // tsc=reliable: the TCG guest's TSC is the host's constant TSC. Without it the guest's
-  // clocksource watchdog, skewed by emulation, marks it unstable and falls back to jiffies,
-  // which needs a periodic tick: every idle VM then burns CPU.
-  const extra =
-    spec.accel === 'tcg' && spec.tscKhz ? ` tsc_early_khz=${spec.tscKhz} tsc=reliable` : '';
-  return spec.image.cmdline + extra;
+  if (spec.accel !== 'tcg' || !spec.tscKhz) return spec.image.cmdline;
+  // Under TCG the guest TSC is the host's constant TSC: tell the guest its rate
+  // (tsc_early_khz) and that it is reliable. Otherwise its calibration against the emulated
+  // PIT fails on a loaded host and boot stalls, or its clocksource watchdog falls back to
+  // jiffies, which needs a periodic tick: every idle VM then burns CPU.
+  const append = spec.image.tcgCmdlineAppend ?? 'tsc_early_khz={host_tsc_khz} tsc=reliable';
+  return `${spec.image.cmdline} ${append.replaceAll('{host_tsc_khz}', String(spec.tscKhz))}`;
 }
 
 export interface VmPaths {
@@ -67,7 +72,11 @@ export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): strin
   const accel =
     spec.accel === 'kvm'
       ? ['-accel', 'kvm', '-cpu', 'host']
-      : ['-accel', `tcg,tb-size=${spec.tcgTbMib}`];
+      : [
+          '-accel',
+          `tcg,tb-size=${spec.tcgTbMib}`,
+          ...(spec.image.tcgCpu ? ['-cpu', spec.image.tcgCpu] : []),
+        ];
   const args = [
     '-name',
     'hostd-vm,debug-threads=on',

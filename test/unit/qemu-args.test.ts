@@ -94,3 +94,14 @@ test('a TCG guest is told the host TSC rate so a loaded host cannot stall its bo
   assert.equal(hostTscKhz('model name: x\ncpu MHz\t\t: 2445.426\n'), 2445426);
   assert.equal(hostTscKhz(''), undefined);
 });
+
+test('the image manifest can set the TCG command-line addition and CPU model', () => {
+  const image = {
+    ...spec.image,
+    tcgCmdlineAppend: 'tsc_early_khz={host_tsc_khz}',
+    tcgCpu: 'qemu64,+rdrand',
+  };
+  const args = qemuArgs({ ...spec, image, tscKhz: 1000 }, paths, { kind: 'clone', memPath: '/m' });
+  assert.deepEqual(argAfter(args, '-append'), ['console=ttyS0 quiet tsc_early_khz=1000']);
+  assert.deepEqual(argAfter(args, '-cpu'), ['qemu64,+rdrand']);
+});
