@@ -81,7 +81,7 @@ export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): strin
     '-name',
     'hostd-vm,debug-threads=on',
     '-M',
-    'microvm,x-option-roms=off,isa-serial=on,rtc=on,pit=on,pic=on,acpi=on,auto-kernel-cmdline=off,memory-backend=mem',
+    'microvm,x-option-roms=off,isa-serial=on,rtc=on,pit=off,pic=off,acpi=on,auto-kernel-cmdline=off,memory-backend=mem',
     ...accel,
     '-m',
     `${spec.memoryMib}M`,
@@ -89,6 +89,9 @@ export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): strin
     String(spec.vcpus),
     '-object',
     `memory-backend-file,id=mem,size=${spec.memoryMib}M,mem-path=${ram.memPath},share=${share}`,
+    // A guest kernel panic (panic=-1 reboots at once) makes QEMU exit: the sandbox reports
+    // an executor error instead of silently rebooting into an empty REPL.
+    '-no-reboot',
     '-nodefaults',
     '-no-user-config',
     '-nographic',
