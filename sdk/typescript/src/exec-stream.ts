@@ -1,0 +1,125 @@
+/**
+ * Turns the body of an exec response into events: split into NDJSON lines as bytes arrive,
+ * put in `seq` order, and checked for the in-stream failure report. Any way the stream can go
+ * wrong after its 200 (a broken connection, a malformed line, no `exit` event, an `exit` with
+ * `error`) becomes an ExecutorError.
+ */
+import { ExecutorError } from './errors.js';
+import { describeFetchError } from './http.js';
+import type { ExecEvent, ExitEvent } from './types.js';
+
+/** Yields each complete line of the body as soon as its newline arrives. */
+export async function* ndjsonLines(
+  body: ReadableStream<Uint8Array>,
+  signal?: AbortSignal,
+): AsyncGenerator<string> {
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  let buffered = '';
+  let done = false;
+  try {
+    for (;;) {
+      let chunk: Awaited<ReturnType<typeof reader.read>>;
+      try {
+        chunk = await reader.read();
+      } catch (err) {
+        if (signal?.aborted) throw signal.reason;
+        throw new ExecutorError(`the exec stream broke: ${describeFetchError(err)}`, {
+          cause: err,
+        });
+      }
+      if (chunk.done) break;
+      buffered += decoder.decode(chunk.value, { stream: true });
+      let newline: number;
+      while ((newline = buffered.indexOf('\n')) !== -1) {
+        const line = buffered.slice(0, newline);
+        buffered = buffered.slice(newline + 1);
+        if (line.trim() !== '') yield line;
+      }
+    }
+    done = true;
+    buffered += decoder.decode();
+    if (buffered.trim() !== '') yield buffered;
+  } finally {
+    // Leaving early (break, an exception, abort) closes the connection, which tells hostd to
+    // interrupt the code so that the sandbox's queue moves on.
+    if (!done) await reader.cancel().catch(() => undefined);
+    reader.releaseLock();
+  }
+}
+
+/**
+ * Parses one line; anything malformed is an ExecutorError. `event` is undefined for an event
+ * type this SDK does not know (a newer server): it keeps its place in the order and is skipped.
+ */
+export function parseEvent(line: string): { seq: number; event: ExecEvent | undefined } {
+  let value: unknown;
+  try {
+    value = JSON.parse(line);
+  } catch {
+    throw new ExecutorError(`hostd sent an exec line that is not JSON: ${line.slice(0, 200)}`);
+  }
+  const e = value as Partial<Record<keyof ExitEvent, unknown>> | null;
+  if (typeof e !== 'object' || e === null || typeof e.seq !== 'number') {
+    throw new ExecutorError(`hostd sent a malformed exec event: ${line.slice(0, 200)}`);
+  }
+  const seq = e.seq;
+  if ((e.type === 'stdout' || e.type === 'stderr') && typeof e.data === 'string') {
+    return { seq, event: value as ExecEvent };
+  }
+  if (e.type === 'exit' && typeof e.data === 'number') return { seq, event: value as ExitEvent };
+  if (e.type === 'stdout' || e.type === 'stderr' || e.type === 'exit') {
+    throw new ExecutorError(`hostd sent a malformed exec event: ${line.slice(0, 200)}`);
+  }
+  return { seq, event: undefined };
+}
+
+/**
+ * Yields events in `seq` order starting at 0, holding back any that arrive early; what is still
+ * held when the stream ends (a gap that never filled) is released in `seq` order.
+ */
+export async function* inSeqOrder(
+  events: AsyncIterable<{ seq: number; event: ExecEvent | undefined }>,
+): AsyncGenerator<ExecEvent> {
+  const early = new Map<number, ExecEvent | undefined>();
+  let next = 0;
+  for await (const { seq, event } of events) {
+    if (seq < next || early.has(seq)) continue; // a duplicate
+    early.set(seq, event);
+    while (early.has(next)) {
+      const ready = early.get(next);
+      early.delete(next);
+      next += 1;
+      if (ready) yield ready;
+    }
+  }
+  for (const seq of [...early.keys()].sort((a, b) => a - b)) {
+    const event = early.get(seq);
+    if (event) yield event;
+  }
+}
+
+/**
+ * The events of one exec response body, in order, ending after the `exit` event. Raises
+ * ExecutorError for an `exit` carrying `error` and for a stream with no `exit` at all.
+ */
+export async function* execEvents(
+  body: ReadableStream<Uint8Array>,
+  signal?: AbortSignal,
+): AsyncGenerator<ExecEvent> {
+  async function* parsed(): AsyncGenerator<{ seq: number; event: ExecEvent | undefined }> {
+    for await (const line of ndjsonLines(body, signal)) yield parseEvent(line);
+  }
+  for await (const event of inSeqOrder(parsed())) {
+    if (event.type !== 'exit') {
+      yield event;
+      continue;
+    }
+    if (event.error !== undefined) {
+      throw new ExecutorError(event.error || 'the exec failed in the sandbox', { event });
+    }
+    yield event;
+    return;
+  }
+  throw new ExecutorError('the exec stream ended without an exit event');
+}
