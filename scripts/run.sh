@@ -37,6 +37,17 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
 fi
 
+# As root, hostd runs QEMU as this unprivileged account, and the guest image must live where
+# that account can read it (root's home is private).
+if [ "$(id -u)" = 0 ]; then
+  vm_user="${SERVICE_VM_USER:-hostd-vm}"
+  if ! id "$vm_user" >/dev/null 2>&1; then
+    say "creating the system account $vm_user that QEMU runs as"
+    useradd --system --no-create-home --shell /usr/sbin/nologin "$vm_user"
+  fi
+  export SERVICE_CACHE_DIR="${SERVICE_CACHE_DIR:-/var/cache/hostd}"
+fi
+
 # npm packages: reinstall when the lock file changed since the last install.
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   say "installing npm packages"

@@ -40,6 +40,8 @@ export interface Config {
   readonly maxExecOutputBytes: number;
   readonly logLevel: string;
   readonly qemuBinary: string;
+  /** Account QEMU runs as when hostd is root (SERVICE_VM_USER, default hostd-vm). */
+  readonly vmUser: string;
 }
 
 /** Thrown for an unusable configuration; main prints it and exits non-zero. */
@@ -154,5 +156,6 @@ export function loadConfig(env: Env = process.env): Config {
     ),
     logLevel: env.SERVICE_LOG_LEVEL || 'info',
     qemuBinary: env.SERVICE_QEMU_BINARY || 'qemu-system-x86_64',
+    vmUser: env.SERVICE_VM_USER || 'hostd-vm',
   };
 }

@@ -12,6 +12,7 @@ import { chooseAccel, hostTscKhz } from './vm/accel.js';
 import { loadImage } from './vm/image.js';
 import type { MachineSpec } from './vm/qemu-args.js';
 import { claimStateDir, releaseStateDir } from './state-dir.js';
+import { canRead, launcher, lookupUser, type VmUser } from './vm/vm-user.js';
 import { join } from 'node:path';
 
 const HOSTD_VERSION = '0.1.0';
@@ -46,7 +47,19 @@ async function main(): Promise<void> {
     log.info({ keys: auth.keys.length }, 'API key authentication on');
   }
 
-  const cleaned = await claimStateDir(config.stateDir);
+  // As root, QEMU runs as an unprivileged account; as anyone else, as that same user.
+  let vmUser: VmUser | undefined;
+  if (process.getuid?.() === 0) {
+    vmUser = lookupUser(config.vmUser);
+    if (!vmUser) {
+      process.stderr.write(
+        `hostd: running as root but the account "${config.vmUser}" (SERVICE_VM_USER) that QEMU should run as does not exist; create it with:\n  useradd --system --no-create-home --shell /usr/sbin/nologin ${config.vmUser}\n`,
+      );
+      process.exit(2);
+    }
+    log.info({ user: vmUser.name, uid: vmUser.uid }, 'QEMU runs as an unprivileged user');
+  }
+  const cleaned = await claimStateDir(config.stateDir, vmUser?.gid);
   if (cleaned.killedProcesses || cleaned.removedEntries) {
     log.warn({ ...cleaned, stateDir: config.stateDir }, 'cleaned up after a previous run');
   }
@@ -55,6 +68,11 @@ async function main(): Promise<void> {
   const tscKhz = hostTscKhz();
   const image = await loadImage(config.imageDir);
   log.info({ image: config.imageDir, key: image.key, kernel: image.kernelVersion }, 'guest image');
+  if (vmUser && !canRead(vmUser, [image.kernel, image.initrd])) {
+    throw new Error(
+      `QEMU's account ${vmUser.name} cannot read the guest image in ${config.imageDir}; build it under a readable cache (SERVICE_CACHE_DIR=/var/cache/hostd, the default for root)`,
+    );
+  }
 
   const specFor = (name: string): MachineSpec => {
     const t = config.templates.find((x) => x.name === name)!;
@@ -73,8 +91,8 @@ async function main(): Promise<void> {
     {
       qemuBinary: config.qemuBinary,
       vmsDir: join(config.stateDir, 'vms'),
-      // The kernel kills QEMU if hostd dies, even by SIGKILL: no orphaned VMs.
-      launcher: ['setpriv', '--pdeathsig', 'KILL', '--'],
+      launcher: launcher(vmUser),
+      ...(vmUser ? { owner: { uid: vmUser.uid, gid: vmUser.gid } } : {}),
     },
     specFor,
     log,

@@ -4,7 +4,7 @@
  * processes the crashed run left (found by their command line naming this directory) and
  * empties it; a clean shutdown leaves nothing in it.
  */
-import { mkdir, readFile, readdir, rm, writeFile, chmod } from 'node:fs/promises';
+import { chmod, chown, mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
 async function cmdlineOf(pid: number): Promise<string | null> {
@@ -37,7 +37,7 @@ export interface StateDirReport {
  * Claims `dir` for this process. Fails when another live hostd holds it; otherwise cleans up
  * whatever a crashed run left and returns what it removed.
  */
-export async function claimStateDir(dir: string): Promise<StateDirReport> {
+export async function claimStateDir(dir: string, vmGroup?: number): Promise<StateDirReport> {
   await mkdir(dir, { recursive: true, mode: 0o700 });
   await chmod(dir, 0o700);
   const lock = join(dir, 'hostd.pid');
@@ -62,6 +62,17 @@ export async function claimStateDir(dir: string): Promise<StateDirReport> {
   await Promise.all(entries.map((e) => rm(join(dir, e), { recursive: true, force: true })));
   await writeFile(lock, `${process.pid}\n`, { mode: 0o600 });
   await mkdir(join(dir, 'vms'), { mode: 0o700 });
+  await mkdir(join(dir, 'images'), { mode: 0o700 });
+  if (vmGroup !== undefined) {
+    // QEMU runs as an unprivileged user: it may enter (not list) the directory and the VM
+    // area, and owns only its own VM's folder and the RAM images.
+    for (const d of [dir, join(dir, 'vms')]) {
+      await chown(d, 0, vmGroup);
+      await chmod(d, 0o710);
+    }
+    await chown(join(dir, 'images'), -1, vmGroup);
+    await chmod(join(dir, 'images'), 0o770);
+  }
   return { killedProcesses: stale.length, removedEntries: entries.length };
 }
 

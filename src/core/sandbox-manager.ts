@@ -59,7 +59,7 @@ export class SandboxManager {
         t,
         this.host,
         this.specFor(t.name),
-        join(this.config.stateDir, `template-${t.name}.mem`),
+        join(this.config.stateDir, 'images', `template-${t.name}.mem`),
         this.log,
         () => this.observer.vmStartFailed?.(),
         () => this.resourceShortage(1, 0),
@@ -159,7 +159,11 @@ export class SandboxManager {
     }
     const { sandbox, release } = await this.acquire(id);
     const started = process.hrtime.bigint();
-    const memPath = join(this.config.stateDir, `fork-${randomBytes(8).toString('hex')}.mem`);
+    const memPath = join(
+      this.config.stateDir,
+      'images',
+      `fork-${randomBytes(8).toString('hex')}.mem`,
+    );
     try {
       this.ensureCapacity(n);
       this.ensureResources(n, sandbox.vm.imageMib());
@@ -205,26 +209,32 @@ export class SandboxManager {
 
   /**
    * The parent id adopts the winner's VM; the parent's old VM is destroyed and the winner id
-   * disappears. Waits for both sandboxes' queues (in a fixed order, so two merges in opposite
-   * directions cannot deadlock).
+   * disappears. Merge takes its place in both sandboxes' queues at the moment it arrives, so
+   * anything queued on the parent after it runs on the adopted VM. Joining both queues in one
+   * synchronous step puts any two merges in the same order in every queue: no deadlock.
    */
   async merge(parentId: string, winnerId: string): Promise<SandboxInfo> {
     if (parentId === winnerId) {
       throw fail('mergeIntoSelf', 'cannot merge a sandbox into itself');
     }
-    this.get(parentId);
-    this.get(winnerId);
-    const [firstId, secondId] = parentId < winnerId ? [parentId, winnerId] : [winnerId, parentId];
-    const first = await this.acquire(firstId);
-    let second: { sandbox: Sandbox; release: Release };
-    try {
-      second = await this.acquire(secondId, undefined, true);
-    } catch (err) {
-      first.release();
-      throw err;
+    this.ensureRunning();
+    const parent = this.get(parentId, true);
+    const winner = this.get(winnerId, true);
+    const turns = await Promise.allSettled([parent.queue.acquire(), winner.queue.acquire()]);
+    const releases = turns.flatMap((t) => (t.status === 'fulfilled' ? [t.value] : []));
+    const releaseAll = (): void => releases.forEach((r) => r());
+    const refused = turns.find((t): t is PromiseRejectedResult => t.status === 'rejected');
+    if (refused) {
+      releaseAll();
+      throw refused.reason;
     }
-    const parent = first.sandbox.id === parentId ? first.sandbox : second.sandbox;
-    const winner = first.sandbox.id === winnerId ? first.sandbox : second.sandbox;
+    if (this.sandboxes.get(parentId) !== parent || this.sandboxes.get(winnerId) !== winner) {
+      releaseAll();
+      throw fail(
+        'sandboxNotFound',
+        `sandbox ${this.sandboxes.has(parentId) ? winnerId : parentId} not found`,
+      );
+    }
     try {
       if (winner.brokenReason) {
         throw fail('executorError', `sandbox ${winnerId} is unusable: ${winner.brokenReason}`);
@@ -240,11 +250,10 @@ export class SandboxManager {
       this.watchVm(parent, winner.vm);
       parent.touch();
       this.log.info({ parent: parent.id, winner: winner.id }, 'merged');
-      void oldVm.destroy();
+      void oldVm.destroy('the sandbox adopted another VM by merge');
       return parent.info();
     } finally {
-      second.release();
-      first.release();
+      releaseAll();
     }
   }
 
@@ -254,7 +263,7 @@ export class SandboxManager {
     this.sandboxes.delete(id);
     sandbox.queue.close(fail('sandboxNotFound', `sandbox ${id} was deleted`));
     sandbox.brokenReason = 'the sandbox was deleted';
-    await sandbox.vm.destroy();
+    await sandbox.vm.destroy('the sandbox was deleted');
     this.log.info({ sandbox: id }, 'deleted');
   }
 
@@ -266,7 +275,7 @@ export class SandboxManager {
     this.sandboxes.clear();
     for (const s of all) s.queue.close(fail('shuttingDown', 'hostd is shutting down'));
     await Promise.all([
-      ...all.map((s) => s.vm.destroy()),
+      ...all.map((s) => s.vm.destroy('hostd is shutting down')),
       ...[...this.pools.values()].map((p) => p.close()),
     ]);
   }

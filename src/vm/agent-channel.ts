@@ -128,9 +128,9 @@ export class AgentChannel extends EventEmitter {
     this.socket.resume();
   }
 
-  close(): void {
+  close(reason = 'the agent connection was closed by hostd'): void {
+    this.onClose(reason);
     this.socket.destroy();
-    this.onClose('the agent connection was closed by hostd');
   }
 
   private send(msg: Record<string, unknown>): void {

@@ -9,7 +9,7 @@
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { statSync } from 'node:fs';
-import { mkdir, open, readFile, rm, stat } from 'node:fs/promises';
+import { chown, mkdir, open, readFile, rm, stat } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { EventEmitter } from 'node:events';
@@ -38,6 +38,8 @@ export interface VmHost {
   readonly vmsDir: string;
   /** Extra argv put before QEMU (e.g. setpriv dropping privileges); always includes pdeathsig. */
   readonly launcher: readonly string[];
+  /** When QEMU runs as another user: that user owns each VM's directory and its RAM images. */
+  readonly owner?: { uid: number; gid: number };
 }
 
 /** Raised for anything that makes a VM unusable: QEMU failed, died, or the agent is silent. */
@@ -172,6 +174,7 @@ export class Vm extends EventEmitter {
     const image = new MemImage(memPath).retain();
     try {
       await run('cp', ['--sparse=always', base.path, memPath]);
+      if (this.host.owner) await chown(memPath, this.host.owner.uid, this.host.owner.gid);
       await qmp.execute('stop');
       try {
         const deviceState = await this.saveDeviceState();
@@ -186,11 +189,14 @@ export class Vm extends EventEmitter {
     }
   }
 
-  /** Kills QEMU and removes every file of this VM. Safe to call more than once. */
-  async destroy(): Promise<void> {
+  /**
+   * Kills QEMU and removes every file of this VM. Safe to call more than once. A running exec
+   * ends with `reason` as its executor error.
+   */
+  async destroy(reason = 'the VM was destroyed'): Promise<void> {
     if (this.destroyed) return this.exitPromise;
     this.destroyed = true;
-    this.agent?.close();
+    this.agent?.close(reason);
     this.qmp?.close();
     if (this.proc && !this.exited) this.proc.kill('SIGKILL');
     else this.resolveExit();
@@ -233,6 +239,7 @@ export class Vm extends EventEmitter {
 
   private async start(ram: RamMode, deadline: number): Promise<void> {
     await mkdir(this.dir, { recursive: true, mode: 0o700 });
+    if (this.host.owner) await chown(this.dir, this.host.owner.uid, this.host.owner.gid);
     const log = await open(join(this.dir, 'qemu.log'), 'w');
     const args = qemuArgs(this.spec, this.paths, ram);
     const [cmd, ...pre] = [...this.host.launcher, this.host.qemuBinary];

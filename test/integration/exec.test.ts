@@ -120,7 +120,7 @@ describe('the event stream', () => {
       const r = await run(
         hostd,
         id,
-        'import sys; sys.stdout.buffer.write(b"ok \\xff\\xfe end\\n")',
+        'import sys\n_ = sys.stdout.buffer.write(b"ok \\xff\\xfe end\\n")',
       );
       assert.equal(r.stdout, 'ok \ufffd\ufffd end\n');
     });
@@ -198,7 +198,8 @@ describe('ordering, timeouts and disconnects', () => {
         timeout: 1,
       });
       assert.equal(r.exit, 124);
-      const ps = await run(hostd, id, 'pgrep -c -f "sleep 300" || true', { language: 'bash' });
+      // Count processes named exactly "sleep" (a -f match would find this shell's own line).
+      const ps = await run(hostd, id, 'pgrep -x sleep | wc -l', { language: 'bash' });
       assert.equal(ps.stdout.trim(), '0');
     });
   });

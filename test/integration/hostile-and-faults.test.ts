@@ -128,6 +128,23 @@ describe('hostile code', () => {
   });
 });
 
+describe('isolation of QEMU on the host', () => {
+  test('QEMU runs under its seccomp filter, unprivileged when hostd is root; the state dir is private', async () => {
+    const { statSync } = await import('node:fs');
+    const pids = await findProcessesUsing(hostd.stateDir);
+    assert.ok(pids.length > 0);
+    for (const pid of pids) {
+      const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+      assert.match(status, /^Seccomp:\s+2$/m, 'seccomp filter mode');
+      const uid = Number(/^Uid:\s+(\d+)/m.exec(status)![1]);
+      if (process.getuid!() === 0) assert.notEqual(uid, 0, 'QEMU must not run as root');
+      else assert.equal(uid, process.getuid!());
+    }
+    const mode = statSync(hostd.stateDir).mode & 0o777;
+    assert.ok(mode === 0o700 || mode === 0o710, `state dir mode ${mode.toString(8)}`);
+  });
+});
+
 describe('faults on the host', () => {
   test('a QEMU killed with SIGKILL: 500 on the next call, DELETE works, others unaffected, pool refills', async () => {
     const victim = await createSandbox(hostd);
