@@ -270,7 +270,11 @@ export class Vm extends EventEmitter {
     const agent = await AgentChannel.connect(this.paths.agentSocket, deadline);
     this.agent = agent;
     agent.on('close', () => {
-      if (!this.destroyed && !this.exited) this.emit('died', 'agent connection lost');
+      if (this.destroyed || this.exited) return;
+      // A dying QEMU closes the socket a moment before its exit is seen: wait for that, so
+      // the reason says what happened.
+      const lost = setTimeout(() => this.emit('died', 'the guest agent connection was lost'), 500);
+      void this.exitPromise.then(() => clearTimeout(lost));
     });
     await agent.hello(helloTimeoutMs);
   }

@@ -58,7 +58,7 @@ describe('hostile code', () => {
         buf = lines.pop()!;
         for (const l of lines) {
           const seq = (JSON.parse(l) as { seq: number }).seq;
-          assert.equal(seq, last + 1);
+          if (last >= 0) assert.equal(seq, last + 1, 'events arrive in order, none missing');
           last = seq;
         }
       }
