@@ -284,10 +284,72 @@ class Stream:
         return self.prefix + data.encode("utf-8") + b"}\n"
 
 
+SANDBOX_CGROUP = "/sys/fs/cgroup/sandbox"
+
+
+class Cgroups:
+    """Puts user code in cgroup v2 groups under `sandbox`, which /init caps on processes and
+    memory, so that a fork bomb or a memory hog runs into its own limits (the OOM killer picks
+    within the group) and never starves the agent. Each bash exec gets its own group, so a
+    cancel kills everything it started, even processes that left its process group.
+    Disabled (all no-ops) when /init did not create the group, e.g. in tests on a host."""
+
+    def __init__(self, enabled):
+        self.enabled = enabled and os.path.isdir(SANDBOX_CGROUP)
+        if self.enabled:
+            self.make("repl")
+
+    def make(self, name):
+        if self.enabled:
+            try:
+                os.mkdir(os.path.join(SANDBOX_CGROUP, name))
+            except FileExistsError:
+                pass
+            except OSError as e:
+                log("cannot create cgroup %s: %s" % (name, e))
+
+    def joiner(self, name):
+        """A preexec_fn moving the new process into group `name` before it runs anything.
+        It only calls os.open/os.write: safe between fork and exec in a threaded process."""
+        if not self.enabled:
+            return None
+        path = os.path.join(SANDBOX_CGROUP, name, "cgroup.procs").encode()
+
+        def join():
+            try:
+                fd = os.open(path, os.O_WRONLY)
+                try:
+                    os.write(fd, b"0")
+                finally:
+                    os.close(fd)
+            except OSError:
+                pass
+        return join
+
+    def kill(self, name):
+        if self.enabled:
+            try:
+                with open(os.path.join(SANDBOX_CGROUP, name, "cgroup.kill"), "w") as f:
+                    f.write("1")
+            except OSError:
+                pass
+
+    def sweep(self, keep):
+        """Removes exec groups whose processes have all exited (rmdir fails while busy)."""
+        if not self.enabled:
+            return
+        for path in glob.glob(os.path.join(SANDBOX_CGROUP, "exec-*")):
+            if os.path.basename(path) != keep:
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass
+
+
 class Worker:
     """The REPL worker process and the agent's ends of its pipes."""
 
-    def __init__(self, workdir, env, outbox):
+    def __init__(self, workdir, env, outbox, preexec=None):
         cmd_r, self.cmd_w = os.pipe()
         self.res_r, res_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -296,7 +358,8 @@ class Worker:
             self.proc = subprocess.Popen(
                 [sys.executable, "-u", WORKER_SCRIPT, str(cmd_r), str(res_w)],
                 stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w, pass_fds=(cmd_r, res_w),
-                cwd=workdir, env=env, start_new_session=True)   # own group: killpg on escalation
+                cwd=workdir, env=env, start_new_session=True,   # own group: killpg on escalation
+                preexec_fn=preexec)
         except BaseException:
             for fd in (self.cmd_w, self.res_r, out_r, err_r):
                 os.close(fd)
@@ -362,6 +425,7 @@ class Agent:
         self.channel = channel
         self.workdir = workdir
         self.system = system
+        self.cgroups = Cgroups(system)
         # HOME is the work directory (PROTOCOL.md: /root, which is the default workdir)
         self.env = {"HOME": workdir, "LANG": "C.UTF-8",
                     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -547,6 +611,7 @@ class Agent:
                 os.killpg(ex.proc.pid, signal.SIGKILL)   # bash and everything it started
             except OSError:
                 pass
+            self.cgroups.kill("exec-%d" % ex.id)        # ...even what left its process group
             return
         w = self.worker
         if w is None or ex.worker is not w:
@@ -673,7 +738,7 @@ class Agent:
     # Python
 
     def _spawn_worker(self):
-        w = Worker(self.workdir, self.env, self.outbox)
+        w = Worker(self.workdir, self.env, self.outbox, self.cgroups.joiner("repl"))
         reg = self.sel.register
         reg(w.out.fd, selectors.EVENT_READ, lambda: self._on_worker_stream(w, w.out))
         reg(w.err.fd, selectors.EVENT_READ, lambda: self._on_worker_stream(w, w.err))
@@ -791,10 +856,14 @@ class Agent:
     def _start_bash(self, ex):
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        group = "exec-%d" % ex.id
+        self.cgroups.sweep(keep=group)
+        self.cgroups.make(group)
         try:
             proc = subprocess.Popen(
                 ["bash", "-c", ex.code], stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w,
-                cwd=self.workdir, env=self.env, start_new_session=True)
+                cwd=self.workdir, env=self.env, start_new_session=True,
+                preexec_fn=self.cgroups.joiner(group))
         except (OSError, ValueError) as e:   # ValueError: NUL in the code
             os.close(out_r)
             os.close(err_r)
