@@ -16,7 +16,10 @@ export default tseslint.config(
   {
     files: ['src/vm/**/*.ts'],
     rules: {
-      'no-restricted-imports': ['error', { patterns: ['../core/*', '../api/*', '**/core/**', '**/api/**'] }],
+      'no-restricted-imports': [
+        'error',
+        { patterns: ['../core/*', '../api/*', '**/core/**', '**/api/**'] },
+      ],
     },
   },
   {
