@@ -4,11 +4,28 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 failures=()
+passed=0
+failed=0
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
 
 step() { printf '\n=== %s ===\n' "$*"; }
+# Adds "N passed, M failed" counts found in a suite's log to the totals.
+count() {
+  local p f
+  p=$(grep -aoE "$2" "$1" | tail -1 | grep -oE '[0-9]+' | head -1)
+  f=$(grep -aoE "$3" "$1" | tail -1 | grep -oE '[0-9]+' | head -1)
+  passed=$((passed + ${p:-0}))
+  failed=$((failed + ${f:-0}))
+}
 
 step "guest agent (python unittest)"
-python3 -m unittest discover -s guest/agent/tests || failures+=("guest agent")
+python3 -m unittest discover -s guest/agent/tests 2>&1 | tee "$logs/agent.log"
+if [ "${PIPESTATUS[0]}" != 0 ]; then failures+=("guest agent"); fi
+ran=$(grep -aoE '^Ran [0-9]+' "$logs/agent.log" | grep -oE '[0-9]+' || echo 0)
+bad=$(grep -aoE '^FAILED \(.*\)' "$logs/agent.log" | grep -oE '[0-9]+' | awk '{s += $1} END {print s + 0}')
+passed=$((passed + ran - ${bad:-0}))
+failed=$((failed + ${bad:-0}))
 
 step "lint and format"
 npx --no-install eslint . || failures+=("eslint")
@@ -30,7 +47,9 @@ if [ -f sdk/test.sh ]; then
     sleep 0.1
   done
   if [ -n "$url" ]; then
-    SERVICE_HOSTD_URL="$url" SERVICE_API_KEY="$sdk_key" bash sdk/test.sh || failures+=("sdk")
+    SERVICE_HOSTD_URL="$url" SERVICE_API_KEY="$sdk_key" bash sdk/test.sh 2>&1 | tee "$logs/sdk.log"
+    if [ "${PIPESTATUS[0]}" != 0 ]; then failures+=("sdk"); fi
+    count "$logs/sdk.log" 'sdk: [0-9]+ passed' ', [0-9]+ failed'
   else
     echo "hostd for the SDK tests did not start:"; tail -20 "$sdk_log"; failures+=("sdk hostd")
   fi
@@ -40,13 +59,17 @@ if [ -f sdk/test.sh ]; then
 fi
 
 step "hostd unit and integration tests (node:test)"
-node --test --test-concurrency=1 --test-timeout=600000 dist/test/unit/ dist/test/integration/ || failures+=("node tests")
+node --test --test-concurrency=1 --test-timeout=600000 dist/test/unit/ dist/test/integration/ 2>&1 | tee "$logs/node.log"
+if [ "${PIPESTATUS[0]}" != 0 ]; then failures+=("node tests"); fi
+count "$logs/node.log" '^# pass [0-9]+' '^# fail [0-9]+'
 
 leaked=$(pgrep -fc 'qemu-system.*/dev/shm/hostd-(test|sdk)-' || true)
 if [ "${leaked:-0}" != 0 ]; then echo "LEAK: $leaked QEMU processes of the test run are still alive"; failures+=("leaked qemu"); fi
 
 if [ "${#failures[@]}" -gt 0 ]; then
   printf '\nFAILED: %s\n' "${failures[*]}"
+  [ "$failed" -gt 0 ] || failed=${#failures[@]}
+  printf 'tests: %d passed, %d failed\n' "$passed" "$failed"
   exit 1
 fi
-echo "all suites passed"
+printf 'tests: %d passed, %d failed\n' "$passed" "$failed"

@@ -900,7 +900,13 @@ class Agent:
 
     def _check_bash_done(self, ex):
         if ex.status is not None and all(s.eof for s in ex.streams):
-            self._finish(ex, ex.status)
+            self._end_bash(ex)
+
+    def _end_bash(self, ex):
+        # Nothing but the filesystem outlives a bash exec: whatever it left running in the
+        # background (its cgroup) is killed now.
+        self.cgroups.kill("exec-%d" % ex.id)
+        self._finish(ex, ex.status)
 
     def _on_deadline(self, ex):
         if ex.language == "python":
@@ -918,7 +924,7 @@ class Agent:
                 self.sel.unregister(stream.fd)
                 os.close(stream.fd)
                 stream.eof = True
-        self._finish(ex, ex.status)
+        self._end_bash(ex)
 
 
 def open_port(name=PORT_NAME, timeout=5.0):

@@ -256,7 +256,7 @@ export class Vm extends EventEmitter {
       this.exitInfo = signal ? `signal ${signal}` : `code ${code}`;
       this.agent?.close();
       this.resolveExit();
-      if (!this.destroyed) this.emit('died', this.exitInfo);
+      if (!this.destroyed) this.emit('died', `the VM exited (${this.exitInfo})`);
     });
     this.proc.once('error', () => undefined);
     const exitedEarly = this.exitPromise.then(() => {

@@ -94,15 +94,21 @@ describe('hostile code', () => {
     });
   });
 
-  test('a bash fork bomb is stopped by its timeout and DELETE still works', async () => {
+  test('a bash fork bomb is contained, stopped by its timeout, and the sandbox stays usable', async () => {
     const id = await createSandbox(hostd);
     const other = await createSandbox(hostd);
     try {
-      const r = await run(hostd, id, 'bomb() { bomb | bomb & }; bomb', {
+      const r = await run(hostd, id, 'bomb() { bomb | bomb & }; bomb; sleep 60', {
         language: 'bash',
         timeout: 3,
       });
-      assert.equal(r.exit, 124);
+      assert.equal(r.exit, 124, JSON.stringify(r.events.slice(-3)));
+      // The guest's process cap contained it and the exec's end killed it all: the sandbox
+      // works, and nothing the bomb started is left running.
+      assert.equal((await run(hostd, id, 'print("still usable")')).stdout, 'still usable\n');
+      // The bomb's processes are all bash; only the shell counting them should be left.
+      const left = await run(hostd, id, 'pgrep -x bash | wc -l', { language: 'bash' });
+      assert.equal(left.stdout.trim(), '1', 'bash processes left in the guest');
       assert.equal((await run(hostd, other, 'print("unaffected")')).stdout, 'unaffected\n');
     } finally {
       assert.equal((await hostd.request('DELETE', `/v1/sandboxes/${id}`)).status, 204);
