@@ -56,7 +56,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     bodyLimit: opts.maxBodyBytes,
     disableRequestLogging: true,
     // Sandbox ids are validated by the manager; this only stops absurd URLs early.
-    maxParamLength: 200,
+    routerOptions: { maxParamLength: 200 },
     return503OnClosing: false,
   });
 
@@ -76,9 +76,12 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   });
 
   const checkAuth = makeAuthChecker(opts.auth);
+  // Auth is decided on the route that matched, never on the raw URL: the router decodes
+  // percent-escapes, so "/%761/sandboxes" reaches /v1/sandboxes and must be guarded like it.
   app.addHook('onRequest', async (req, reply) => {
-    const path = req.url.split('?')[0] ?? '';
-    const guarded = (path.startsWith('/v1/') && path !== '/v1/healthz') || path === '/metrics';
+    const route = req.routeOptions.url;
+    if (route === undefined) return; // no route: a 404 reveals nothing
+    const guarded = (route.startsWith('/v1/') && route !== '/v1/healthz') || route === '/metrics';
     if (!guarded) return;
     const err = checkAuth(req.headers.authorization);
     if (err) return sendError(reply, err);
@@ -120,6 +123,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   );
 
   app.delete<{ Params: IdParams }>('/v1/sandboxes/:id', async (req, reply) => {
+    if (req.body !== undefined) throw fail('invalidRequest', 'delete takes no request body');
     await manager.delete(req.params.id);
     return reply.code(204).send();
   });

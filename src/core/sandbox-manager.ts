@@ -91,7 +91,7 @@ export class SandboxManager {
   }
 
   describe(id: string): SandboxInfo {
-    return this.get(id).info();
+    return this.get(id, true).info();
   }
 
   async create(template: string | undefined): Promise<Sandbox> {

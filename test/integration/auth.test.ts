@@ -54,6 +54,18 @@ describe('with SERVICE_API_KEYS set', () => {
     assert.equal(res.status, 401);
   });
 
+  test('percent-encoded paths cannot slip past auth', async () => {
+    for (const [method, path] of [
+      ['POST', '/%761/sandboxes'],
+      ['GET', '/%76%31/sandboxes'],
+      ['GET', '/%6detrics'],
+      ['GET', '/v1/%73andboxes'],
+    ] as const) {
+      const res = await hostd.request(method, path, method === 'POST' ? {} : undefined);
+      assert.equal(res.status, 401, `${method} ${path}`);
+    }
+  });
+
   test('keys never appear in the logs', () => {
     assert.ok(!hostd.logs.some((l) => l.includes('key-one') || l.includes('key-two')));
   });
