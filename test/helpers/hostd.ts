@@ -216,3 +216,33 @@ export async function nothingLeft(stateDir: string): Promise<{ qemu: number; dir
   const { findProcessesUsing } = await import('../../src/state-dir.js');
   return { qemu: (await findProcessesUsing(stateDir)).length, dirExists: existsSync(stateDir) };
 }
+
+/** Reads a streamed exec response to its end and parses the remaining NDJSON events. */
+export async function readRemainingEvents(
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+): Promise<ExecEvent[]> {
+  let text = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    text += new TextDecoder().decode(value);
+  }
+  return text
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as ExecEvent);
+}
+
+/** PID of the QEMU behind the sandbox hostd handed out last (from its "sandbox ready" log). */
+export async function lastSandboxQemuPid(h: Hostd): Promise<number> {
+  const { readFile } = await import('node:fs/promises');
+  const { findProcessesUsing } = await import('../../src/state-dir.js');
+  const line = [...h.logs].reverse().find((l) => l.includes('"sandbox ready"'));
+  if (!line) throw new Error('hostd has handed out no sandbox yet');
+  const vm = (JSON.parse(line) as { vm: string }).vm;
+  for (const pid of await findProcessesUsing(h.stateDir)) {
+    const cmd = (await readFile(`/proc/${pid}/cmdline`, 'utf8')).replace(/\0/g, ' ');
+    if (cmd.includes(`/${vm}/`)) return pid;
+  }
+  throw new Error(`no QEMU process found for ${vm}`);
+}

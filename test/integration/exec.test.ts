@@ -4,7 +4,15 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execEvents, run, startHostd, withSandbox, type Hostd } from '../helpers/hostd.js';
+import {
+  execEvents,
+  lastSandboxQemuPid,
+  readRemainingEvents,
+  run,
+  startHostd,
+  withSandbox,
+  type Hostd,
+} from '../helpers/hostd.js';
 
 let hostd: Hostd;
 before(async () => {
@@ -254,20 +262,8 @@ describe('failures after the stream started', () => {
       const reader = res.body!.getReader();
       await reader.read();
       // Kill this sandbox's QEMU from outside, as an OOM killer or a crash would.
-      const pids = await qemuPidsOf(hostd);
-      assert.ok(pids.length >= 1);
-      const victim = await pidRunningExec(hostd, pids);
-      process.kill(victim, 'SIGKILL');
-      let text = '';
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        text += new TextDecoder().decode(value);
-      }
-      const events = text
-        .split('\n')
-        .filter(Boolean)
-        .map((l) => JSON.parse(l) as Record<string, unknown>);
+      process.kill(await lastSandboxQemuPid(hostd), 'SIGKILL');
+      const events = await readRemainingEvents(reader);
       const last = events.at(-1)!;
       assert.equal(last.type, 'exit');
       assert.equal(last.data, -1);
@@ -284,22 +280,3 @@ describe('failures after the stream started', () => {
     }
   });
 });
-
-/** PIDs of this hostd's QEMU processes that are not pooled (their VM dirs are in the logs). */
-async function qemuPidsOf(h: Hostd): Promise<number[]> {
-  const { findProcessesUsing } = await import('../../src/state-dir.js');
-  return findProcessesUsing(h.stateDir);
-}
-
-/** The QEMU whose guest is running our sleeping exec: the one using the most CPU recently is
- * not reliable under TCG, so pick by the sandbox log line that names its VM. */
-async function pidRunningExec(h: Hostd, pids: number[]): Promise<number> {
-  const { readFile } = await import('node:fs/promises');
-  const readyLines = h.logs.filter((l) => l.includes('"sandbox ready"'));
-  const vm = (JSON.parse(readyLines.at(-1)!) as { vm: string }).vm;
-  for (const pid of pids) {
-    const cmd = (await readFile(`/proc/${pid}/cmdline`, 'utf8')).replace(/\0/g, ' ');
-    if (cmd.includes(`/${vm}/`)) return pid;
-  }
-  throw new Error(`no QEMU process found for ${vm}`);
-}

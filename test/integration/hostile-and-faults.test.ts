@@ -6,7 +6,14 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { createSandbox, run, startHostd, withSandbox, type Hostd } from '../helpers/hostd.js';
+import {
+  createSandbox,
+  lastSandboxQemuPid,
+  run,
+  startHostd,
+  withSandbox,
+  type Hostd,
+} from '../helpers/hostd.js';
 import { findProcessesUsing } from '../../src/state-dir.js';
 
 let hostd: Hostd;
@@ -21,16 +28,6 @@ after(async () => {
 
 const rssMib = (pid: number): number =>
   Number(/^VmRSS:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024;
-
-/** The QEMU pid of the VM that hostd last handed out (from its "sandbox ready" log line). */
-async function lastVmPid(h: Hostd): Promise<number> {
-  const line = [...h.logs].reverse().find((l) => l.includes('"sandbox ready"'))!;
-  const vm = (JSON.parse(line) as { vm: string }).vm;
-  for (const pid of await findProcessesUsing(h.stateDir)) {
-    if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(`/${vm}/`)) return pid;
-  }
-  throw new Error(`no QEMU for ${vm}`);
-}
 
 describe('hostile code', () => {
   test('infinite output to a client that does not read: hostd memory stays bounded', async () => {
@@ -154,7 +151,7 @@ describe('isolation of QEMU on the host', () => {
 describe('faults on the host', () => {
   test('a QEMU killed with SIGKILL: 500 on the next call, DELETE works, others unaffected, pool refills', async () => {
     const victim = await createSandbox(hostd);
-    const pid = await lastVmPid(hostd);
+    const pid = await lastSandboxQemuPid(hostd);
     const bystander = await createSandbox(hostd);
     process.kill(pid, 'SIGKILL');
     await sleep(300);

@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import {
   createSandbox,
   nothingLeft,
+  readRemainingEvents,
   startHostd,
   withSandbox,
   run,
@@ -100,16 +101,7 @@ describe('describe, list and delete', () => {
     const first = new TextDecoder().decode((await reader.read()).value);
     assert.match(first, /started/);
     assert.equal((await hostd.request('DELETE', `/v1/sandboxes/${id}`)).status, 204);
-    let rest = '';
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      rest += new TextDecoder().decode(value);
-    }
-    const events = rest
-      .split('\n')
-      .filter(Boolean)
-      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    const events = await readRemainingEvents(reader);
     const exit = events.at(-1)!;
     assert.equal(exit.type, 'exit');
     assert.equal(exit.data, -1);
