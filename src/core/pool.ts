@@ -62,7 +62,9 @@ export class TemplatePool {
       if (!vm) break;
       vm.removeAllListeners('died');
       if (vm.alive) {
-        this.refill();
+        // Refill after the caller's response is written: spawning QEMU costs milliseconds of
+        // CPU that the hand-over should not wait for.
+        setImmediate(() => this.refill());
         return { vm, hit: true };
       }
       void vm.destroy();
