@@ -99,12 +99,11 @@ export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): strin
     'none',
     '-monitor',
     'none',
-    '-kernel',
-    spec.image.kernel,
-    '-initrd',
-    spec.image.initrd,
-    '-append',
-    kernelCmdline(spec),
+    // Only a cold boot needs the kernel and initrd: a clone's RAM and CPU state come from the
+    // snapshot, and loading 140 MB of boot files it never runs cost every clone ~50 ms of CPU.
+    ...(ram.kind === 'template'
+      ? ['-kernel', spec.image.kernel, '-initrd', spec.image.initrd, '-append', kernelCmdline(spec)]
+      : []),
     '-serial',
     `file:${paths.consoleLog}`,
     '-device',

@@ -44,14 +44,16 @@ test('a clone maps the image privately (copy-on-write) and waits for an incoming
   assert.deepEqual(argAfter(args, '-incoming'), ['defer']);
 });
 
-test('template and clone differ only in share= and -incoming (snapshots need identical machines)', () => {
+test('template and clone differ only in share=, -incoming and the boot files (snapshots need identical machines)', () => {
   const t = qemuArgs(spec, paths, { kind: 'template', memPath: '/m' });
   const c = qemuArgs(spec, paths, { kind: 'clone', memPath: '/m' });
+  const boot = new Set(['-kernel', '-initrd', '-append', '-incoming']);
   const strip = (a: string[]): string[] =>
     a
       .map((x) => x.replace('share=on', 'share=X').replace('share=off', 'share=X'))
-      .filter((x, i, all) => x !== '-incoming' && all[i - 1] !== '-incoming');
+      .filter((x, i, all) => !boot.has(x) && !boot.has(all[i - 1]!));
   assert.deepEqual(strip(c), strip(t));
+  assert.ok(!c.includes('-kernel') && !c.includes('-initrd'), 'a clone loads no boot files');
 });
 
 test('TCG bounds the translation buffer; KVM uses the host CPU', () => {
@@ -83,6 +85,7 @@ test('accelerator: explicit choice wins; auto prefers KVM unless it is missing o
 
 test('a TCG guest is told the host TSC rate so a loaded host cannot stall its boot', () => {
   const args = qemuArgs({ ...spec, tscKhz: 2445426 }, paths, { kind: 'template', memPath: '/m' });
+  // (only a cold boot gets a command line: clones do not boot)
   assert.deepEqual(argAfter(args, '-append'), [
     'console=ttyS0 quiet tsc_early_khz=2445426 tsc=reliable',
   ]);
@@ -101,7 +104,10 @@ test('the image manifest can set the TCG command-line addition and CPU model', (
     tcgCmdlineAppend: 'tsc_early_khz={host_tsc_khz}',
     tcgCpu: 'qemu64,+rdrand',
   };
-  const args = qemuArgs({ ...spec, image, tscKhz: 1000 }, paths, { kind: 'clone', memPath: '/m' });
+  const args = qemuArgs({ ...spec, image, tscKhz: 1000 }, paths, {
+    kind: 'template',
+    memPath: '/m',
+  });
   assert.deepEqual(argAfter(args, '-append'), ['console=ttyS0 quiet tsc_early_khz=1000']);
   assert.deepEqual(argAfter(args, '-cpu'), ['qemu64,+rdrand']);
 });
