@@ -13,6 +13,7 @@ import { loadImage } from './vm/image.js';
 import type { MachineSpec } from './vm/qemu-args.js';
 import { claimStateDir, releaseStateDir } from './state-dir.js';
 import { canRead, launcher, lookupUser, type VmUser } from './vm/vm-user.js';
+import { SpareCopies } from './vm/spare-copies.js';
 import { join } from 'node:path';
 
 const HOSTD_VERSION = '0.1.0';
@@ -93,6 +94,7 @@ async function main(): Promise<void> {
       vmsDir: join(config.stateDir, 'vms'),
       launcher: launcher(vmUser),
       ...(vmUser ? { owner: { uid: vmUser.uid, gid: vmUser.gid } } : {}),
+      spares: new SpareCopies(vmUser ? { uid: vmUser.uid, gid: vmUser.gid } : undefined),
     },
     specFor,
     log,

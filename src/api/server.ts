@@ -49,6 +49,17 @@ export function sendError(reply: FastifyReply, err: HostdError): FastifyReply {
   return reply.code(err.status).type('application/json').send({ error: err.message });
 }
 
+/**
+ * Answers before the body was read. The body is drained and discarded: closing a socket with
+ * unread data makes TCP reset it, which can destroy the error response before the client
+ * reads it. A client that keeps sending gets cut off after 30 s.
+ */
+function rejectBeforeBody(req: FastifyRequest, reply: FastifyReply, err: HostdError): FastifyReply {
+  req.raw.resume();
+  setTimeout(() => req.raw.destroy(), 30_000).unref();
+  return sendError(reply.header('connection', 'close'), err);
+}
+
 export async function buildServer(opts: ServerOptions): Promise<FastifyInstance> {
   const { manager } = opts;
   const app = Fastify({
@@ -82,9 +93,19 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     const route = req.routeOptions.url;
     if (route === undefined) return; // no route: a 404 reveals nothing
     const guarded = (route.startsWith('/v1/') && route !== '/v1/healthz') || route === '/metrics';
-    if (!guarded) return;
-    const err = checkAuth(req.headers.authorization);
-    if (err) return sendError(reply, err);
+    const err = guarded ? checkAuth(req.headers.authorization) : null;
+    if (err) return rejectBeforeBody(req, reply, err);
+    const declared = Number(req.headers['content-length'] ?? 0);
+    if (declared > opts.maxBodyBytes) {
+      return rejectBeforeBody(
+        req,
+        reply,
+        fail(
+          'bodyTooLarge',
+          `request body too large: ${declared} bytes, limit ${opts.maxBodyBytes}`,
+        ),
+      );
+    }
   });
 
   app.setErrorHandler((error, req, reply) => {

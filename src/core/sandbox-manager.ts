@@ -277,6 +277,7 @@ export class SandboxManager {
     await Promise.all([
       ...all.map((s) => s.vm.destroy('hostd is shutting down')),
       ...[...this.pools.values()].map((p) => p.close()),
+      this.host.spares?.close(),
     ]);
   }
 

@@ -19,6 +19,7 @@ import { qemuArgs, type MachineSpec, type RamMode, type VmPaths } from './qemu-a
 import { sendStream } from './migration.js';
 import { MemImage } from './mem-image.js';
 import { copyWrittenPages } from './page-delta.js';
+import type { SpareCopies } from './spare-copies.js';
 
 const run = promisify(execFile);
 
@@ -40,6 +41,8 @@ export interface VmHost {
   readonly launcher: readonly string[];
   /** When QEMU runs as another user: that user owns each VM's directory and its RAM images. */
   readonly owner?: { uid: number; gid: number };
+  /** Ready-made copies of template images, which spare forks the copy of their base. */
+  readonly spares?: SpareCopies;
 }
 
 /** Raised for anything that makes a VM unusable: QEMU failed, died, or the agent is silent. */
@@ -173,8 +176,10 @@ export class Vm extends EventEmitter {
     if (!base || pid === undefined) throw new VmError('only a running clone can be snapshotted');
     const image = new MemImage(memPath).retain();
     try {
-      await run('cp', ['--sparse=always', base.path, memPath]);
-      if (this.host.owner) await chown(memPath, this.host.owner.uid, this.host.owner.gid);
+      if (!(await this.host.spares?.take(base.path, memPath))) {
+        await run('cp', ['--sparse=always', base.path, memPath]);
+        if (this.host.owner) await chown(memPath, this.host.owner.uid, this.host.owner.gid);
+      }
       await qmp.execute('stop');
       try {
         const deviceState = await this.saveDeviceState();

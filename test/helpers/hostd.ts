@@ -233,12 +233,19 @@ export async function readRemainingEvents(
     .map((l) => JSON.parse(l) as ExecEvent);
 }
 
-/** PID of the QEMU behind the sandbox hostd handed out last (from its "sandbox ready" log). */
-export async function lastSandboxQemuPid(h: Hostd): Promise<number> {
+/**
+ * PID of the QEMU behind sandbox `id`, found through hostd's "sandbox ready" log line (which
+ * may reach us a moment after the HTTP response, hence the wait).
+ */
+export async function sandboxQemuPid(h: Hostd, id: string): Promise<number> {
   const { readFile } = await import('node:fs/promises');
   const { findProcessesUsing } = await import('../../src/state-dir.js');
-  const line = [...h.logs].reverse().find((l) => l.includes('"sandbox ready"'));
-  if (!line) throw new Error('hostd has handed out no sandbox yet');
+  let line: string | undefined;
+  for (let i = 0; i < 100 && !line; i++) {
+    line = h.logs.find((l) => l.includes('"sandbox ready"') && l.includes(id));
+    if (!line) await new Promise((r) => setTimeout(r, 20));
+  }
+  if (!line) throw new Error(`hostd never logged sandbox ${id} as ready`);
   const vm = (JSON.parse(line) as { vm: string }).vm;
   for (const pid of await findProcessesUsing(h.stateDir)) {
     const cmd = (await readFile(`/proc/${pid}/cmdline`, 'utf8')).replace(/\0/g, ' ');

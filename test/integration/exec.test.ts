@@ -6,7 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   execEvents,
-  lastSandboxQemuPid,
+  sandboxQemuPid,
   readRemainingEvents,
   run,
   startHostd,
@@ -262,7 +262,7 @@ describe('failures after the stream started', () => {
       const reader = res.body!.getReader();
       await reader.read();
       // Kill this sandbox's QEMU from outside, as an OOM killer or a crash would.
-      process.kill(await lastSandboxQemuPid(hostd), 'SIGKILL');
+      process.kill(await sandboxQemuPid(hostd, id), 'SIGKILL');
       const events = await readRemainingEvents(reader);
       const last = events.at(-1)!;
       assert.equal(last.type, 'exit');

@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
   createSandbox,
-  lastSandboxQemuPid,
+  sandboxQemuPid,
   run,
   startHostd,
   withSandbox,
@@ -151,7 +151,7 @@ describe('isolation of QEMU on the host', () => {
 describe('faults on the host', () => {
   test('a QEMU killed with SIGKILL: 500 on the next call, DELETE works, others unaffected, pool refills', async () => {
     const victim = await createSandbox(hostd);
-    const pid = await lastSandboxQemuPid(hostd);
+    const pid = await sandboxQemuPid(hostd, victim);
     const bystander = await createSandbox(hostd);
     process.kill(pid, 'SIGKILL');
     await sleep(300);
