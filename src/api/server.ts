@@ -50,14 +50,15 @@ export function sendError(reply: FastifyReply, err: HostdError): FastifyReply {
 }
 
 /**
- * Answers before the body was read. The body is drained and discarded: closing a socket with
- * unread data makes TCP reset it, which can destroy the error response before the client
- * reads it. A client that keeps sending gets cut off after 30 s.
+ * Answers before the body was read. The connection is kept open and the body drained and
+ * discarded: closing a socket with unread data makes TCP reset it, which can destroy the error
+ * response before the client reads it. A client that keeps sending is cut off after 30 s.
  */
 function rejectBeforeBody(req: FastifyRequest, reply: FastifyReply, err: HostdError): FastifyReply {
   req.raw.resume();
-  setTimeout(() => req.raw.destroy(), 30_000).unref();
-  return sendError(reply.header('connection', 'close'), err);
+  const cutOff = setTimeout(() => req.raw.destroy(), 30_000).unref();
+  req.raw.once('end', () => clearTimeout(cutOff));
+  return sendError(reply, err);
 }
 
 export async function buildServer(opts: ServerOptions): Promise<FastifyInstance> {
