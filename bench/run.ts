@@ -180,6 +180,18 @@ async function main(): Promise<void> {
     }
     results.create_pool_miss_p50_ms = hostd ? pct(misses, 50) : null;
 
+    // The first exec in a freshly created sandbox (what "create, then run" feels like).
+    const firsts: number[] = [];
+    for (let i = 0; i < (QUICK ? 2 : 5); i++) {
+      for (let w = 0; w < 600 && (await poolReady(client, 'python')) < target; w++) await sleep(25);
+      const fresh = await create(client);
+      const t = now();
+      await exec(client, fresh, 'print(1)');
+      firsts.push(now() - t);
+      await del(client, fresh);
+    }
+    results.exec_first_in_new_sandbox_p50_ms = pct(firsts, 50);
+
     // Exec round trip of a trivial print in a warm sandbox.
     const id = await create(client);
     const execs: number[] = [];

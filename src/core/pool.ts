@@ -104,6 +104,10 @@ export class TemplatePool {
           let vm: Vm;
           try {
             vm = await this.restore();
+            await vm.warmUp().catch(async (err: unknown) => {
+              await vm.destroy();
+              throw err;
+            });
           } catch (err) {
             this.log.error(
               { err, template: this.config.name },
