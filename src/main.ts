@@ -60,6 +60,12 @@ async function main(): Promise<void> {
     }
     log.info({ user: vmUser.name, uid: vmUser.uid }, 'QEMU runs as an unprivileged user');
   }
+  // A bug reached from one sandbox's traffic must not take every other sandbox down with
+  // hostd (QEMUs die with it): log it loudly and keep serving.
+  process.on('uncaughtException', (err) => log.fatal({ err }, 'uncaught exception; still serving'));
+  process.on('unhandledRejection', (err) =>
+    log.fatal({ err }, 'unhandled rejection; still serving'),
+  );
   const cleaned = await claimStateDir(config.stateDir, vmUser?.gid);
   if (cleaned.killedProcesses || cleaned.removedEntries) {
     log.warn({ ...cleaned, stateDir: config.stateDir }, 'cleaned up after a previous run');

@@ -70,8 +70,10 @@ export async function claimStateDir(dir: string, vmGroup?: number): Promise<Stat
       await chown(d, 0, vmGroup);
       await chmod(d, 0o710);
     }
-    await chown(join(dir, 'images'), -1, vmGroup);
-    await chmod(join(dir, 'images'), 0o770);
+    // Readable, not writable: QEMU opens the images hostd made for it, but cannot create,
+    // rename or replace anything there.
+    await chown(join(dir, 'images'), 0, vmGroup);
+    await chmod(join(dir, 'images'), 0o750);
   }
   return { killedProcesses: stale.length, removedEntries: entries.length };
 }

@@ -70,6 +70,8 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     // Sandbox ids are validated by the manager; this only stops absurd URLs early.
     routerOptions: { maxParamLength: 200 },
     return503OnClosing: false,
+    // On shutdown, close exec streams whose clients stopped reading instead of waiting forever.
+    forceCloseConnections: true,
   });
 
   // JSON bodies; an empty body is "no body" (POST /v1/sandboxes with nothing is `{}`).

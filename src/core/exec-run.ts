@@ -48,6 +48,7 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
     this.cancel('client');
   };
   private discarding = false;
+  private cancelled = false;
   private outputBytes = 0;
   private readonly maxOutputBytes: number;
   private limitNotice: string | null = null;
@@ -89,15 +90,38 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
   private cancel(reason: 'timeout' | 'client'): void {
     if (this.finished) return;
     this.vm.cancel(this.execId, reason);
-    // The agent escalates to killing the REPL after 2 s; if even that is not answered, the VM
-    // is wedged and its owner must replace it so the sandbox's queue does not stall forever.
-    this.killTimer ??= setTimeout(() => {
+    this.cancelled = true;
+    this.armStuckTimer();
+  }
+
+  /**
+   * After a cancel the agent escalates to killing the REPL within 2 s; if even that is not
+   * answered within 10 s, the VM is wedged and its owner replaces it so the sandbox's queue
+   * does not stall forever. The clock only runs while hostd reads the guest: while a slow
+   * client holds output paused, the exit cannot arrive, and that is not the guest's fault.
+   */
+  private armStuckTimer(): void {
+    if (!this.cancelled || this.finished || this.paused || this.killTimer) return;
+    this.killTimer = setTimeout(() => {
       if (!this.finished) {
         const why = 'the guest agent did not answer a cancel within 10 s';
         this.fail(why);
         this.onStuck(why);
       }
     }, 10_000);
+  }
+
+  private pauseOutput(): void {
+    this.paused = true;
+    clearTimeout(this.killTimer);
+    this.killTimer = undefined;
+    this.vm.pauseOutput();
+  }
+
+  private resumeOutput(): void {
+    this.paused = false;
+    this.vm.resumeOutput();
+    this.armStuckTimer();
   }
 
   /**
@@ -107,10 +131,7 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
   discard(): void {
     this.discarding = true;
     this.events.length = 0;
-    if (this.paused) {
-      this.paused = false;
-      this.vm.resumeOutput();
-    }
+    if (this.paused) this.resumeOutput();
   }
 
   /** Counts output against the cap; past it, drops the rest and interrupts the code. */
@@ -132,10 +153,7 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
       return;
     }
     this.events.push({ ...event, seq: this.seq++, ts: Date.now() } as ExecEvent);
-    if (!this.paused && this.events.length >= HIGH_WATER) {
-      this.paused = true;
-      this.vm.pauseOutput();
-    }
+    if (!this.paused && this.events.length >= HIGH_WATER) this.pauseOutput();
     this.wake?.();
   }
 
@@ -147,10 +165,7 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
     clearTimeout(this.timer);
     clearTimeout(this.killTimer);
     this.signal?.removeEventListener('abort', this.onAbort);
-    if (this.paused) {
-      this.paused = false;
-      this.vm.resumeOutput();
-    }
+    if (this.paused) this.resumeOutput();
     this.resolveDone();
     this.wake?.();
   }
@@ -159,10 +174,7 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
     for (;;) {
       const event = this.events.shift();
       if (event) {
-        if (this.paused && this.events.length <= LOW_WATER) {
-          this.paused = false;
-          this.vm.resumeOutput();
-        }
+        if (this.paused && this.events.length <= LOW_WATER) this.resumeOutput();
         yield event;
         continue;
       }

@@ -5,6 +5,7 @@
  */
 import type { Logger } from 'pino';
 import type { TemplateConfig } from '../config.js';
+import { fail } from '../errors.js';
 import type { MachineSpec } from '../vm/qemu-args.js';
 import { Vm, type Snapshot, type VmHost } from '../vm/vm.js';
 
@@ -77,7 +78,7 @@ export class TemplatePool {
 
   /** A fresh restore of the template snapshot (used by take on a miss). */
   private async restore(): Promise<Vm> {
-    if (!this.snapshot) throw new Error(`template ${this.config.name} is not initialised`);
+    if (!this.snapshot) throw fail('shuttingDown', `template ${this.config.name} is not available`);
     try {
       return await Vm.restore(this.host, this.snapshot);
     } catch (err) {

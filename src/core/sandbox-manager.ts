@@ -138,7 +138,7 @@ export class SandboxManager {
       );
     } catch (err) {
       release();
-      throw err;
+      throw this.vmStartError(err, 'could not start the exec');
     }
     this.observer.execStarted?.();
     void run.done.then(() => {
@@ -170,6 +170,8 @@ export class SandboxManager {
       this.reserved += n;
       try {
         const snapshot = await sandbox.vm.snapshot(memPath).catch((err: unknown) => {
+          if (this.sandboxes.get(id) !== sandbox)
+            throw fail('sandboxNotFound', `sandbox ${id} was deleted`);
           throw this.vmStartError(err, 'could not capture the parent state');
         });
         const snapshotMs = Number(process.hrtime.bigint() - started) / 1e6;
@@ -342,6 +344,8 @@ export class SandboxManager {
       if (sandbox.vm !== vm) return;
       this.markBroken(sandbox, vm, why);
     });
+    // It may have died before anyone listened (a fork child waiting for its siblings).
+    if (!vm.alive) this.markBroken(sandbox, vm, vm.deathReason);
   }
 
   private markBroken(sandbox: Sandbox, vm: Vm, why: string): void {

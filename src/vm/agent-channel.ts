@@ -138,10 +138,13 @@ export class AgentChannel extends EventEmitter {
   }
 
   private onData(chunk: string): void {
+    // Only the new chunk can hold a newline the old buffer did not: scan from there, so a
+    // guest sending one endless line costs linear, not quadratic, time.
+    const from = this.buffer.length;
     this.buffer += chunk;
     let start = 0;
-    let nl: number;
-    while ((nl = this.buffer.indexOf('\n', start)) >= 0) {
+    let nl = this.buffer.indexOf('\n', from);
+    for (; nl >= 0; nl = this.buffer.indexOf('\n', start)) {
       const line = this.buffer.slice(start, nl);
       start = nl + 1;
       this.onLine(line);
@@ -151,32 +154,35 @@ export class AgentChannel extends EventEmitter {
     if (this.buffer.length > 4 * 1024 * 1024) this.buffer = '';
   }
 
+  /**
+   * Everything from the guest is untrusted: code running as root in the VM can write to this
+   * channel. A malformed message is dropped; nothing it contains may throw here, since an
+   * exception in a socket handler would take hostd and every other sandbox down.
+   */
   private onLine(line: string): void {
-    let msg: GuestMessage;
+    let parsed: unknown;
     try {
-      msg = JSON.parse(line) as GuestMessage;
+      parsed = JSON.parse(line);
     } catch {
       return; // a torn line from before a restore, or noise before hello
     }
-    if (!this.synced) {
-      if (msg.op === 'hello' && this.helloWaiter && msg.nonce === this.helloWaiter.nonce) {
-        this.synced = true;
-        const waiter = this.helloWaiter;
-        this.helloWaiter = null;
-        waiter.resolve();
-      }
-      return;
-    }
-    const sink = typeof msg.id === 'number' ? this.sinks.get(msg.id) : undefined;
-    if (msg.op === 'out' && sink) {
-      sink.onOutput(msg.stream === 'stderr' ? 'stderr' : 'stdout', msg.data ?? '');
-    } else if (msg.op === 'exit' && sink && typeof msg.id === 'number') {
-      this.sinks.delete(msg.id);
-      sink.onExit(typeof msg.code === 'number' ? msg.code : -1);
-    } else if (msg.op === 'hello' && this.helloWaiter && msg.nonce === this.helloWaiter.nonce) {
+    if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return;
+    const msg = parsed as GuestMessage;
+    if (msg.op === 'hello' && this.helloWaiter && msg.nonce === this.helloWaiter.nonce) {
+      this.synced = true;
       const waiter = this.helloWaiter;
       this.helloWaiter = null;
       waiter.resolve();
+      return;
+    }
+    if (!this.synced || typeof msg.id !== 'number') return;
+    const sink = this.sinks.get(msg.id);
+    if (!sink) return;
+    if (msg.op === 'out' && typeof msg.data === 'string') {
+      sink.onOutput(msg.stream === 'stderr' ? 'stderr' : 'stdout', msg.data);
+    } else if (msg.op === 'exit') {
+      this.sinks.delete(msg.id);
+      sink.onExit(Number.isInteger(msg.code) ? (msg.code as number) : -1);
     }
   }
 

@@ -104,8 +104,11 @@ export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): strin
     ...(ram.kind === 'template'
       ? ['-kernel', spec.image.kernel, '-initrd', spec.image.initrd, '-append', kernelCmdline(spec)]
       : []),
+    // Appending, so that hostd can truncate the log when a guest floods its console.
+    '-chardev',
+    `file,id=console,path=${paths.consoleLog},append=on`,
     '-serial',
-    `file:${paths.consoleLog}`,
+    'chardev:console',
     '-device',
     'virtio-serial-device,max_ports=2',
     '-chardev',

@@ -112,15 +112,29 @@ export class QmpClient extends EventEmitter {
     this.emit('close');
   }
 
-  /** Runs one QMP command and resolves with its `return` value. */
-  execute(command: string, args?: Record<string, unknown>): Promise<unknown> {
+  /**
+   * Runs one QMP command and resolves with its `return` value. A QEMU whose monitor stops
+   * answering must not hold a sandbox's queue (or a pool refill) forever: after `timeoutMs`
+   * the command fails.
+   */
+  execute(command: string, args?: Record<string, unknown>, timeoutMs = 30_000): Promise<unknown> {
     if (this.closed) return Promise.reject(new QmpError(`${command}: QMP connection closed`));
     const id = String(this.nextId++);
     const payload = JSON.stringify(
       args ? { execute: command, arguments: args, id } : { execute: command, id },
     );
     return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject, command });
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new QmpError(`${command}: QEMU did not answer within ${timeoutMs} ms`));
+      }, timeoutMs);
+      const settle =
+        <T>(fn: (v: T) => void) =>
+        (v: T): void => {
+          clearTimeout(timer);
+          fn(v);
+        };
+      this.pending.set(id, { resolve: settle(resolve), reject: settle(reject), command });
       this.socket.write(payload + '\n');
     });
   }

@@ -5,7 +5,7 @@
  * price is one image's worth of tmpfs per template.
  */
 import { execFile } from 'node:child_process';
-import { chown, rename, rm } from 'node:fs/promises';
+import { lchown, rename, rm } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { randomBytes } from 'node:crypto';
 import { dirname, join } from 'node:path';
@@ -50,7 +50,7 @@ export class SpareCopies {
     void (async () => {
       try {
         await run('cp', ['--sparse=always', base, path]);
-        if (this.owner) await chown(path, this.owner.uid, this.owner.gid);
+        if (this.owner) await lchown(path, this.owner.uid, this.owner.gid);
         if (this.closed) await rm(path, { force: true });
         else this.ready.set(base, path);
       } catch {

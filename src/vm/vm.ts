@@ -9,7 +9,7 @@
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { statSync } from 'node:fs';
-import { chown, mkdir, open, readFile, rm, stat } from 'node:fs/promises';
+import { chown, lchown, mkdir, open, rm, stat } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { EventEmitter } from 'node:events';
@@ -19,6 +19,7 @@ import { qemuArgs, type MachineSpec, type RamMode, type VmPaths } from './qemu-a
 import { sendStream } from './migration.js';
 import { MemImage } from './mem-image.js';
 import { copyWrittenPages } from './page-delta.js';
+import { readBounded, readTail, truncateIfOver } from './safe-files.js';
 import type { SpareCopies } from './spare-copies.js';
 
 const run = promisify(execFile);
@@ -73,6 +74,7 @@ export class Vm extends EventEmitter {
   /** The image this VM's RAM is a private copy-on-write mapping of (null for a template). */
   private base: MemImage | null = null;
   private exited = false;
+  private consoleCap: NodeJS.Timeout | undefined;
   private exitInfo = '';
   private destroyed = false;
   private readonly exitPromise: Promise<void>;
@@ -203,7 +205,7 @@ export class Vm extends EventEmitter {
     try {
       if (!(await this.host.spares?.take(base.path, memPath))) {
         await run('cp', ['--sparse=always', base.path, memPath]);
-        if (this.host.owner) await chown(memPath, this.host.owner.uid, this.host.owner.gid);
+        if (this.host.owner) await lchown(memPath, this.host.owner.uid, this.host.owner.gid);
       }
       await qmp.execute('stop');
       try {
@@ -228,6 +230,7 @@ export class Vm extends EventEmitter {
     this.destroyed = true;
     this.agent?.close(reason);
     this.qmp?.close();
+    clearInterval(this.consoleCap);
     if (this.proc && !this.exited) this.proc.kill('SIGKILL');
     else this.resolveExit();
     await this.exitPromise;
@@ -238,13 +241,8 @@ export class Vm extends EventEmitter {
 
   /** Last lines of the guest console (kernel and init messages) plus QEMU's stderr. */
   async logTail(lines = 30): Promise<string> {
-    const read = async (p: string): Promise<string> => {
-      try {
-        return (await readFile(p, 'utf8')).split('\n').slice(-lines).join('\n');
-      } catch {
-        return '';
-      }
-    };
+    const read = async (p: string): Promise<string> =>
+      (await readTail(p, 64 * 1024)).toString('utf8').split('\n').slice(-lines).join('\n');
     const [consoleTail, qemuTail] = await Promise.all([
       read(this.paths.consoleLog),
       read(join(this.dir, 'qemu.log')),
@@ -270,6 +268,19 @@ export class Vm extends EventEmitter {
   private async start(ram: RamMode, deadline: number): Promise<void> {
     await mkdir(this.dir, { recursive: true, mode: 0o700 });
     if (this.host.owner) await chown(this.dir, this.host.owner.uid, this.host.owner.gid);
+    if (ram.kind === 'template' && this.host.owner) {
+      // hostd creates the template's RAM file, so QEMU's account needs no right to create
+      // files among the images (where it could plant links for hostd to follow).
+      const fh = await open(ram.memPath, 'wx', 0o600);
+      await fh.chown(this.host.owner.uid, this.host.owner.gid);
+      await fh.close();
+    }
+    // A guest writing to its console without end must not fill host memory (tmpfs).
+    this.consoleCap = setInterval(
+      () => void truncateIfOver(this.paths.consoleLog, 1024 * 1024),
+      10_000,
+    );
+    this.consoleCap.unref();
     const log = await open(join(this.dir, 'qemu.log'), 'w');
     const args = qemuArgs(this.spec, this.paths, ram);
     const [cmd, ...pre] = [...this.host.launcher, this.host.qemuBinary];
@@ -341,7 +352,7 @@ export class Vm extends EventEmitter {
   private async saveDeviceState(): Promise<Buffer> {
     const file = join(this.dir, 'device.state');
     await this.requireQmp().execute('xen-save-devices-state', { filename: file, live: false });
-    const state = await readFile(file);
+    const state = await readBounded(file, 64 * 1024 * 1024);
     await rm(file, { force: true });
     return state;
   }

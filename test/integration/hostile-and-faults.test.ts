@@ -113,6 +113,28 @@ describe('hostile code', () => {
     }
   });
 
+  test('malformed messages forged on the agent channel by guest root are ignored', async () => {
+    await withSandbox(hostd, async (id) => {
+      await run(hostd, id, 'mark = "intact"');
+      // Steal the agent's port descriptor (guest code is root) and write garbage to hostd.
+      const forge = [
+        'import ctypes, os, subprocess',
+        'pid = int(subprocess.check_output(["pgrep", "-f", "opt/hostd/agent.py"]).split()[0])',
+        'fds = os.listdir(f"/proc/{pid}/fd")',
+        'n = next(int(f) for f in fds if os.readlink(f"/proc/{pid}/fd/{f}").startswith("/dev/vport"))',
+        'libc = ctypes.CDLL(None, use_errno=True)',
+        'fd = libc.syscall(438, os.pidfd_open(pid), n, 0)  # pidfd_getfd',
+        'assert fd >= 0, ctypes.get_errno()',
+        'os.write(fd, b\'null\\n[1]\\n"x"\\n{"op":"out","id":"1"}\\n{"op":"out","id":1,"data":5}\\n{"op":"exit","id":null}\\n\')',
+        'print("forged")',
+      ].join('\n');
+      const r = await run(hostd, id, forge);
+      assert.match(r.stdout + r.stderr, /forged/);
+      assert.equal((await hostd.request('GET', '/v1/healthz')).status, 200, 'hostd survived');
+      assert.equal((await run(hostd, id, 'print(mark)')).stdout, 'intact\n');
+    });
+  });
+
   test('the guest has no network and no view of the host', async () => {
     await withSandbox(hostd, async (id) => {
       const links = await run(hostd, id, 'ls /sys/class/net', { language: 'bash' });
