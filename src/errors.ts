@@ -73,11 +73,6 @@ export function fail(kind: ErrorKindName, message: string, cause?: unknown): Hos
   return new HostdError(ErrorKinds[kind], message, cause === undefined ? undefined : { cause });
 }
 
-/** True when `err` is a HostdError of the given kind. */
-export function isKind(err: unknown, kind: ErrorKindName): err is HostdError {
-  return err instanceof HostdError && err.kind === ErrorKinds[kind];
-}
-
 /** Wraps anything thrown into a HostdError, keeping HostdErrors as they are. */
 export function toHostdError(err: unknown): HostdError {
   if (err instanceof HostdError) return err;

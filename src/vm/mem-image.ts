@@ -24,8 +24,4 @@ export class MemImage {
       void rm(this.path, { force: true });
     }
   }
-
-  get users(): number {
-    return this.refs;
-  }
 }

@@ -9,7 +9,7 @@
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { statSync } from 'node:fs';
-import { chown, lchown, mkdir, open, rm, stat } from 'node:fs/promises';
+import { chown, lchown, mkdir, open, rm } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { EventEmitter } from 'node:events';
@@ -260,11 +260,6 @@ export class Vm extends EventEmitter {
     }
   }
 
-  /** Resident set of the QEMU process, for metrics and benchmarks. */
-  get pid(): number | undefined {
-    return this.proc?.pid;
-  }
-
   private async start(ram: RamMode, deadline: number): Promise<void> {
     await mkdir(this.dir, { recursive: true, mode: 0o700 });
     if (this.host.owner) await chown(this.dir, this.host.owner.uid, this.host.owner.gid);
@@ -368,10 +363,4 @@ export class Vm extends EventEmitter {
     const message = err instanceof Error ? err.message : String(err);
     return new VmError(`VM failed to start: ${message}`, tail);
   }
-}
-
-/** Bytes of a tmpfs file actually allocated (its holes cost nothing). */
-export async function allocatedBytes(path: string): Promise<number> {
-  const st = await stat(path);
-  return st.blocks * 512;
 }
