@@ -109,7 +109,7 @@ fi
 step "examples"
 if [ -z "${SERVICE_HOSTD_URL:-}" ]; then
   echo "skipped: SERVICE_HOSTD_URL is not set"
-  skipped=$((skipped + 3))
+  skipped=$((skipped + 6))
 elif [ "$built" != 1 ]; then
   echo "skipped: the TypeScript SDK did not build"
   fail_step "examples (no build)"
@@ -118,8 +118,13 @@ else
   mkdir -p "$work/bin"
   printf '#!/bin/sh\nexec node "%s" "$@"\n' "$TS/dist/src/cli.js" >"$work/bin/sbx"
   chmod +x "$work/bin/sbx"
-  for example in quickstart.mjs quickstart.py quickstart.sh; do
+  # readme.mjs imports '@hostd/sdk' as the root README shows it: run it from inside the
+  # package, where that name resolves to this checkout by self-reference.
+  cp examples/readme.mjs "$TS/dist/readme-root.mjs"
+  for example in quickstart.mjs quickstart.py quickstart.sh readme.mjs readme.py readme.sh; do
     case $example in
+      readme.mjs) cmd=(node "$TS/dist/readme-root.mjs") ;;
+      readme.py) cmd=(env "PYTHONPATH=$ROOT/sdk/python" python3 "examples/$example") ;;
       *.mjs) cmd=(node "examples/$example") ;;
       *.py) cmd=(python3 "examples/$example") ;;
       *.sh) cmd=(bash "examples/$example") ;;

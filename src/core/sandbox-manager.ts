@@ -297,6 +297,11 @@ export class SandboxManager {
   }
 
   private ensureUsable(sandbox: Sandbox): void {
+    // The VM may be gone before its death was reported (the channel closes a moment before
+    // QEMU's exit is seen): judge by its state, not only by events.
+    if (!sandbox.brokenReason && !sandbox.vm.alive) {
+      this.markBroken(sandbox, sandbox.vm, sandbox.vm.deathReason);
+    }
     if (sandbox.brokenReason) {
       throw fail(
         'executorError',
