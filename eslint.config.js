@@ -5,6 +5,11 @@ import tseslint from 'typescript-eslint';
 export default tseslint.config(
   { ignores: ['dist/**', 'node_modules/**', 'sdk/**/dist/**', 'bench/results/**'] },
   js.configs.recommended,
+  {
+    // Plain Node scripts (examples): Node's globals.
+    files: ['examples/**/*.mjs'],
+    languageOptions: { globals: { console: 'readonly', process: 'readonly' } },
+  },
   ...tseslint.configs.recommended,
   {
     rules: {
