@@ -4,7 +4,6 @@
 // deletes everything. Reads SERVICE_HOSTD_URL and SERVICE_API_KEY; exits non-zero on failure.
 //
 //   node examples/quickstart.mjs
-/* global console */
 import { Sandbox } from '../sdk/typescript/dist/src/index.js';
 
 function check(condition, message) {
