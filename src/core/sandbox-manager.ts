@@ -36,6 +36,8 @@ export interface ExecRequest {
 
 export const MAX_FORK = 32;
 
+const secondsSince = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1e9;
+
 export class SandboxManager {
   private readonly sandboxes = new Map<string, Sandbox>();
   private readonly pools = new Map<string, TemplatePool>();
@@ -119,7 +121,7 @@ export class SandboxManager {
       throw fail('shuttingDown', 'hostd is shutting down');
     }
     const sandbox = this.adopt(taken.vm, name, null);
-    this.observer.created?.(taken.hit, Number(process.hrtime.bigint() - started) / 1e9);
+    this.observer.created?.(taken.hit, secondsSince(started));
     return sandbox;
   }
 
@@ -144,14 +146,14 @@ export class SandboxManager {
     void run.done.then(() => {
       sandbox.touch();
       release();
-      this.observer.execFinished?.(Number(process.hrtime.bigint() - started) / 1e9);
+      this.observer.execFinished?.(secondsSince(started));
     });
     return run;
   }
 
   /**
    * Forks `id` into n copy-on-write children, all or nothing. Waits its turn like an exec;
-   * the parent pauses only for the final copy of the live migration and then runs on.
+   * the parent pauses only while its device state and written pages are copied.
    */
   async fork(id: string, n: number): Promise<Sandbox[]> {
     if (!Number.isInteger(n) || n < 1 || n > MAX_FORK) {
@@ -174,7 +176,7 @@ export class SandboxManager {
             throw fail('sandboxNotFound', `sandbox ${id} was deleted`);
           throw this.vmStartError(err, 'could not capture the parent state');
         });
-        const snapshotMs = Number(process.hrtime.bigint() - started) / 1e6;
+        const snapshotMs = secondsSince(started) * 1000;
         // Each child holds its own reference to the fork image; the last to go deletes it.
         const results = await Promise.allSettled(
           Array.from({ length: n }, () => Vm.restore(this.host, snapshot)),
@@ -189,7 +191,7 @@ export class SandboxManager {
         }
         const children = vms.map((vm) => this.adopt(vm, sandbox.template, sandbox.id));
         sandbox.touch();
-        const totalMs = Number(process.hrtime.bigint() - started) / 1e6;
+        const totalMs = secondsSince(started) * 1000;
         this.log.info(
           {
             parent: sandbox.id,
@@ -199,7 +201,7 @@ export class SandboxManager {
           },
           'forked',
         );
-        this.observer.forked?.(n, Number(process.hrtime.bigint() - started) / 1e9);
+        this.observer.forked?.(n, secondsSince(started));
         return children;
       } finally {
         this.reserved -= n;

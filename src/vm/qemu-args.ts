@@ -3,11 +3,11 @@
  *
  * Every VM of a template uses the exact same machine and devices: a snapshot restores only
  * into an identical machine. The one thing that varies is how guest RAM is backed:
- * - `template`: RAM is a shared mapping of a tmpfs file (share=on); its snapshot then holds
- *   only device state, because migration with x-ignore-shared skips shared RAM.
+ * - `template`: RAM is a shared mapping of a tmpfs file (share=on), so once the VM is stopped
+ *   the file is the RAM and the snapshot needs only the device state (xen-save-devices-state).
  * - `clone`: a private copy-on-write mapping (share=off) of an immutable image file, restored
- *   from a device-state file. Pages the clone writes are its own; the rest stay shared.
-
+ *   from that device state. Pages the clone writes are its own; the rest stay shared.
+ *
  * A fork point becomes a new immutable image by copying a clone's base file and the pages the
  * clone wrote (vm/page-delta.ts); its children are clones of that image.
  */

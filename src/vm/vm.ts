@@ -115,7 +115,7 @@ export class Vm extends EventEmitter {
       const deadline = Date.now() + RESTORE_TIMEOUT_MS;
       await vm.start({ kind: 'clone', memPath: snapshot.image.path }, deadline);
       await vm.incoming(snapshot.deviceState, deadline);
-      await vm.qmp!.execute('cont');
+      await vm.requireQmp().execute('cont');
       await vm.connectAgent(deadline, HELLO_TIMEOUT_MS);
       return vm;
     } catch (err) {
@@ -315,12 +315,12 @@ export class Vm extends EventEmitter {
     await agent.hello(helloTimeoutMs);
   }
 
-  /** Restores device state into a QEMU started with `-incoming defer`. */
+  /**
+   * Restores device state into a QEMU started with `-incoming defer`. The stream has no RAM
+   * section (xen-save-devices-state writes none), so RAM stays what the image file holds.
+   */
   private async incoming(deviceState: Buffer, deadline: number): Promise<void> {
     const qmp = this.requireQmp();
-    await qmp.execute('migrate-set-capabilities', {
-      capabilities: [{ capability: 'x-ignore-shared', state: true }],
-    });
     const sock = join(this.dir, 'in.sock');
     await qmp.execute('migrate-incoming', { uri: `unix:${sock}` });
     await sendStream(sock, deviceState, deadline);
