@@ -10,7 +10,7 @@ import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { startHostd, type Hostd } from '../test/helpers/hostd.js';
+import { sandboxQemuPid, startHostd, type Hostd } from '../test/helpers/hostd.js';
 import { findProcessesUsing } from '../src/state-dir.js';
 import { runSoak } from './soak.js';
 
@@ -265,12 +265,7 @@ async function forkMemory(c: Client, hostd: Hostd): Promise<Results> {
     return m;
   };
   const before = await qemuPss();
-  const parentPid = [...before.keys()].find((pid) => {
-    const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
-    const vm = [...hostd.logs].reverse().find((l) => l.includes('"sandbox ready"'))!;
-    return cmd.includes(`/${(JSON.parse(vm) as { vm: string }).vm}/`);
-  });
-  const fullCopy = parentPid ? rssMib(parentPid) : NaN;
+  const fullCopy = rssMib(await sandboxQemuPid(hostd, parent));
   const res = await call(c, 'POST', `/v1/sandboxes/${parent}/fork`, { n: 32 });
   const children = ((await res.json()) as { children: { id: string }[] }).children;
   // 32 live children run code at the same time.
