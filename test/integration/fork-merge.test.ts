@@ -4,12 +4,14 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import {
   createSandbox,
   nothingLeft,
   reportFailure,
   run,
+  sandboxQemuPid,
   startHostd,
   type Hostd,
 } from '../helpers/hostd.js';
@@ -291,19 +293,18 @@ describe('merge', () => {
 
   test("the parent's old VM is destroyed and its memory freed", async () => {
     await scenario(async (parent, track) => {
-      const { findProcessesUsing } = await import('../../src/state-dir.js');
       const [winner] = track(await fork(parent, 1));
-      const before = (await findProcessesUsing(hostd.stateDir)).length;
+      const oldPid = await sandboxQemuPid(hostd, parent);
       assert.equal(
         (await hostd.request('POST', `/v1/sandboxes/${parent}/merge_into/${winner}`)).status,
         200,
       );
-      let afterCount = before;
-      for (let i = 0; i < 50 && afterCount >= before; i++) {
+      let alive = true;
+      for (let i = 0; i < 50 && alive; i++) {
         await new Promise((r) => setTimeout(r, 100));
-        afterCount = (await findProcessesUsing(hostd.stateDir)).length;
+        alive = existsSync(`/proc/${oldPid}`);
       }
-      assert.ok(afterCount < before, `QEMU processes ${before} -> ${afterCount}`);
+      assert.equal(alive, false, `the old QEMU (pid ${oldPid}) still runs`);
     });
   });
 
