@@ -15,8 +15,9 @@ Threads, and why there are three:
             channel synchronously, once per loop round: when the host stops reading, the
             executor blocks, stops reading the pipes, and the producers block on full pipes.
             Memory stays bounded with no queue at all.
-  control   writes the main thread's replies (hello, pong, error) so that they never make
-            the main thread wait behind backpressured output.
+  control   writes the main thread's replies (pong, error) so that they never make the
+            main thread wait behind backpressured output. (hello is written directly: see
+            on_hello.)
 (Plus a short-lived timer thread per Python cancel, for the SIGINT -> SIGKILL escalation.)
 """
 
@@ -524,8 +525,12 @@ class Agent:
             # cell runs: riding on the exec command, the request can neither be lost nor
             # make this thread wait for the worker.
             self.reseed_worker = True
-        self.channel.send_control({"op": "hello", "nonce": nonce, "pid": os.getpid(),
-                                   "python": PYTHON_VERSION})
+        # Written from this thread, not through the control writer: a hello comes right after a
+        # restore, when nothing else writes and the host reads, and under TCG every first run
+        # of code is translated anew in each restored VM: a thread hand-off costs a fork child
+        # ~10 ms of CPU before it can answer.
+        self.channel.write([encode({"op": "hello", "nonce": nonce, "pid": os.getpid(),
+                                    "python": PYTHON_VERSION})])
 
     @staticmethod
     def set_clock(time_ns):
@@ -535,16 +540,19 @@ class Agent:
         except (TypeError, ValueError, OSError) as e:
             log("cannot set the clock:", e)
 
-    @staticmethod
-    def reseed_kernel(seed):
+    _urandom_fd = None
+
+    @classmethod
+    def reseed_kernel(cls, seed):
         try:
             raw = bytes.fromhex(seed)
-            fd = os.open("/dev/urandom", os.O_WRONLY)
-            try:
-                fcntl.ioctl(fd, RNDADDENTROPY, struct.pack("ii", len(raw) * 8, len(raw)) + raw)
-                fcntl.ioctl(fd, RNDRESEEDCRNG)
-            finally:
-                os.close(fd)
+            # Opened once, before the template is frozen, so a restore does not walk the path
+            # again (first runs of kernel code are what a restore pays for under TCG).
+            if cls._urandom_fd is None:
+                cls._urandom_fd = os.open("/dev/urandom", os.O_WRONLY | os.O_CLOEXEC)
+            fd = cls._urandom_fd
+            fcntl.ioctl(fd, RNDADDENTROPY, struct.pack("ii", len(raw) * 8, len(raw)) + raw)
+            fcntl.ioctl(fd, RNDRESEEDCRNG)
         except (TypeError, ValueError, OSError) as e:
             log("cannot reseed the kernel RNG:", e)
 

@@ -54,7 +54,11 @@ export SOURCE_DATE_EPOCH=1704067200
 #   mitigations=off    no Spectre/Meltdown mitigations: inside the sandbox VM every process is
 #                      root anyway, so they guard no boundary; the VM is the boundary
 #   nowatchdog         no lockup detector: a starved or paused-and-restored vCPU trips it
-CMDLINE="console=ttyS0 quiet panic=-1 tsc=reliable no_timer_check cryptomgr.notests init_on_alloc=0 mitigations=off nowatchdog"
+#   psi=0, sysctl.vm.compaction_proactiveness=0
+#                      no pressure accounting and no background compaction: periodic kernel
+#                      work that every restored VM would otherwise run (and, under TCG,
+#                      translate) before it answers; nothing in the guest reads them
+CMDLINE="console=ttyS0 quiet panic=-1 tsc=reliable no_timer_check cryptomgr.notests init_on_alloc=0 mitigations=off nowatchdog psi=0 sysctl.vm.compaction_proactiveness=0"
 # Under TCG the kernel cannot reliably calibrate the TSC against microvm's emulated PIT (most
 # boots fail it and then hang with no timer), so hostd must append this, filled with the host's
 # TSC frequency (TCG's guest TSC is the host TSC; /proc/cpuinfo "cpu MHz" on a VM host), and
