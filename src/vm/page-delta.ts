@@ -7,12 +7,17 @@
  * plus these pages reproduces the clone's RAM exactly, at the cost of the pages written rather
  * than of the whole RAM (QEMU's own migration copies all of it, at about 100 MB/s under TCG).
  */
-import { open, readFile } from 'node:fs/promises';
+import { closeSync, openSync, readSync, writeSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 
 const PAGE = 4096;
-const PRESENT = 1n << 63n;
-const SWAPPED = 1n << 62n;
-const FILE_OR_SHARED = 1n << 61n;
+// Flags in the high 32-bit half of a pagemap entry (bits 63, 62, 61 of the 64-bit entry).
+const PRESENT = 1 << 31;
+const SWAPPED = 1 << 30;
+const FILE_OR_SHARED = 1 << 29;
+/** Bytes copied between two yields to the event loop. */
+const SLICE_BYTES = 8 * 1024 * 1024;
 
 /** Start address of the mapping of `path` of exactly `bytes` in process `pid`. */
 export async function findMapping(pid: number, path: string, bytes: number): Promise<bigint> {
@@ -33,8 +38,9 @@ export function writtenRuns(pagemap: Buffer): Array<[number, number]> {
   const pages = pagemap.length / 8;
   let runStart = -1;
   for (let i = 0; i < pages; i++) {
-    const e = pagemap.readBigUInt64LE(i * 8);
-    const written = ((e & PRESENT) !== 0n && (e & FILE_OR_SHARED) === 0n) || (e & SWAPPED) !== 0n;
+    const high = pagemap.readUInt32LE(i * 8 + 4);
+    const written =
+      ((high & PRESENT) !== 0 && (high & FILE_OR_SHARED) === 0) || (high & SWAPPED) !== 0;
     if (written && runStart < 0) runStart = i;
     if (!written && runStart >= 0) {
       runs.push([runStart, i - runStart]);
@@ -48,6 +54,10 @@ export function writtenRuns(pagemap: Buffer): Array<[number, number]> {
 /**
  * Copies every page process `pid` has written in its private mapping of `basePath` into the
  * same offsets of `target` (a copy of the base). The process must be paused. Returns bytes copied.
+ *
+ * Synchronous reads and writes, in slices between which the event loop runs: the guest is
+ * paused meanwhile, and a thread-pool round trip per run of pages (hundreds of runs) made a
+ * 9 MiB copy take 120 ms instead of ~10.
  */
 export async function copyWrittenPages(
   pid: number,
@@ -55,35 +65,40 @@ export async function copyWrittenPages(
   bytes: number,
   target: string,
 ): Promise<number> {
-  const start = await findMapping(pid, basePath, bytes);
-  const pagemap = await open(`/proc/${pid}/pagemap`, 'r');
+  const start = Number(await findMapping(pid, basePath, bytes));
   const table = Buffer.alloc((bytes / PAGE) * 8);
+  const pagemap = openSync(`/proc/${pid}/pagemap`, 'r');
   try {
-    await pagemap.read(table, 0, table.length, Number((start / BigInt(PAGE)) * 8n));
+    const got = readSync(pagemap, table, 0, table.length, (start / PAGE) * 8);
+    if (got !== table.length) throw new Error(`short read of the pagemap of process ${pid}`);
   } finally {
-    await pagemap.close();
+    closeSync(pagemap);
   }
-  const runs = writtenRuns(table);
-  const mem = await open(`/proc/${pid}/mem`, 'r');
-  const out = await open(target, 'r+');
+  const mem = openSync(`/proc/${pid}/mem`, 'r');
+  const out = openSync(target, 'r+');
   const chunk = Buffer.alloc(4 * 1024 * 1024);
   let copied = 0;
+  let sinceYield = 0;
   try {
-    for (const [first, count] of runs) {
+    for (const [first, count] of writtenRuns(table)) {
       for (let done = 0; done < count;) {
         const n = Math.min(count - done, chunk.length / PAGE);
         const offset = (first + done) * PAGE;
-        const { bytesRead } = await mem.read(chunk, 0, n * PAGE, Number(start) + offset);
-        if (bytesRead !== n * PAGE)
-          throw new Error(`short read of guest RAM at page ${first + done}`);
-        await out.write(chunk, 0, n * PAGE, offset);
+        const got = readSync(mem, chunk, 0, n * PAGE, start + offset);
+        if (got !== n * PAGE) throw new Error(`short read of guest RAM at page ${first + done}`);
+        writeSync(out, chunk, 0, n * PAGE, offset);
         copied += n * PAGE;
+        sinceYield += n * PAGE;
         done += n;
+        if (sinceYield >= SLICE_BYTES) {
+          sinceYield = 0;
+          await yieldToEventLoop();
+        }
       }
     }
   } finally {
-    await mem.close();
-    await out.close();
+    closeSync(mem);
+    closeSync(out);
   }
   return copied;
 }
