@@ -38,6 +38,8 @@ export interface Config {
   readonly minFreeMib: number;
   /** Output (bytes of event data) one exec may produce before it is interrupted. */
   readonly maxExecOutputBytes: number;
+  /** Most QEMUs started ahead per template for forks (vm/spare-copies.ts); 0: none. */
+  readonly forkStandbyMax: number;
   readonly logLevel: string;
   readonly qemuBinary: string;
   /** Account QEMU runs as when hostd is root (SERVICE_VM_USER, default hostd-vm). */
@@ -147,6 +149,7 @@ export function loadConfig(env: Env = process.env): Config {
     maxQueuedExecs: intVar(env, 'SERVICE_MAX_QUEUED_EXECS', 64, 1, 100000),
     idleTimeoutS: intVar(env, 'SERVICE_IDLE_TIMEOUT_S', 3600, 0, 30 * 24 * 3600),
     minFreeMib: intVar(env, 'SERVICE_MIN_FREE_MIB', 256, 0, 1 << 30),
+    forkStandbyMax: intVar(env, 'SERVICE_FORK_STANDBY_MAX', 32, 0, 32),
     maxExecOutputBytes: intVar(
       env,
       'SERVICE_MAX_EXEC_OUTPUT_BYTES',

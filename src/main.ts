@@ -100,7 +100,10 @@ async function main(): Promise<void> {
       vmsDir: join(config.stateDir, 'vms'),
       launcher: launcher(vmUser),
       ...(vmUser ? { owner: { uid: vmUser.uid, gid: vmUser.gid } } : {}),
-      spares: new SpareCopies(vmUser ? { uid: vmUser.uid, gid: vmUser.gid } : undefined),
+      spares: new SpareCopies(
+        vmUser ? { uid: vmUser.uid, gid: vmUser.gid } : undefined,
+        config.forkStandbyMax,
+      ),
     },
     specFor,
     log,

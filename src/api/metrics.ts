@@ -41,6 +41,22 @@ export function createMetrics(info: { accel: string; version: string }): Metrics
       for (const s of manager?.poolStats() ?? []) this.set({ template: s.template }, s.ready);
     },
   });
+  new Gauge({
+    name: 'hostd_fork_standby_vms',
+    help: 'QEMU processes started ahead on a copy of a template image, waiting for forks.',
+    registers: [registry],
+    collect() {
+      this.set(manager?.forkStandby().vms ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'hostd_fork_standby_filling',
+    help: '1 while hostd is copying a template image or starting standby QEMUs for forks.',
+    registers: [registry],
+    collect() {
+      this.set(manager?.forkStandby().filling ? 1 : 0);
+    },
+  });
   const execSeconds = new Histogram({
     name: 'hostd_exec_duration_seconds',
     help: 'Wall time of execs from start to exit on the VM.',

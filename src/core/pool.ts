@@ -40,7 +40,7 @@ export class TemplatePool {
     const started = Date.now();
     const vm = await Vm.bootTemplate(this.host, this.spec, this.memPath);
     this.snapshot = await vm.freezeAsTemplate(this.memPath);
-    this.host.spares?.register(this.memPath);
+    this.host.spares?.register(this.host, this.memPath, this.spec);
     this.bootMs = Date.now() - started;
     this.log.info(
       {

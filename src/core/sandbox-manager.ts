@@ -84,6 +84,12 @@ export class SandboxManager {
     return [...this.pools.values()].map((p) => p.stats());
   }
 
+  /** QEMUs started ahead for forks, and whether more are being started (vm/spare-copies.ts). */
+  forkStandby(): { vms: number; filling: boolean } {
+    const spares = this.host.spares;
+    return { vms: spares?.standingBy ?? 0, filling: spares?.filling ?? false };
+  }
+
   get count(): number {
     return this.sandboxes.size;
   }
@@ -171,7 +177,7 @@ export class SandboxManager {
       this.ensureResources(n, sandbox.vm.imageMib());
       this.reserved += n;
       try {
-        const snapshot = await sandbox.vm.snapshot(memPath).catch((err: unknown) => {
+        const snapshot = await sandbox.vm.snapshot(memPath, n).catch((err: unknown) => {
           if (this.sandboxes.get(id) !== sandbox)
             throw fail('sandboxNotFound', `sandbox ${id} was deleted`);
           throw this.vmStartError(err, 'could not capture the parent state');
@@ -180,7 +186,10 @@ export class SandboxManager {
         // Each child holds its own reference to the fork image; the last to go deletes it.
         const results = await Promise.allSettled(
           Array.from({ length: n }, () => Vm.restore(this.host, snapshot)),
-        ).finally(() => snapshot.image.release());
+        ).finally(() => {
+          snapshot.image.release();
+          for (const vm of snapshot.standby?.splice(0) ?? []) void vm.destroy();
+        });
         const vms = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
         const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
         if (failure || this.shuttingDown) {
@@ -205,6 +214,7 @@ export class SandboxManager {
         return children;
       } finally {
         this.reserved -= n;
+        this.host.spares?.refill();
       }
     } finally {
       release();

@@ -1,63 +1,155 @@
 /**
- * Ready-made copies of template images. A fork starts by copying its parent's base image
- * (hundreds of MB, a few hundred ms); most parents are restored from a template, so keeping
- * one copy of each template image ready takes that copy off the fork's critical path. The
- * price is one image's worth of tmpfs per template.
+ * Ready-made starts for forks. A fork of a sandbox restored from a template needs a copy of the
+ * template image (hundreds of MB, a few hundred ms) and one new QEMU per child (~35 ms of CPU
+ * each, most of it exec and dynamic linking). For each template, one copy is kept ready, with
+ * QEMU processes already started on it and waiting for a device state (`Vm.standby`). A fork
+ * takes the set, writes its parent's pages into the copy, and resumes up to n of them.
+ *
+ * How many QEMUs wait follows the largest of the template's last few forks (at most
+ * `maxStandby`): each costs ~15 MiB of host memory and no CPU while it waits. The ones a fork
+ * does not use are bound to that fork's image and are stopped. The price of the copy itself is
+ * one image's worth of tmpfs per template.
  */
 import { execFile } from 'node:child_process';
 import { lchown, rename, rm } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { randomBytes } from 'node:crypto';
 import { dirname, join } from 'node:path';
+import type { MachineSpec } from './qemu-args.js';
+import { Vm, type VmHost } from './vm.js';
 
 const run = promisify(execFile);
 
+/** Forks remembered per template to size its standby set. */
+const RECENT_FORKS = 8;
+
+interface Spare {
+  readonly path: string;
+  readonly vms: Vm[];
+  taken: boolean;
+}
+
+interface Base {
+  readonly host: VmHost;
+  readonly spec: MachineSpec;
+  recent: number[];
+  ready: Spare | null;
+  /** The copy (and its QEMUs) being made, if any. */
+  making: Promise<void> | null;
+}
+
 export class SpareCopies {
-  private readonly ready = new Map<string, string>();
-  private readonly making = new Set<string>();
+  private readonly bases = new Map<string, Base>();
   private closed = false;
 
-  constructor(private readonly owner?: { uid: number; gid: number }) {}
+  constructor(
+    private readonly owner?: { uid: number; gid: number },
+    /** Most QEMUs kept waiting per template; 0 keeps only the copy. */
+    private readonly maxStandby = 32,
+  ) {}
 
-  /** Keeps a copy of `base` ready from now on. */
-  register(base: string): void {
+  /** Keeps a copy of the template image `base` (a machine `spec`) ready from now on. */
+  register(host: VmHost, base: string, spec: MachineSpec): void {
+    this.bases.set(base, { host, spec, recent: [], ready: null, making: null });
     this.make(base);
   }
 
   /**
-   * Moves a ready copy of `base` to `target` and starts making the next one. Returns false when
-   * none is ready (the caller copies itself).
+   * Moves the ready copy of `base` to `target` for a fork into `children` VMs, and returns the
+   * QEMUs waiting on it (maybe none). Returns null when no copy is ready: the caller copies
+   * itself. Call `refill` once the fork is over.
    */
-  async take(base: string, target: string): Promise<boolean> {
-    const spare = this.ready.get(base);
-    if (!spare) return false;
-    this.ready.delete(base);
-    await rename(spare, target);
-    this.make(base);
-    return true;
+  async take(base: string, target: string, children: number): Promise<Vm[] | null> {
+    const b = this.bases.get(base);
+    if (!b) return null;
+    b.recent = [...b.recent.slice(1 - RECENT_FORKS), children];
+    const spare = b.ready;
+    if (!spare) return null;
+    b.ready = null;
+    spare.taken = true;
+    const vms = spare.vms.splice(0);
+    try {
+      await rename(spare.path, target);
+    } catch {
+      await Promise.all(vms.map((vm) => vm.destroy()));
+      await rm(spare.path, { force: true });
+      return null;
+    }
+    return vms;
+  }
+
+  /** Starts making the copies (and waiting QEMUs) that forks took. */
+  refill(): void {
+    for (const base of this.bases.keys()) this.make(base);
+  }
+
+  /** QEMUs waiting, over all templates (a metric). */
+  get standingBy(): number {
+    let n = 0;
+    for (const b of this.bases.values())
+      n += b.ready?.vms.filter((vm) => vm.standingBy).length ?? 0;
+    return n;
+  }
+
+  /** True while a copy or its QEMUs are being made (the benchmark waits for the end). */
+  get filling(): boolean {
+    return [...this.bases.values()].some((b) => b.making !== null);
   }
 
   async close(): Promise<void> {
     this.closed = true;
-    await Promise.all([...this.ready.values()].map((p) => rm(p, { force: true })));
-    this.ready.clear();
+    await Promise.all([...this.bases.values()].map((b) => b.making));
+    const spares = [...this.bases.values()].flatMap((b) => (b.ready ? [b.ready] : []));
+    for (const b of this.bases.values()) b.ready = null;
+    await Promise.all(spares.map((s) => discard(s)));
   }
 
   private make(base: string): void {
-    if (this.closed || this.making.has(base) || this.ready.has(base)) return;
-    this.making.add(base);
-    const path = join(dirname(base), `spare-${randomBytes(6).toString('hex')}.mem`);
-    void (async () => {
-      try {
-        await run('cp', ['--sparse=always', base, path]);
-        if (this.owner) await lchown(path, this.owner.uid, this.owner.gid);
-        if (this.closed) await rm(path, { force: true });
-        else this.ready.set(base, path);
-      } catch {
-        await rm(path, { force: true });
-      } finally {
-        this.making.delete(base);
-      }
-    })();
+    const b = this.bases.get(base);
+    if (!b || this.closed || b.making || b.ready) return;
+    b.making = this.fill(b, base).finally(() => {
+      b.making = null;
+    });
   }
+
+  private async fill(b: Base, base: string): Promise<void> {
+    const spare: Spare = {
+      path: join(dirname(base), `spare-${randomBytes(6).toString('hex')}.mem`),
+      vms: [],
+      taken: false,
+    };
+    try {
+      await run('cp', ['--sparse=always', base, spare.path]);
+      if (this.owner) await lchown(spare.path, this.owner.uid, this.owner.gid);
+    } catch {
+      await rm(spare.path, { force: true });
+      return;
+    }
+    if (this.closed) {
+      await rm(spare.path, { force: true });
+      return;
+    }
+    b.ready = spare;
+    // One at a time, in the background: starting them all at once would compete for the CPU
+    // with the children of the fork that just ended.
+    const want = Math.min(this.maxStandby, Math.max(1, ...b.recent));
+    while (spare.vms.length < want && !spare.taken && !this.closed) {
+      let vm: Vm;
+      try {
+        vm = await Vm.standby(b.host, b.spec, spare.path);
+      } catch {
+        return; // the copy is still worth having; the next fork starts its own QEMUs
+      }
+      if (spare.taken || this.closed) {
+        await vm.destroy();
+        return;
+      }
+      spare.vms.push(vm);
+    }
+  }
+}
+
+async function discard(spare: Spare): Promise<void> {
+  await Promise.all(spare.vms.splice(0).map((vm) => vm.destroy()));
+  await rm(spare.path, { force: true });
 }

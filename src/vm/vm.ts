@@ -5,7 +5,7 @@
  * into a `Snapshot` (its RAM file + device state). Every sandbox VM is `Vm.restore`d from a
  * snapshot: a copy-on-write mapping of the RAM file, so it starts in ~100 ms instead of
  * seconds and costs only the pages it writes. Forking a running VM first turns its current
- * state into a new snapshot (`Vm.snapshotLive`), then restores children from it.
+ * state into a new snapshot (`Vm.snapshot`), then restores children from it.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { statSync } from 'node:fs';
@@ -32,6 +32,8 @@ export interface Snapshot {
   readonly image: MemImage;
   /** QEMU device state without RAM (xen-save-devices-state): about 8 KB. */
   readonly deviceState: Buffer;
+  /** QEMUs started on `image` and waiting for this device state; `restore` takes them first. */
+  readonly standby?: Vm[];
 }
 
 export interface VmHost {
@@ -77,6 +79,7 @@ export class Vm extends EventEmitter {
   private consoleCap: NodeJS.Timeout | undefined;
   private exitInfo = '';
   private destroyed = false;
+  private resumed = false;
   private readonly exitPromise: Promise<void>;
   private resolveExit!: () => void;
 
@@ -100,26 +103,64 @@ export class Vm extends EventEmitter {
     const vm = new Vm(host, spec);
     try {
       await vm.start({ kind: 'template', memPath }, Date.now() + BOOT_TIMEOUT_MS);
-      await vm.connectAgent(Date.now() + BOOT_TIMEOUT_MS, BOOT_TIMEOUT_MS);
+      await vm.connectAgent(Date.now() + BOOT_TIMEOUT_MS);
+      await vm.requireAgent().hello(BOOT_TIMEOUT_MS);
       return vm;
     } catch (err) {
       throw await vm.failStart(err);
     }
   }
 
-  /** Starts a copy-on-write clone of `snapshot` and waits until its agent answers. */
+  /**
+   * Starts a copy-on-write clone of `snapshot` and waits until its agent answers. Uses a QEMU
+   * already waiting on the snapshot's image (`snapshot.standby`) when there is one.
+   */
   static async restore(host: VmHost, snapshot: Snapshot): Promise<Vm> {
-    const vm = new Vm(host, snapshot.spec);
-    vm.base = snapshot.image.retain();
+    let vm: Vm | undefined;
+    while ((vm = snapshot.standby?.pop()) && !vm.standingBy) void vm.destroy();
+    vm ??= await Vm.standby(host, snapshot.spec, snapshot.image.path);
+    await vm.resume(snapshot);
+    return vm;
+  }
+
+  /**
+   * Starts QEMU on the RAM file `memPath` waiting for a device state (`-incoming defer`), with
+   * its agent socket connected. Such a QEMU has not touched guest RAM yet, so it resumes with
+   * whatever the file holds by then: a fork can start its children's QEMUs before it has
+   * written the parent's pages (vm/spare-copies.ts starts them before the fork is asked for).
+   */
+  static async standby(host: VmHost, spec: MachineSpec, memPath: string): Promise<Vm> {
+    const vm = new Vm(host, spec);
     try {
       const deadline = Date.now() + RESTORE_TIMEOUT_MS;
-      await vm.start({ kind: 'clone', memPath: snapshot.image.path }, deadline);
-      await vm.incoming(snapshot.deviceState, deadline);
-      await vm.requireQmp().execute('cont');
-      await vm.connectAgent(deadline, HELLO_TIMEOUT_MS);
+      await vm.start({ kind: 'clone', memPath }, deadline);
+      // Connected before the device state loads, the agent port is "host connected" on both
+      // sides of the restore, as it was when the snapshot was taken. Connecting after `cont`
+      // flipped it closed then open: the guest agent saw EOF, slept, and the first restore
+      // work the guest did was noise (~20-50 ms under TCG).
+      await vm.connectAgent(deadline);
       return vm;
     } catch (err) {
       throw await vm.failStart(err);
+    }
+  }
+
+  /** True while this VM is a started QEMU waiting, unused, for `resume`. */
+  get standingBy(): boolean {
+    return this.base === null && !this.resumed && this.alive;
+  }
+
+  /** Loads `snapshot`'s device state into this standby VM, runs it, and waits for hello. */
+  private async resume(snapshot: Snapshot): Promise<void> {
+    this.resumed = true;
+    this.base = snapshot.image.retain();
+    try {
+      const deadline = Date.now() + RESTORE_TIMEOUT_MS;
+      await this.incoming(snapshot.deviceState, deadline);
+      await this.requireQmp().execute('cont');
+      await this.requireAgent().hello(HELLO_TIMEOUT_MS);
+    } catch (err) {
+      throw await this.failStart(err);
     }
   }
 
@@ -195,15 +236,22 @@ export class Vm extends EventEmitter {
    * Captures this clone's whole state as a new snapshot whose RAM image is `memPath`: a copy of
    * its base image (made while the guest runs) plus the pages it has written (copied while it
    * is paused, together with the device state). The guest is paused for milliseconds.
+   * `children` is how many VMs will be restored from it: the snapshot comes with up to that
+   * many QEMUs already started on the image when a ready copy was taken (`standby`); the
+   * caller destroys those it does not use.
    */
-  async snapshot(memPath: string): Promise<Snapshot> {
+  async snapshot(memPath: string, children = 1): Promise<Snapshot> {
     const qmp = this.requireQmp();
     const base = this.base;
     const pid = this.proc?.pid;
     if (!base || pid === undefined) throw new VmError('only a running clone can be snapshotted');
     const image = new MemImage(memPath).retain();
+    let standby: Vm[] = [];
     try {
-      if (!(await this.host.spares?.take(base.path, memPath))) {
+      const taken = await this.host.spares?.take(base.path, memPath, children);
+      if (taken) {
+        standby = taken;
+      } else {
         await run('cp', ['--sparse=always', base.path, memPath]);
         if (this.host.owner) await lchown(memPath, this.host.owner.uid, this.host.owner.gid);
       }
@@ -211,11 +259,12 @@ export class Vm extends EventEmitter {
       try {
         const deviceState = await this.saveDeviceState();
         await copyWrittenPages(pid, base.path, this.spec.memoryMib * 1024 * 1024, memPath);
-        return { spec: this.spec, image, deviceState };
+        return { spec: this.spec, image, deviceState, standby };
       } finally {
         await qmp.execute('cont');
       }
     } catch (err) {
+      for (const vm of standby) void vm.destroy();
       image.release();
       throw err;
     }
@@ -302,7 +351,7 @@ export class Vm extends EventEmitter {
     this.qmp.on('close', () => undefined);
   }
 
-  private async connectAgent(deadline: number, helloTimeoutMs: number): Promise<void> {
+  private async connectAgent(deadline: number): Promise<void> {
     const agent = await AgentChannel.connect(this.paths.agentSocket, deadline);
     this.agent = agent;
     agent.on('close', () => {
@@ -312,7 +361,11 @@ export class Vm extends EventEmitter {
       const lost = setTimeout(() => this.emit('died', 'the guest agent connection was lost'), 500);
       void this.exitPromise.then(() => clearTimeout(lost));
     });
-    await agent.hello(helloTimeoutMs);
+  }
+
+  private requireAgent(): AgentChannel {
+    if (!this.agent) throw new VmError('VM has no agent connection');
+    return this.agent;
   }
 
   /**

@@ -235,6 +235,63 @@ describe('fork', () => {
   });
 });
 
+/** hostd's fork standby gauge once it has finished starting QEMUs ahead. */
+async function settledStandby(): Promise<number> {
+  for (let i = 0; i < 600; i++) {
+    const text = await (await hostd.request('GET', '/metrics')).text();
+    if (/^hostd_fork_standby_filling 0$/m.test(text)) {
+      return Number(/^hostd_fork_standby_vms (\d+)$/m.exec(text)?.[1]);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error('hostd kept starting fork standby QEMUs for 30 s');
+}
+
+/** QEMUs waiting for a fork: started on a spare image copy, not (yet) any sandbox's. */
+async function standbyPids(): Promise<number[]> {
+  const { readFile } = await import('node:fs/promises');
+  const { findProcessesUsing } = await import('../../src/state-dir.js');
+  const pids: number[] = [];
+  for (const pid of await findProcessesUsing(hostd.stateDir)) {
+    const cmd = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
+    if (cmd.includes('/images/spare-')) pids.push(pid);
+  }
+  return pids;
+}
+
+describe('fork standby (QEMUs started ahead)', () => {
+  test('after a fork, hostd keeps QEMUs started ahead; the next fork resumes them with the parent state', async () => {
+    await scenario(async (parent, track) => {
+      for (const k of await fork(parent, 3)) await hostd.request('DELETE', `/v1/sandboxes/${k}`);
+      // As many as the largest of the recent forks: at least this one's 3.
+      const ready = await settledStandby();
+      assert.ok(ready >= 3, `${ready} standby QEMUs`);
+      const waiting = await standbyPids();
+      assert.equal(waiting.length, ready);
+      await out(parent, 'marker = "set after the standby QEMUs started"');
+      const kids = track(await fork(parent, 3));
+      for (const k of kids) {
+        assert.ok(waiting.includes(await sandboxQemuPid(hostd, k)), 'child runs in a standby QEMU');
+        assert.equal(await out(k, 'print(marker)'), 'set after the standby QEMUs started');
+      }
+      assert.equal(await settledStandby(), ready, 'refilled after the fork');
+    });
+  });
+
+  test('a standby QEMU that died while waiting is passed over: the fork still succeeds', async () => {
+    await scenario(async (parent, track) => {
+      for (const k of await fork(parent, 2)) await hostd.request('DELETE', `/v1/sandboxes/${k}`);
+      await settledStandby();
+      const [victim] = await standbyPids();
+      assert.ok(victim, 'a standby QEMU to kill');
+      process.kill(victim, 'SIGKILL');
+      const kids = track(await fork(parent, 2));
+      for (const k of kids) assert.equal(await out(k, 'print(6 * 7)'), '42');
+      assert.equal(await out(parent, 'print("parent fine")'), 'parent fine');
+    });
+  });
+});
+
 describe('merge', () => {
   test('the parent id adopts the winner; the winner id is gone; siblings are untouched', async () => {
     await scenario(async (parent, track) => {
