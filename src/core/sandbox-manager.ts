@@ -56,6 +56,7 @@ export class SandboxManager {
 
   /** Boots every template (in turn: they compete for the same CPUs) and starts the reaper. */
   async start(): Promise<void> {
+    this.host.spares?.limitBy((vms, imageMib) => this.resourceShortage(vms, imageMib));
     for (const t of this.config.templates) {
       const pool = new TemplatePool(
         t,

@@ -11,7 +11,7 @@
  * one image's worth of tmpfs per template.
  */
 import { execFile } from 'node:child_process';
-import { lchown, rename, rm } from 'node:fs/promises';
+import { lchown, rename, rm, stat } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { randomBytes } from 'node:crypto';
 import { dirname, join } from 'node:path';
@@ -41,12 +41,22 @@ interface Base {
 export class SpareCopies {
   private readonly bases = new Map<string, Base>();
   private closed = false;
+  private shortage: (vms: number, imageMib: number) => string | null = () => null;
 
   constructor(
     private readonly owner?: { uid: number; gid: number },
     /** Most QEMUs kept waiting per template; 0 keeps only the copy. */
     private readonly maxStandby = 32,
   ) {}
+
+  /**
+   * Makes copies and standby QEMUs only while `shortage` (why the host could not afford that
+   * many more VMs and MiB of image, or null) says the host can: they are a speed-up, never
+   * worth the memory a sandbox needs.
+   */
+  limitBy(shortage: (vms: number, imageMib: number) => string | null): void {
+    this.shortage = shortage;
+  }
 
   /** Keeps a copy of the template image `base` (a machine `spec`) ready from now on. */
   register(host: VmHost, base: string, spec: MachineSpec): void {
@@ -119,6 +129,8 @@ export class SpareCopies {
       taken: false,
     };
     try {
+      const imageMib = ((await stat(base)).blocks * 512) / 1024 / 1024;
+      if (this.shortage(0, imageMib)) return; // the next fork copies for itself, and retries
       await run('cp', ['--sparse=always', base, spare.path]);
       if (this.owner) await lchown(spare.path, this.owner.uid, this.owner.gid);
     } catch {
@@ -133,7 +145,7 @@ export class SpareCopies {
     // One at a time, in the background: starting them all at once would compete for the CPU
     // with the children of the fork that just ended.
     const want = Math.min(this.maxStandby, Math.max(1, ...b.recent));
-    while (spare.vms.length < want && !spare.taken && !this.closed) {
+    while (spare.vms.length < want && !spare.taken && !this.closed && !this.shortage(1, 0)) {
       let vm: Vm;
       try {
         vm = await Vm.standby(b.host, b.spec, spare.path);
