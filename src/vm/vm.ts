@@ -157,7 +157,6 @@ export class Vm extends EventEmitter {
     try {
       const deadline = Date.now() + RESTORE_TIMEOUT_MS;
       await this.incoming(snapshot.deviceState, deadline);
-      await this.requireQmp().execute('cont');
       await this.requireAgent().hello(HELLO_TIMEOUT_MS);
     } catch (err) {
       throw await this.failStart(err);
@@ -369,31 +368,19 @@ export class Vm extends EventEmitter {
   }
 
   /**
-   * Restores device state into a QEMU started with `-incoming defer`. The stream has no RAM
-   * section (xen-save-devices-state writes none), so RAM stays what the image file holds.
+   * Restores device state into a QEMU started with `-incoming defer`, which then runs the
+   * guest by itself (no `-S`): its RESUME event ends the wait. The stream has no RAM section
+   * (xen-save-devices-state writes none), so RAM stays what the image file holds. A failed
+   * load makes QEMU exit, which closes QMP and ends the wait too.
    */
   private async incoming(deviceState: Buffer, deadline: number): Promise<void> {
     const qmp = this.requireQmp();
     const sock = join(this.dir, 'in.sock');
+    const running = qmp.waitEvent('RESUME', () => true, Math.max(1, deadline - Date.now()));
+    running.catch(() => undefined); // awaited below, unless an earlier step throws
     await qmp.execute('migrate-incoming', { uri: `unix:${sock}` });
     await sendStream(sock, deviceState, deadline);
-    await this.waitIncomingDone();
-  }
-
-  /** Waits until an incoming migration finished loading (run state leaves `inmigrate`). */
-  private async waitIncomingDone(): Promise<void> {
-    const qmp = this.requireQmp();
-    for (let i = 0; ; i++) {
-      const status = (await qmp.execute('query-status')) as { status: string };
-      if (status.status !== 'inmigrate') {
-        if (status.status === 'paused' || status.status === 'prelaunch') return;
-        if (status.status === 'running') return;
-        throw new VmError(`incoming migration ended in state ${status.status}`);
-      }
-      if (this.exited) throw new VmError(`QEMU exited during restore (${this.exitInfo})`);
-      await new Promise((r) => setTimeout(r, i < 50 ? 1 : 10));
-      if (i > 5000) throw new VmError('incoming migration did not finish');
-    }
+    await running;
   }
 
   /** Saves the (stopped) VM's device state, without RAM, through a file in its directory. */
