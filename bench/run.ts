@@ -172,6 +172,8 @@ async function main(): Promise<void> {
 
     // Pool hits: wait until the pool is full again before each create, so each sample is a
     // hand-over on a host that is not busy restoring the previous refill.
+    // hostd's start-up work includes copying each template's image for forks: let it end.
+    await forkStandbySettled(client);
     const hits: number[] = [];
     const target = hostd ? 4 : 1; // our own hostd has a pool of 4; another's: at least 1
     for (let i = 0; i < (QUICK ? 5 : 40); i++) {
