@@ -10,8 +10,9 @@ arrive as JSON lines on CMD_FD:
   {"op": "cancel", "token": "..."}    sent with a SIGINT; covers a SIGINT that lands
                                       before the cell has started
 
-After each cell the worker writes the token to fd 1 and fd 2 (the agent takes it as the end of
-the cell's output on that pipe) and then {"code": N, "marked": [bool, bool]} to RESULT_FD.
+After each cell the worker flushes sys.stdout and sys.stderr, then writes {"code": N} to
+RESULT_FD: everything the cell wrote to fds 1 and 2 is in the pipes by then, and the agent
+reads them to the end when the result arrives.
 """
 
 import ast
@@ -255,10 +256,8 @@ def main():
                     stream.flush()
                 except Exception:
                     pass
-            token = cmd["token"].encode()
-            marked = [_write_all(1, token), _write_all(2, token)]
             _cancelled.clear()
-            result = json.dumps({"code": code, "marked": marked}) + "\n"
+            result = json.dumps({"code": code}) + "\n"
             if not _write_all(res_fd, result.encode()):
                 return                    # the agent is gone
 

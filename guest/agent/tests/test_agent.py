@@ -287,6 +287,21 @@ class OutputFraming(AgentTestCase):
         expected = [x for i in range(20) for x in ('o%d' % i, 'e%d' % i)]
         self.assertEqual([m["data"] for _, m in result.events], expected)
 
+    def test_a_cells_output_is_complete_before_its_exit_even_when_written_last(self):
+        # Output still in the pipes when the worker reports the cell done is read first.
+        code = ("import os, sys\nsys.stdout.write('x' * 200000 + '\\n')\n"
+                "os.write(2, b'raw err last')\nNone")
+        for _ in range(5):
+            result = self.run_ok(code)
+            self.assertEqual(len("".join(result.stdout)), 200000)
+            self.assertEqual(result.stderr, ["raw err last"])
+
+    def test_a_cell_that_closes_or_redirects_fd_1_still_ends(self):
+        result = self.run_ok("import os\nprint('before', flush=True)\nos.close(1)\nNone")
+        self.assertEqual(result.stdout, ["before"])
+        result = self.agent.run("import os\nos.dup2(2, 1)\nprint('now on stderr')")
+        self.assertEqual(result.code, 0)
+
     def test_empty_lines_are_kept(self):
         self.assertEqual(self.run_ok("print('a\\n\\nb')").stdout, ["a", "", "b"])
 
