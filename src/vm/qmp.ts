@@ -1,7 +1,7 @@
 /**
  * A minimal QMP (QEMU Machine Protocol) client over a unix socket. Hand-written because no
  * maintained npm package speaks QMP; we need only: greeting, capabilities negotiation,
- * commands with ids, and waiting for events (MIGRATION status changes).
+ * commands with ids, and waiting for events (RESUME after an incoming restore).
  */
 import { connect, type Socket } from 'node:net';
 import { EventEmitter } from 'node:events';

@@ -5,10 +5,11 @@
  * QEMU processes already started on it and waiting for a device state (`Vm.standby`). A fork
  * takes the set, writes its parent's pages into the copy, and resumes up to n of them.
  *
- * How many QEMUs wait follows the largest of the template's last few forks (at most
- * `maxStandby`): each costs ~15 MiB of host memory and no CPU while it waits. The ones a fork
- * does not use are bound to that fork's image and are stopped. The price of the copy itself is
- * one image's worth of tmpfs per template.
+ * How many QEMUs wait follows the template's last fork (at most `maxStandby`; agents tend to
+ * fork the same width again): each costs ~15 MiB of host memory and no CPU while it waits.
+ * The ones a fork does not use are bound to that fork's image and are stopped, so sizing by
+ * the largest recent fork would waste a set of starts on every narrower fork after it. The
+ * price of the copy itself is one image's worth of tmpfs per template.
  */
 import { execFile } from 'node:child_process';
 import { lchown, rename, rm, stat } from 'node:fs/promises';
@@ -20,9 +21,6 @@ import { Vm, type VmHost } from './vm.js';
 
 const run = promisify(execFile);
 
-/** Forks remembered per template to size its standby set. */
-const RECENT_FORKS = 8;
-
 interface Spare {
   readonly path: string;
   readonly vms: Vm[];
@@ -32,10 +30,13 @@ interface Spare {
 interface Base {
   readonly host: VmHost;
   readonly spec: MachineSpec;
-  recent: number[];
+  /** Children of the last fork of this base: how many QEMUs the next set starts. */
+  lastFork: number;
   ready: Spare | null;
   /** The copy (and its QEMUs) being made, if any. */
   making: Promise<void> | null;
+  /** A fork took the copy while it was being made: make the next one when this one ends. */
+  again: boolean;
 }
 
 export class SpareCopies {
@@ -60,7 +61,7 @@ export class SpareCopies {
 
   /** Keeps a copy of the template image `base` (a machine `spec`) ready from now on. */
   register(host: VmHost, base: string, spec: MachineSpec): void {
-    this.bases.set(base, { host, spec, recent: [], ready: null, making: null });
+    this.bases.set(base, { host, spec, lastFork: 1, ready: null, making: null, again: false });
     this.make(base);
   }
 
@@ -72,7 +73,7 @@ export class SpareCopies {
   async take(base: string, target: string, children: number): Promise<Vm[] | null> {
     const b = this.bases.get(base);
     if (!b) return null;
-    b.recent = [...b.recent.slice(1 - RECENT_FORKS), children];
+    b.lastFork = children;
     const spare = b.ready;
     if (!spare) return null;
     b.ready = null;
@@ -116,10 +117,20 @@ export class SpareCopies {
 
   private make(base: string): void {
     const b = this.bases.get(base);
-    if (!b || this.closed || b.making || b.ready) return;
-    b.making = this.fill(b, base).finally(() => {
-      b.making = null;
-    });
+    if (!b || this.closed || b.ready) return;
+    if (b.making) {
+      b.again = true;
+      return;
+    }
+    b.making = this.fill(b, base)
+      .catch(() => undefined) // a speed-up that failed: the next fork copies for itself
+      .finally(() => {
+        b.making = null;
+        if (b.again) {
+          b.again = false;
+          this.make(base);
+        }
+      });
   }
 
   private async fill(b: Base, base: string): Promise<void> {
@@ -144,7 +155,7 @@ export class SpareCopies {
     b.ready = spare;
     // One at a time, in the background: starting them all at once would compete for the CPU
     // with the children of the fork that just ended.
-    const want = Math.min(this.maxStandby, Math.max(1, ...b.recent));
+    const want = Math.min(this.maxStandby, b.lastFork);
     while (spare.vms.length < want && !spare.taken && !this.closed && !this.shortage(1, 0)) {
       let vm: Vm;
       try {
@@ -154,6 +165,9 @@ export class SpareCopies {
       }
       if (spare.taken || this.closed) {
         await vm.destroy();
+        // Taken (renamed) before this QEMU opened the file, it may have created an empty
+        // one in its place (it can when it runs as hostd's own user).
+        if (spare.taken) await rm(spare.path, { force: true });
         return;
       }
       spare.vms.push(vm);

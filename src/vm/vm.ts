@@ -116,10 +116,17 @@ export class Vm extends EventEmitter {
    * already waiting on the snapshot's image (`snapshot.standby`) when there is one.
    */
   static async restore(host: VmHost, snapshot: Snapshot): Promise<Vm> {
+    // Held from before QEMU opens the file, so that the image cannot be deleted under it.
+    const image = snapshot.image.retain();
     let vm: Vm | undefined;
-    while ((vm = snapshot.standby?.pop()) && !vm.standingBy) void vm.destroy();
-    vm ??= await Vm.standby(host, snapshot.spec, snapshot.image.path);
-    await vm.resume(snapshot);
+    try {
+      while ((vm = snapshot.standby?.pop()) && !vm.standingBy) void vm.destroy();
+      vm ??= await Vm.standby(host, snapshot.spec, snapshot.image.path);
+    } catch (err) {
+      image.release();
+      throw err;
+    }
+    await vm.resume(snapshot, image);
     return vm;
   }
 
@@ -150,10 +157,13 @@ export class Vm extends EventEmitter {
     return this.base === null && !this.resumed && this.alive;
   }
 
-  /** Loads `snapshot`'s device state into this standby VM, runs it, and waits for hello. */
-  private async resume(snapshot: Snapshot): Promise<void> {
+  /**
+   * Loads `snapshot`'s device state into this standby VM, runs it, and waits for hello. Takes
+   * over `image`, a reference to the snapshot's image.
+   */
+  private async resume(snapshot: Snapshot, image: MemImage): Promise<void> {
     this.resumed = true;
-    this.base = snapshot.image.retain();
+    this.base = image;
     try {
       const deadline = Date.now() + RESTORE_TIMEOUT_MS;
       await this.incoming(snapshot.deviceState, deadline);
@@ -235,9 +245,9 @@ export class Vm extends EventEmitter {
    * Captures this clone's whole state as a new snapshot whose RAM image is `memPath`: a copy of
    * its base image (made while the guest runs) plus the pages it has written (copied while it
    * is paused, together with the device state). The guest is paused for milliseconds.
-   * `children` is how many VMs will be restored from it: the snapshot comes with up to that
-   * many QEMUs already started on the image when a ready copy was taken (`standby`); the
-   * caller destroys those it does not use.
+   * `children` is how many VMs will be restored from it. When a ready copy of the base was
+   * taken, the snapshot comes with the QEMUs already started on it (`standby`, as many as
+   * waited: maybe more or fewer than `children`); the caller destroys those it does not use.
    */
   async snapshot(memPath: string, children = 1): Promise<Snapshot> {
     const qmp = this.requireQmp();
