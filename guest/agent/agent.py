@@ -8,7 +8,8 @@ Standard library only; Python 3.9+.
 
 Threads, and why there are three:
   main      reads the channel and handles every host message. It never writes the channel
-            itself, so a cancel is always acted on, even while output is backpressured.
+            itself (but for the hello reply, see on_hello), so a cancel is always acted on,
+            even while output is backpressured.
             It hands a Python exec straight to an idle worker (a thread hand-off less).
   executor  one selector loop: starts the other execs, turns the output pipes of the worker
             and of bash into `out` messages, detects the end of each exec. It writes the
@@ -45,10 +46,11 @@ PIPE_BUF = 4096             # pipe writes up to this size are atomic (POSIX mini
 MAX_INPUT_LINE = 4 << 20    # the host never sends more than 1 MiB per line; beyond is garbage
 BASH_GRACE = 1.0            # how long background processes may keep bash's pipes open
 CANCEL_GRACE = 2.0          # SIGINT -> SIGKILL escalation for the REPL worker
-DRAIN_LIMIT = 1 << 20       # bytes read from a dead worker's pipes (orphans may write forever)
+DRAIN_LIMIT = 1 << 20       # bytes read from a pipe beyond what it held (orphans may write forever)
 WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "repl_worker.py")
 PYTHON_VERSION = "%d.%d.%d" % sys.version_info[:3]
 
+F_GETPIPE_SZ = 1032         # Linux: a pipe's capacity (user code may have grown it)
 RNDADDENTROPY = 0x40085203  # _IOW('R', 0x03, int[2])
 RNDRESEEDCRNG = 0x5207      # _IO('R', 0x07)
 
@@ -215,8 +217,12 @@ class Stream:
 
     def drain(self):
         """Read what is there without blocking: the end of a cell's output (the worker wrote
-        it before its result), or what a dead writer left (orphans may still write)."""
-        budget = DRAIN_LIMIT
+        it before its result), or what a dead writer left. All that the pipe holds, plus at
+        most DRAIN_LIMIT more (orphans may write forever)."""
+        try:
+            budget = fcntl.fcntl(self.fd, F_GETPIPE_SZ) + DRAIN_LIMIT
+        except OSError:
+            budget = DRAIN_LIMIT
         while budget > 0 and not self.eof:
             try:
                 data = os.read(self.fd, 65536)
@@ -396,7 +402,7 @@ class Exec:
     def __init__(self, exec_id, language, code):
         self.id, self.language, self.code = exec_id, language, code
         # Per-exec secret: the key of a cancel
-        self.token = "\0hostd-end-%s\0" % secrets.token_hex(16)
+        self.token = "hostd-cancel-%s" % secrets.token_hex(16)
         self.cancel_reason = None   # set under Agent.lock
         self.signalled = False      # the cancel reached the worker / bash
         self.cancel_clock = None    # (monotonic, channel.blocked_time()) when signalled
