@@ -11,7 +11,12 @@ import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { sandboxQemuPid, startHostd, type Hostd } from '../test/helpers/hostd.js';
+import {
+  forkStandbySettled as standbySettled,
+  sandboxQemuPid,
+  startHostd,
+  type Hostd,
+} from '../test/helpers/hostd.js';
 import { findProcessesUsing } from '../src/state-dir.js';
 import { runSoak } from './soak.js';
 
@@ -53,10 +58,15 @@ async function create(c: Client, template?: string): Promise<string> {
 async function exec(c: Client, id: string, code: string): Promise<string> {
   const res = await call(c, 'POST', `/v1/sandboxes/${id}/exec`, { code });
   const text = await res.text();
-  if (res.status !== 200 || !text.includes('"type":"exit","data":0')) {
-    throw new Error(`exec on ${id}: ${res.status} ${text.slice(0, 300)}`);
-  }
+  checkExec(id, res.status, text);
   return text;
+}
+
+/** Throws unless an exec's response is a 200 stream ending in exit 0. */
+function checkExec(id: string, status: number | undefined, text: string): void {
+  if (status !== 200 || !text.includes('"type":"exit","data":0')) {
+    throw new Error(`exec on ${id}: ${status} ${text.slice(0, 300)}`);
+  }
 }
 
 /** `exec` through a node:http agent (keep-alive) instead of fetch. */
@@ -80,9 +90,12 @@ function execHttp(c: Client, agent: Agent, id: string, code: string): Promise<vo
         res.setEncoding('utf8');
         res.on('data', (chunk: string) => (text += chunk));
         res.on('end', () => {
-          if (res.statusCode !== 200 || !text.includes('"type":"exit","data":0')) {
-            reject(new Error(`exec on ${id}: ${res.statusCode} ${text.slice(0, 300)}`));
-          } else resolve();
+          try {
+            checkExec(id, res.statusCode, text);
+            resolve();
+          } catch (err) {
+            reject(err as Error);
+          }
         });
       },
     );
@@ -102,18 +115,11 @@ async function poolReady(c: Client, template: string): Promise<number> {
 }
 
 /**
- * Waits until hostd has finished starting the QEMUs it keeps ready for forks (after a fork it
- * starts as many as the template's recent largest fork, one at a time, in the background).
- * Fork figures are for a host at rest: back-to-back forks faster than that refill start some
- * children's QEMUs from scratch, ~35 ms more CPU each under TCG.
+ * Fork figures are for a host at rest: back-to-back forks faster than hostd's refill of the
+ * QEMUs it starts ahead start some children's QEMUs from scratch, ~35 ms more CPU each.
  */
 async function forkStandbySettled(c: Client): Promise<void> {
-  for (let i = 0; i < 600; i++) {
-    const text = await (await call(c, 'GET', '/metrics')).text();
-    if (/^hostd_fork_standby_filling 0$/m.test(text)) return;
-    await sleep(50);
-  }
-  throw new Error('hostd kept starting fork standby QEMUs for 30 s');
+  await standbySettled(async () => (await call(c, 'GET', '/metrics')).text());
 }
 
 async function accelOf(c: Client): Promise<string> {

@@ -238,8 +238,6 @@ export async function readRemainingEvents(
  * may reach us a moment after the HTTP response, hence the wait).
  */
 export async function sandboxQemuPid(h: Hostd, id: string): Promise<number> {
-  const { readFile } = await import('node:fs/promises');
-  const { findProcessesUsing } = await import('../../src/state-dir.js');
   let line: string | undefined;
   for (let i = 0; i < 100 && !line; i++) {
     line = h.logs.find((l) => l.includes('"sandbox ready"') && l.includes(id));
@@ -247,9 +245,35 @@ export async function sandboxQemuPid(h: Hostd, id: string): Promise<number> {
   }
   if (!line) throw new Error(`hostd never logged sandbox ${id} as ready`);
   const vm = (JSON.parse(line) as { vm: string }).vm;
-  for (const pid of await findProcessesUsing(h.stateDir)) {
-    const cmd = (await readFile(`/proc/${pid}/cmdline`, 'utf8')).replace(/\0/g, ' ');
-    if (cmd.includes(`/${vm}/`)) return pid;
+  const qemu = (await qemuProcesses(h.stateDir)).find((p) => p.cmd.includes(`/${vm}/`));
+  if (!qemu) throw new Error(`no QEMU process found for ${vm}`);
+  return qemu.pid;
+}
+
+/** The QEMU processes of a hostd (those using its state directory) and their command lines. */
+export async function qemuProcesses(stateDir: string): Promise<{ pid: number; cmd: string }[]> {
+  const { readFile } = await import('node:fs/promises');
+  const { findProcessesUsing } = await import('../../src/state-dir.js');
+  const found: { pid: number; cmd: string }[] = [];
+  for (const pid of await findProcessesUsing(stateDir)) {
+    const cmd = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => null);
+    if (cmd !== null) found.push({ pid, cmd: cmd.replace(/\0/g, ' ') });
   }
-  throw new Error(`no QEMU process found for ${vm}`);
+  return found;
+}
+
+/**
+ * Waits until hostd has finished starting the QEMUs it keeps ready for forks (after each fork
+ * it starts as many as that fork had children, one at a time, in the background) and returns
+ * how many wait. `metrics` fetches hostd's /metrics text.
+ */
+export async function forkStandbySettled(metrics: () => Promise<string>): Promise<number> {
+  for (let i = 0; i < 600; i++) {
+    const text = await metrics();
+    if (/^hostd_fork_standby_filling 0$/m.test(text)) {
+      return Number(/^hostd_fork_standby_vms (\d+)$/m.exec(text)?.[1]);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error('hostd kept starting fork standby QEMUs for 30 s');
 }

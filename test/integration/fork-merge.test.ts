@@ -8,7 +8,9 @@ import { existsSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import {
   createSandbox,
+  forkStandbySettled,
   nothingLeft,
+  qemuProcesses,
   reportFailure,
   run,
   sandboxQemuPid,
@@ -235,28 +237,13 @@ describe('fork', () => {
   });
 });
 
-/** hostd's fork standby gauge once it has finished starting QEMUs ahead. */
-async function settledStandby(): Promise<number> {
-  for (let i = 0; i < 600; i++) {
-    const text = await (await hostd.request('GET', '/metrics')).text();
-    if (/^hostd_fork_standby_filling 0$/m.test(text)) {
-      return Number(/^hostd_fork_standby_vms (\d+)$/m.exec(text)?.[1]);
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error('hostd kept starting fork standby QEMUs for 30 s');
-}
+const settledStandby = (): Promise<number> =>
+  forkStandbySettled(async () => (await hostd.request('GET', '/metrics')).text());
 
 /** QEMUs waiting for a fork: started on a spare image copy, not (yet) any sandbox's. */
 async function standbyPids(): Promise<number[]> {
-  const { readFile } = await import('node:fs/promises');
-  const { findProcessesUsing } = await import('../../src/state-dir.js');
-  const pids: number[] = [];
-  for (const pid of await findProcessesUsing(hostd.stateDir)) {
-    const cmd = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
-    if (cmd.includes('/images/spare-')) pids.push(pid);
-  }
-  return pids;
+  const qemus = await qemuProcesses(hostd.stateDir);
+  return qemus.filter((p) => p.cmd.includes('/images/spare-')).map((p) => p.pid);
 }
 
 describe('fork standby (QEMUs started ahead)', () => {
