@@ -100,10 +100,7 @@ async function main(): Promise<void> {
       vmsDir: join(config.stateDir, 'vms'),
       launcher: launcher(vmUser),
       ...(vmUser ? { owner: { uid: vmUser.uid, gid: vmUser.gid } } : {}),
-      spares: new SpareCopies(
-        vmUser ? { uid: vmUser.uid, gid: vmUser.gid } : undefined,
-        config.forkStandbyMax,
-      ),
+      spares: new SpareCopies(config.forkStandbyMax),
     },
     specFor,
     log,

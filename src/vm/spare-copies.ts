@@ -11,15 +11,12 @@
  * the largest recent fork would waste a set of starts on every narrower fork after it. The
  * price of the copy itself is one image's worth of tmpfs per template.
  */
-import { execFile } from 'node:child_process';
-import { lchown, rename, rm, stat } from 'node:fs/promises';
-import { promisify } from 'node:util';
+import { rename, rm, stat } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { dirname, join } from 'node:path';
 import type { MachineSpec } from './qemu-args.js';
+import { copyImage } from './mem-image.js';
 import { Vm, type VmHost } from './vm.js';
-
-const run = promisify(execFile);
 
 interface Spare {
   readonly path: string;
@@ -45,7 +42,6 @@ export class SpareCopies {
   private shortage: (vms: number, imageMib: number) => string | null = () => null;
 
   constructor(
-    private readonly owner?: { uid: number; gid: number },
     /** Most QEMUs kept waiting per template; 0 keeps only the copy. */
     private readonly maxStandby = 32,
   ) {}
@@ -142,8 +138,7 @@ export class SpareCopies {
     try {
       const imageMib = ((await stat(base)).blocks * 512) / 1024 / 1024;
       if (this.shortage(0, imageMib)) return; // the next fork copies for itself, and retries
-      await run('cp', ['--sparse=always', base, spare.path]);
-      if (this.owner) await lchown(spare.path, this.owner.uid, this.owner.gid);
+      await copyImage(base, spare.path, b.host.owner);
     } catch {
       await rm(spare.path, { force: true });
       return;

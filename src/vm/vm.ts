@@ -9,7 +9,7 @@
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { statSync } from 'node:fs';
-import { chown, lchown, mkdir, open, rm } from 'node:fs/promises';
+import { chown, mkdir, open, rm } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { EventEmitter } from 'node:events';
@@ -17,7 +17,7 @@ import { AgentChannel, type CancelReason, type ExecSink, type Language } from '.
 import { QmpClient } from './qmp.js';
 import { qemuArgs, type MachineSpec, type RamMode, type VmPaths } from './qemu-args.js';
 import { sendStream } from './migration.js';
-import { MemImage } from './mem-image.js';
+import { copyImage, MemImage } from './mem-image.js';
 import { copyWrittenPages } from './page-delta.js';
 import { readBounded, readTail, truncateIfOver } from './safe-files.js';
 import type { SpareCopies } from './spare-copies.js';
@@ -79,7 +79,6 @@ export class Vm extends EventEmitter {
   private consoleCap: NodeJS.Timeout | undefined;
   private exitInfo = '';
   private destroyed = false;
-  private resumed = false;
   private readonly exitPromise: Promise<void>;
   private resolveExit!: () => void;
 
@@ -152,9 +151,12 @@ export class Vm extends EventEmitter {
     }
   }
 
-  /** True while this VM is a started QEMU waiting, unused, for `resume`. */
+  /**
+   * True while this VM (made by `Vm.standby`) waits, alive and unused, for a device state: it
+   * gets a base image only when resumed.
+   */
   get standingBy(): boolean {
-    return this.base === null && !this.resumed && this.alive;
+    return this.base === null && this.alive;
   }
 
   /**
@@ -162,7 +164,6 @@ export class Vm extends EventEmitter {
    * over `image`, a reference to the snapshot's image.
    */
   private async resume(snapshot: Snapshot, image: MemImage): Promise<void> {
-    this.resumed = true;
     this.base = image;
     try {
       const deadline = Date.now() + RESTORE_TIMEOUT_MS;
@@ -175,8 +176,7 @@ export class Vm extends EventEmitter {
 
   /** The guest agent channel; exec and cancel go through it. */
   exec(language: Language, code: string, sink: ExecSink): number {
-    if (!this.agent) throw new VmError('VM has no agent connection');
-    return this.agent.exec(language, code, sink);
+    return this.requireAgent().exec(language, code, sink);
   }
 
   /**
@@ -261,8 +261,7 @@ export class Vm extends EventEmitter {
       if (taken) {
         standby = taken;
       } else {
-        await run('cp', ['--sparse=always', base.path, memPath]);
-        if (this.host.owner) await lchown(memPath, this.host.owner.uid, this.host.owner.gid);
+        await copyImage(base.path, memPath, this.host.owner);
       }
       await qmp.execute('stop');
       try {
