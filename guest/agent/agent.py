@@ -2,17 +2,19 @@
 """hostd guest agent: the only process hostd talks to inside a VM.
 
 Speaks the newline-delimited JSON protocol of guest/PROTOCOL.md on the virtio-serial port
-named "hostd.agent" (or on stdin/stdout with --stdio, for tests) and runs Python code in a
-persistent REPL worker (repl_worker.py) and bash code in fresh processes.
+named "hostd.agent" (or on stdin/stdout with --stdio, for tests): hello, ping, cancel, and
+bash execs, each in a fresh process. Python execs go to the persistent REPL worker
+(repl_worker.py) on its own port, "hostd.repl", and never through this process: the agent
+starts the worker, forwards cancels to it, kills it when it ignores one, and when it dies
+finishes its exec and starts a fresh one.
 Standard library only; Python 3.9+.
 
 Threads, and why there are three:
   main      reads the channel and handles every host message. It never writes the channel
             itself (but for the hello reply, see on_hello), so a cancel is always acted on,
             even while output is backpressured.
-            It hands a Python exec straight to an idle worker (a thread hand-off less).
-  executor  one selector loop: starts the other execs, turns the output pipes of the worker
-            and of bash into `out` messages, detects the end of each exec. It writes the
+  executor  one selector loop: starts bash execs, turns their output pipes into `out`
+            messages, detects their end, and watches the worker's exit. It writes the
             channel synchronously, once per loop round: when the host stops reading, the
             executor blocks, stops reading the pipes, and the producers block on full pipes.
             Memory stays bounded with no queue at all.
@@ -27,10 +29,7 @@ import collections
 import errno
 import fcntl
 import glob
-import json
 import os
-import secrets
-import select
 import selectors
 import signal
 import struct
@@ -40,12 +39,15 @@ import threading
 import time
 import traceback
 
+from hostd_shared import LineCutter, SharedPage, encode, parse_line, write_all
+
 PORT_NAME = "hostd.agent"
-MAX_PIECE = 65536           # at most this many bytes of output per `out` message
-PIPE_BUF = 4096             # pipe writes up to this size are atomic (POSIX minimum 512; Linux 4096)
+REPL_PORT_NAME = "hostd.repl"
 MAX_INPUT_LINE = 4 << 20    # the host never sends more than 1 MiB per line; beyond is garbage
 BASH_GRACE = 1.0            # how long background processes may keep bash's pipes open
 CANCEL_GRACE = 2.0          # SIGINT -> SIGKILL escalation for the REPL worker
+ESCALATE_TICK = 0.1         # how often an interrupted worker is checked meanwhile
+SYS_WRITE = 1               # x86-64 syscall number, as /proc/PID/task/TID/syscall shows it
 DRAIN_LIMIT = 1 << 20       # bytes read from a pipe beyond what it held (orphans may write forever)
 WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "repl_worker.py")
 PYTHON_VERSION = "%d.%d.%d" % sys.version_info[:3]
@@ -59,12 +61,6 @@ def log(*args):
     print("hostd-agent:", *args, file=sys.stderr, flush=True)
 
 
-def encode(msg):
-    # backslashreplace turns a lone surrogate (e.g. echoed from a nonce) into a valid JSON escape
-    text = json.dumps(msg, ensure_ascii=False, separators=(",", ":"))
-    return (text + "\n").encode("utf-8", "backslashreplace")
-
-
 def is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -72,29 +68,6 @@ def is_int(value):
 def exit_status(returncode):
     """Popen's returncode in shell convention: 128+N when killed by signal N."""
     return 128 - returncode if returncode < 0 else returncode
-
-
-def wait_writable(fd):
-    poller = select.poll()
-    poller.register(fd, select.POLLOUT)
-    poller.poll()
-
-
-def write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view):]
-        except BlockingIOError:          # an fd inherited in non-blocking mode
-            wait_writable(fd)
-
-
-def utf8_cut(buf, start, end):
-    """Where to cut buf near `end` (> start) so that no UTF-8 character is split."""
-    for cut in range(end, max(start, end - 4), -1):
-        if buf[cut] & 0xC0 != 0x80:     # not a continuation byte: a character starts here
-            return cut
-    return end                          # not UTF-8 anyway; any cut is as good
 
 
 def exit_notifier(proc):
@@ -111,26 +84,6 @@ def exit_notifier(proc):
         return r
 
 
-def salvage_hello(line):
-    """Find a hello glued behind garbage: a restored VM may hold half a line from the moment
-    it was frozen, followed by the host's hello. Returns the hello or None."""
-    text = line.decode("utf-8", "replace")
-    if '"hello"' not in text:
-        return None
-    decoder = json.JSONDecoder()
-    floor = max(0, len(text) - 4096)    # a hello is small; bounds the work on a huge line
-    i = text.rfind("{", floor)
-    while i >= 0:
-        try:
-            obj, end = decoder.raw_decode(text, i)
-            if isinstance(obj, dict) and obj.get("op") == "hello" and not text[end:].strip():
-                return obj
-        except ValueError:
-            pass
-        i = text.rfind("{", floor, i)
-    return None
-
-
 class Channel:
     """The write side of the host channel. Output is written synchronously by the executor
     (that is the backpressure point); control replies go through a small writer thread."""
@@ -140,29 +93,18 @@ class Channel:
         self._wlock = threading.Lock()
         self._control = collections.deque()
         self._cond = threading.Condition()
-        self._blocked_total = 0.0        # seconds spent inside writes so far
-        self._write_started = None
         self._failed = False
         threading.Thread(target=self._control_writer, name="control", daemon=True).start()
 
     def write(self, chunks):
         data = b"".join(chunks)
         with self._wlock:
-            self._write_started = time.monotonic()
             try:
                 write_all(self.wfd, data)
             except OSError as e:
                 if not self._failed:     # host gone or port unplugged: say it once
                     log("channel write failed:", e)
                 self._failed = True
-            finally:
-                self._blocked_total += time.monotonic() - self._write_started
-                self._write_started = None
-
-    def blocked_time(self):
-        """Seconds spent waiting for the host to read, so far (used by cancel escalation)."""
-        started = self._write_started
-        return self._blocked_total + (time.monotonic() - started if started is not None else 0.0)
 
     def send_control(self, msg):
         with self._cond:
@@ -181,24 +123,20 @@ class Channel:
 
 
 class Stream:
-    """One output pipe (stdout or stderr) of the worker or of bash, cut into `out` messages:
-    one per line, long lines in pieces of at most MAX_PIECE bytes. Messages are appended to
-    `outbox`, which the executor writes to the channel after each round of its loop."""
+    """One output pipe (stdout or stderr) of bash, or of a dead worker, cut into `out`
+    messages (hostd_shared.LineCutter). Messages are appended to `outbox`, which the executor
+    writes to the channel after each round of its loop."""
 
     def __init__(self, fd, name, outbox):
         os.set_blocking(fd, False)
-        self.fd, self.name, self.outbox = fd, name, outbox
-        self.buf = bytearray()          # the current, incomplete line
-        self.prefix = b""
+        self.fd = fd
+        self.cutter = LineCutter(name, outbox)
         self.done = True                # True: no exec listens, output is discarded
         self.eof = False
 
     def arm(self, exec_id):
-        """Attribute what is read from now on to exec `exec_id`. The main thread may call
-        this while the executor reads the idle pipe: `done` is set last, so the executor
-        feeds nothing before prefix and buffer are in place."""
-        self.prefix = ('{"op":"out","id":%d,"stream":"%s","data":' % (exec_id, self.name)).encode()
-        del self.buf[:]
+        """Attribute what is read from now on to exec `exec_id`."""
+        self.cutter.arm(exec_id)
         self.done = self.eof
 
     def pump(self):
@@ -212,13 +150,12 @@ class Stream:
             self.finish()
             return False
         if not self.done:
-            self._feed(data)
+            self.cutter.feed(data)
         return True
 
     def drain(self):
-        """Read what is there without blocking: the end of a cell's output (the worker wrote
-        it before its result), or what a dead writer left. All that the pipe holds, plus at
-        most DRAIN_LIMIT more (orphans may write forever)."""
+        """Read what is there without blocking: what a dead writer left. All that the pipe
+        holds, plus at most DRAIN_LIMIT more (orphans may write forever)."""
         try:
             budget = fcntl.fcntl(self.fd, F_GETPIPE_SZ) + DRAIN_LIMIT
         except OSError:
@@ -233,50 +170,13 @@ class Stream:
                 return
             budget -= len(data)
             if not self.done:
-                self._feed(data)
+                self.cutter.feed(data)
 
     def finish(self):
         """The exec is over for this stream: send the last partial line, stop listening."""
         if not self.done:
-            self._cut(final=True)
+            self.cutter.finish()
             self.done = True
-
-    def _feed(self, data):
-        self.buf += data
-        self._cut(final=False)
-
-    def _cut(self, final):
-        buf, msgs = self.buf, self.outbox
-        pos = 0
-        nl = buf.find(b"\n")
-        while nl >= 0:
-            self._line(buf, pos, nl)
-            pos = nl + 1
-            nl = buf.find(b"\n", pos)
-        if final:
-            if pos < len(buf):
-                self._line(buf, pos, len(buf))
-            pos = len(buf)
-        else:
-            # A line longer than MAX_PIECE is sent as it arrives (never buffered whole). What
-            # is held back is never empty after a piece went out, so no spurious empty line
-            # can follow.
-            while len(buf) - pos > MAX_PIECE:
-                cut = utf8_cut(buf, pos, pos + MAX_PIECE)
-                msgs.append(self._msg(buf[pos:cut]))
-                pos = cut
-        del buf[:pos]
-
-    def _line(self, buf, start, end):
-        while end - start > MAX_PIECE:
-            cut = utf8_cut(buf, start, start + MAX_PIECE)
-            self.outbox.append(self._msg(buf[start:cut]))
-            start = cut
-        self.outbox.append(self._msg(buf[start:end]))
-
-    def _msg(self, piece):
-        data = json.dumps(piece.decode("utf-8", "replace"), ensure_ascii=False)
-        return self.prefix + data.encode("utf-8") + b"}\n"
 
 
 SANDBOX_CGROUP = "/sys/fs/cgroup/sandbox"
@@ -342,96 +242,107 @@ class Cgroups:
 
 
 class Worker:
-    """The REPL worker process and the agent's ends of its pipes."""
+    """The REPL worker process, and what the agent keeps to supervise it: the command pipe
+    for cancels, the shared page, and its own ends of the worker's fd 1 / fd 2 pipes, read
+    only after the worker died (the worker reads them while it lives)."""
 
-    def __init__(self, workdir, env, outbox, preexec=None):
+    def __init__(self, workdir, env, repl_fds, notice, preexec=None):
         cmd_r, self.cmd_w = os.pipe()
-        self.res_r, res_w = os.pipe()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        self.out_r, out_w = os.pipe()
+        self.err_r, err_w = os.pipe()
+        self.shared = SharedPage()
+        port_in, port_out = repl_fds
+        self.port_out = port_out
+        fds = (port_in, port_out, cmd_r, self.shared.fd, self.out_r, self.err_r)
+        argv = [sys.executable, "-u", WORKER_SCRIPT] + [str(fd) for fd in fds]
+        if notice is not None:
+            argv.append(str(notice))
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-u", WORKER_SCRIPT, str(cmd_r), str(res_w)],
-                stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w, pass_fds=(cmd_r, res_w),
+                argv, stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w, pass_fds=fds,
                 cwd=workdir, env=env, start_new_session=True,   # own group: killpg on escalation
                 preexec_fn=preexec)
         except BaseException:
-            for fd in (self.cmd_w, self.res_r, out_r, err_r):
+            for fd in (self.cmd_w, self.out_r, self.err_r, self.shared.fd):
                 os.close(fd)
             raise
         finally:
-            for fd in (cmd_r, res_w, out_w, err_w):
+            for fd in (cmd_r, out_w, err_w):
                 os.close(fd)
-        os.set_blocking(self.res_r, False)
         os.set_blocking(self.cmd_w, False)   # see send()
-        self.res_buf = bytearray()
-        self.out = Stream(out_r, "stdout", outbox)
-        self.err = Stream(err_r, "stderr", outbox)
         self.exit_fd = exit_notifier(self.proc)
-        self.cmd_lock = threading.Lock()   # the executor and the main thread both send commands
 
-    def send(self, data, wait):
-        """Write an encoded command; raises OSError if the worker is gone. The main thread
-        passes wait=False: it must never block on the worker (a worker whose main thread is
-        stuck would then also stop cancels), so it only sends up to PIPE_BUF bytes, which a
-        pipe takes whole or not at all, and gets False when the pipe is full or busy."""
-        if not self.cmd_lock.acquire(wait):
-            return False
+    def cancel(self, exec_id, reason, interrupt=True):
+        """Forwards a cancel: the message, the count in the shared page, then a SIGINT
+        (not to a worker just started: it may not handle SIGINT yet, and runs nothing).
+        Never blocks: a message that does not fit the pipe is dropped (the SIGINT still
+        interrupts; the escalation still kills)."""
         try:
-            view = memoryview(data)
-            while view:
-                try:
-                    view = view[os.write(self.cmd_w, view):]
-                except BlockingIOError:
-                    if not wait:
-                        return False
-                    wait_writable(self.cmd_w)
-            return True
-        finally:
-            self.cmd_lock.release()
+            os.write(self.cmd_w, encode({"op": "cancel", "id": exec_id, "reason": reason}))
+        except BlockingIOError:
+            pass
+        except OSError:
+            return                       # it died; the executor reports that
+        self.shared.cancels = self.shared.cancels + 1
+        if not interrupt:
+            return
+        try:
+            os.kill(self.proc.pid, signal.SIGINT)
+        except OSError:
+            pass
 
-    def fds(self):
-        return (self.out.fd, self.err.fd, self.res_r, self.exit_fd)
+    def writing_to_port(self):
+        """True while a thread of the worker is blocked writing its port (the host is not
+        reading), as /proc/PID/task/TID/syscall says: "NR ARG0 ..." in a syscall."""
+        for path in glob.glob("/proc/%d/task/*/syscall" % self.proc.pid):
+            try:
+                with open(path) as f:
+                    fields = f.read().split()
+                if (len(fields) > 1 and fields[0] == str(SYS_WRITE)
+                        and int(fields[1], 16) == self.port_out):
+                    return True
+            except (OSError, ValueError):
+                pass
+        return False
 
     def close(self):
-        for fd in self.fds() + (self.cmd_w,):
+        for fd in (self.cmd_w, self.out_r, self.err_r, self.exit_fd, self.shared.fd):
             os.close(fd)
 
 
 class Exec:
-    def __init__(self, exec_id, language, code):
-        self.id, self.language, self.code = exec_id, language, code
-        # Per-exec secret: the key of a cancel
-        self.token = "hostd-cancel-%s" % secrets.token_hex(16)
+    """A bash exec."""
+
+    def __init__(self, exec_id, code):
+        self.id, self.code = exec_id, code
         self.cancel_reason = None   # set under Agent.lock
-        self.signalled = False      # the cancel reached the worker / bash
-        self.cancel_clock = None    # (monotonic, channel.blocked_time()) when signalled
-        self.worker = None          # python: the worker the exec was sent to
-        self.result = None          # python: the worker's result message
-        self.proc = None            # bash
-        self.streams = ()           # bash
-        self.exit_fd = None         # bash
-        self.status = None          # bash: exit status once reaped
+        self.signalled = False      # the cancel reached bash
+        self.proc = None
+        self.streams = ()
+        self.exit_fd = None
+        self.status = None          # exit status once reaped
         self.deadline = None        # monotonic time at which the executor stops waiting
 
 
 class Agent:
-    def __init__(self, channel, workdir, system):
+    def __init__(self, channel, workdir, system, repl_fds):
         self.channel = channel
         self.workdir = workdir
         self.system = system
+        self.repl_fds = repl_fds    # (read, write) fds of the REPL port, for the worker
         self.cgroups = Cgroups(system)
         # HOME is the work directory (PROTOCOL.md: /root, which is the default workdir)
         self.env = {"HOME": workdir, "LANG": "C.UTF-8",
                     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
         # Guards what the main thread shares with the executor: current, pending, worker
-        # (and the worker's command fd, which is closed only under it).
+        # (and the worker's fds, which are closed only under it).
         self.lock = threading.Lock()
         self.current = None
         self.pending = collections.deque()
         self.worker = None
-        self.worker_died = None     # exit status of a dead worker, announced by the next exec
-        self.reseed_worker = False  # a hello came: the next exec reseeds `random` first
+        # Python cancels, the last few (exec id -> reason): a fresh worker gets them too (one
+        # may come before the worker is up), and a dead worker's exec ends with its code.
+        self.python_cancels = collections.OrderedDict()
         self.outbox = []            # executor: encoded messages of the current loop round
         self.sel = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe()
@@ -487,14 +398,9 @@ class Agent:
     def handle_line(self, line):
         if not line.strip():
             return
-        try:
-            msg = json.loads(line)
-        except ValueError as e:
-            msg = salvage_hello(line)
-            if msg is None:
-                return self.error("malformed JSON: %s" % e)
-        if not isinstance(msg, dict):
-            return self.error("a message must be a JSON object")
+        msg = parse_line(line)
+        if msg is None:
+            return self.error("malformed message: %r" % line[:200])
         handler = {"hello": self.on_hello, "exec": self.on_exec,
                    "cancel": self.on_cancel, "ping": self.on_ping}.get(msg.get("op"))
         if handler is None:
@@ -514,11 +420,6 @@ class Agent:
         if self.system:
             self.set_clock(msg.get("time_ns"))
             self.reseed_kernel(msg.get("seed"))
-        with self.lock:
-            # The worker reseeds `random` (from the kernel, reseeded above) before the next
-            # cell runs: riding on the exec command, the request can neither be lost nor
-            # make this thread wait for the worker.
-            self.reseed_worker = True
         # Written from this thread, not through the control writer: a hello comes right after a
         # restore, when nothing else writes and the host reads, and under TCG every first run
         # of code is translated anew in each restored VM: a thread hand-off costs a fork child
@@ -552,30 +453,12 @@ class Agent:
 
     def on_exec(self, msg):
         exec_id, language, code = msg.get("id"), msg.get("language"), msg.get("code")
-        if not is_int(exec_id) or language not in ("python", "bash") or not isinstance(code, str):
-            return self.error("exec needs an int id, language python|bash and a string code")
-        ex = Exec(exec_id, language, code)
+        if language == "python":
+            return self.error("Python execs go to the %s port" % REPL_PORT_NAME)
+        if not is_int(exec_id) or language != "bash" or not isinstance(code, str):
+            return self.error("exec needs an int id, language bash and a string code")
         with self.lock:
-            # Fast path: the usual case, a small Python exec for an idle, live worker, is
-            # sent to the worker from here. Anything else (bash, big code, a worker to
-            # (re)start, an exec while another runs: the host serializes, but if it does not
-            # they queue) is left to the executor.
-            w = self.worker
-            if (language == "python" and self.current is None and not self.pending
-                    and w is not None and self.worker_died is None and w.proc.poll() is None):
-                command = self._arm_python(ex, w)
-                # Current before the write: the executor reads `current` without the lock
-                # when the worker's result comes back
-                ex.worker, self.current = w, ex
-                try:
-                    sent = len(command) <= PIPE_BUF and w.send(command, wait=False)
-                except OSError:
-                    sent = True          # it just died: _on_worker_exit ends the exec
-                if sent:
-                    self.reseed_worker = False
-                    return
-                ex.worker, self.current = None, None   # nothing was written: queue it
-            self.pending.append(ex)
+            self.pending.append(Exec(exec_id, code))
         self._wake()
 
     def on_cancel(self, msg):
@@ -591,7 +474,10 @@ class Agent:
                 return
             queued = next((p for p in self.pending if p.id == exec_id), None)
             if queued is None:
-                return                   # unknown or finished: ignored
+                # Not a bash exec: a Python one, running in the worker or about to (the agent
+                # never sees those), or one that is over, which the worker ignores.
+                self._cancel_python(exec_id, reason)
+                return
             self.pending.remove(queued)
         # A queued exec that never started just ends
         if reason == "timeout":
@@ -601,54 +487,47 @@ class Agent:
                                    "code": 124 if reason == "timeout" else 130})
 
     def _deliver_cancel(self, ex):
-        """Signal the exec's process(es). Holds self.lock. Called again by the executor once
+        """Kill the bash exec's processes. Holds self.lock. Called again by the executor once
         the process exists if the cancel came first."""
-        if ex.signalled:
-            return
-        if ex.language == "bash":
-            if ex.proc is None:
-                return
-            ex.signalled = True
-            try:
-                os.killpg(ex.proc.pid, signal.SIGKILL)   # bash and everything it started
-            except OSError:
-                pass
-            self.cgroups.kill("exec-%d" % ex.id)        # ...even what left its process group
-            return
-        w = self.worker
-        if w is None or ex.worker is not w:
+        if ex.signalled or ex.proc is None:
             return
         ex.signalled = True
-        ex.cancel_clock = (time.monotonic(), self.channel.blocked_time())
-        self._interrupt(w, ex)
-        self._escalate_later(ex, CANCEL_GRACE)
-
-    @staticmethod
-    def _interrupt(w, ex):
         try:
-            # The message closes the race with a SIGINT that lands before the cell starts
-            w.send(encode({"op": "cancel", "token": ex.token}), wait=False)
-            os.kill(w.proc.pid, signal.SIGINT)
+            os.killpg(ex.proc.pid, signal.SIGKILL)   # bash and everything it started
         except OSError:
-            pass                         # it died; the executor reports that
+            pass
+        self.cgroups.kill("exec-%d" % ex.id)        # ...even what left its process group
 
-    def _escalate_later(self, ex, delay):
-        timer = threading.Timer(delay, self._escalate, (ex,))
+    def _cancel_python(self, exec_id, reason):
+        """Holds self.lock. The worker ends the exec with 124/130 when it gets the SIGINT
+        (or when it reads the exec, if the cancel came first); one that ignores it for
+        CANCEL_GRACE is killed."""
+        self.python_cancels[exec_id] = reason
+        while len(self.python_cancels) > 64:
+            self.python_cancels.popitem(last=False)
+        w = self.worker
+        if w is None:
+            return                       # the next worker gets it when it starts
+        w.cancel(exec_id, reason)
+        self._escalate_later(w, exec_id, 0.0)
+
+    def _escalate_later(self, w, exec_id, progress):
+        timer = threading.Timer(ESCALATE_TICK, self._escalate, (w, exec_id, progress))
         timer.daemon = True
         timer.start()
 
-    def _escalate(self, ex):
+    def _escalate(self, w, exec_id, progress):
         with self.lock:
-            w = self.worker
-            if self.current is not ex or w is None or ex.worker is not w:
+            if self.worker is not w or w.shared.current != exec_id:
                 return                   # finished meanwhile
-            # Time the host spent not reading does not count: the worker cannot finish
-            # while its output cannot be delivered.
-            t0, blocked0 = ex.cancel_clock
-            progress = (time.monotonic() - t0) - (self.channel.blocked_time() - blocked0)
+            # Time the worker spends waiting for the host to read does not count: it cannot
+            # finish while its output cannot be delivered. (Sampled, so that the worker's
+            # writes pay nothing for it.)
+            if not w.writing_to_port():
+                progress += ESCALATE_TICK
             if progress < CANCEL_GRACE:
-                return self._escalate_later(ex, CANCEL_GRACE - progress)
-            log("exec %d ignored the interrupt; killing the REPL worker" % ex.id)
+                return self._escalate_later(w, exec_id, progress)
+            log("exec %d ignored the interrupt; killing the REPL worker" % exec_id)
             try:
                 os.killpg(w.proc.pid, signal.SIGKILL)
             except OSError:
@@ -693,10 +572,7 @@ class Agent:
                 if self.current is not None or not self.pending:
                     break
                 ex = self.current = self.pending.popleft()
-            if ex.language == "python":
-                self._start_python(ex)
-            else:
-                self._start_bash(ex)
+            self._start_bash(ex)
             self._flush()
         ex = self.current
         timeout = None
@@ -737,121 +613,58 @@ class Agent:
     def _stderr_line(self, ex, text):
         self.outbox.append(encode({"op": "out", "id": ex.id, "stream": "stderr", "data": text}))
 
-    # Python
+    # Python: the worker's life
 
-    def _spawn_worker(self):
-        w = Worker(self.workdir, self.env, self.outbox, self.cgroups.joiner("repl"))
-        reg = self.sel.register
-        reg(w.out.fd, selectors.EVENT_READ, lambda: self._on_worker_stream(w, w.out))
-        reg(w.err.fd, selectors.EVENT_READ, lambda: self._on_worker_stream(w, w.err))
-        reg(w.res_r, selectors.EVENT_READ, lambda: self._on_worker_result(w))
-        reg(w.exit_fd, selectors.EVENT_READ, lambda: self._on_worker_exit(w))
+    def _spawn_worker(self, notice=None):
+        w = Worker(self.workdir, self.env, self.repl_fds, notice, self.cgroups.joiner("repl"))
+        self.sel.register(w.exit_fd, selectors.EVENT_READ, lambda: self._on_worker_exit(w))
         with self.lock:
             self.worker = w
+            for exec_id, reason in self.python_cancels.items():
+                w.cancel(exec_id, reason, interrupt=False)
         return w
 
-    def _start_python(self, ex):
-        w = self.worker
-        if w is not None and w.proc.poll() is not None:
-            self._on_worker_exit(w)      # died while idle, not yet noticed
-            w = None
-        if w is None:
-            try:
-                w = self._spawn_worker()
-            except OSError as e:
-                self._stderr_line(ex, "hostd: cannot start the Python REPL: %s" % e)
-                return self._finish(ex, 1)
-        if self.worker_died is not None:
-            self._stderr_line(ex, "hostd: the Python REPL exited (code %d); started a fresh "
-                              "one, previous state is lost" % self.worker_died)
-        with self.lock:
-            self.worker_died = None
-            command = self._arm_python(ex, w)
-            self.reseed_worker = False   # the write below completes, or the worker is gone
-            ex.worker = w                # a cancel from now on can escalate to a kill
-        try:
-            # Outside self.lock: big code takes a while, and the main thread must stay free.
-            # Only this thread closes the worker's fds, so w stays valid.
-            w.send(command, wait=True)
-        except OSError:
-            pass                         # it just died: _on_worker_exit ends the exec
-        with self.lock:
-            if ex.signalled:             # during the write: its message may have been
-                self._interrupt(w, ex)   # skipped, and its SIGINT came before the cell
-            elif ex.cancel_reason is not None:
-                self._deliver_cancel(ex)
-
-    def _arm_python(self, ex, w):
-        """Point the worker's output at exec ex; return the command that runs it. Holds
-        self.lock."""
-        w.out.arm(ex.id)
-        w.err.arm(ex.id)
-        command = {"op": "exec", "id": ex.id, "code": ex.code, "token": ex.token}
-        if self.reseed_worker:
-            command["reseed"] = True
-        return encode(command)
-
-    def _on_worker_stream(self, w, stream):
-        if not stream.pump():
-            self.sel.unregister(stream.fd)   # EOF; closed with the worker
-        self._check_python_done()
-
-    def _on_worker_result(self, w):
-        try:
-            data = os.read(w.res_r, 65536)
-        except BlockingIOError:
-            return
-        if not data:
-            self.sel.unregister(w.res_r)     # the worker is exiting; exit_fd will say so
-            return
-        w.res_buf += data
-        while b"\n" in w.res_buf:
-            line, _, rest = bytes(w.res_buf).partition(b"\n")
-            w.res_buf[:] = rest
-            ex = self.current
-            if ex is None or ex.worker is not w or ex.result is not None:
-                continue
-            ex.result = json.loads(line)
-            # The worker flushed the cell's output before writing its result: all of it is
-            # in the pipes now. Read it to the end, in one round with the exit (end markers
-            # on both pipes cost the guest two more wake-ups, ~1 ms of every exec under TCG).
-            for stream in (w.out, w.err):
-                stream.drain()
-                stream.finish()
-        self._check_python_done()
-
-    def _check_python_done(self):
-        ex = self.current
-        if (ex is not None and ex.language == "python" and ex.result is not None
-                and ex.worker.out.done and ex.worker.err.done):
-            self._finish(ex, ex.result["code"])
-
     def _on_worker_exit(self, w):
+        """The worker died (os._exit, a signal, the OOM killer, an escalation). Finishes on
+        its port what it left: the messages in the shared outbox, what its pipes still hold,
+        the exit of the exec it was running; then starts a fresh worker, whose first exec
+        says that the state is lost."""
         with self.lock:                  # reap under the lock: no cancel signals a reused pid
             status = exit_status(w.proc.wait())
-        for stream in (w.out, w.err):
-            stream.drain()               # output written just before dying
-        ex = self.current
-        during_exec = ex is not None and ex.language == "python" and ex.worker is w
-        if during_exec:
-            w.out.finish()
-            w.err.finish()
-            self._finish(ex, ex.result["code"] if ex.result is not None else status)
-        for fd in w.fds():
-            if fd in self.sel.get_map():
-                self.sel.unregister(fd)
-        with self.lock:                  # the main thread writes cmd_w only under the lock
-            w.close()
+            self.sel.unregister(w.exit_fd)
             if self.worker is w:
                 self.worker = None
-            self.worker_died = status    # the next exec says so
-        if during_exec:
-            # Start the fresh worker now rather than make the next exec wait for it. (Only
-            # after a death during an exec: a worker that cannot start must not loop.)
-            try:
-                self._spawn_worker()
-            except OSError as e:
-                log("cannot start the Python REPL:", e)
+        shared = w.shared
+        data = [shared.take_outbox()]
+        exec_id = shared.current
+        if exec_id > 0:
+            msgs = []
+            for fd, name in ((w.out_r, "stdout"), (w.err_r, "stderr")):
+                stream = Stream(fd, name, msgs)
+                stream.arm(exec_id)
+                stream.drain()
+                stream.finish()
+            with self.lock:
+                reason = self.python_cancels.get(exec_id)
+            if reason == "timeout":
+                msgs.append(encode({"op": "out", "id": exec_id, "stream": "stderr",
+                                    "data": "hostd: execution timed out"}))
+            code = status if reason is None else 124 if reason == "timeout" else 130
+            msgs.append(encode({"op": "exit", "id": exec_id, "code": code}))
+            data += msgs
+        # Says the worker is gone even when no exec was seen running: one it had read but
+        # not yet started must end too. The host ends its Python exec, if any, with `code`.
+        data.append(encode({"op": "repl_died", "code": status}))
+        try:
+            write_all(self.repl_fds[1], b"".join(data))
+        except OSError as e:
+            log("REPL port write failed:", e)
+        with self.lock:
+            w.close()
+        try:
+            self._spawn_worker(notice=status)
+        except OSError as e:
+            log("cannot start the Python REPL:", e)
 
     # bash
 
@@ -951,18 +764,27 @@ def main(argv=None):
                         help="speak the protocol on stdin/stdout instead of the virtio port")
     parser.add_argument("--no-system", action="store_true",
                         help="never set the clock nor reseed the kernel RNG (tests)")
+    parser.add_argument("--repl-fds", metavar="IN,OUT",
+                        help="with --stdio: the fds the REPL worker reads and writes (tests)")
     parser.add_argument("--workdir", default="/root", help="cwd and HOME of Python and bash")
     args = parser.parse_args(argv)
     if args.stdio:
         rfd, wfd = 0, os.dup(1)
         os.dup2(2, 1)    # a stray print must not corrupt the protocol stream
+        repl_fds = tuple(int(fd) for fd in (args.repl_fds or "").split(",") if fd)
+        if len(repl_fds) != 2:
+            parser.error("--stdio needs --repl-fds IN,OUT")
     else:
         try:
             rfd = wfd = open_port()
+            repl_fd = open_port(REPL_PORT_NAME)
         except OSError as e:
-            log("cannot open the %s port: %s" % (PORT_NAME, e))
+            log("cannot open the virtio ports: %s" % e)
             return 1
-    agent = Agent(Channel(wfd), os.path.abspath(args.workdir), system=not args.no_system)
+        repl_fds = (repl_fd, repl_fd)
+    for fd in repl_fds:
+        os.set_inheritable(fd, False)    # only the worker gets them (pass_fds)
+    agent = Agent(Channel(wfd), os.path.abspath(args.workdir), not args.no_system, repl_fds)
     agent.serve(rfd, stdio=args.stdio)
     return 0
 

@@ -1,137 +1,316 @@
 """hostd Python REPL worker (guest/PROTOCOL.md, "Python semantics").
 
-agent.py starts it as `python3 -u repl_worker.py CMD_FD RESULT_FD` with fds 1 and 2 on pipes
-that the agent reads, so output of C extensions and subprocesses is captured too. Commands
-arrive as JSON lines on CMD_FD:
+The worker answers Python execs itself, on its own virtio-serial port (`hostd.repl`): it reads
+each exec from the port, runs it in its main thread and writes the output and the exit back.
+Under TCG every switch between two guest processes flushes QEMU's soft TLB and jump cache; an
+exec that went host -> agent -> worker -> agent -> host cost ~3 ms more than one that stays in
+this process. The agent still supervises it, without being on that path: it starts it, forwards
+cancels (a message on CMD_FD plus a SIGINT), kills it when it ignores one, and finishes the
+exec of a worker that died, from what the worker left in the shared page (hostd_shared.py).
 
-  {"op": "exec", "id": N, "code": "...", "token": "...", "reseed": true}
-                                      run a cell; "reseed" (after a VM restore or fork):
-                                      reseed `random` from os.urandom first
-  {"op": "cancel", "token": "..."}    sent with a SIGINT; covers a SIGINT that lands
-                                      before the cell has started
+agent.py starts it as
+  python3 -u repl_worker.py PORT_IN PORT_OUT CMD_FD SHARED_FD OUT_R ERR_R [NOTICE]
+with fds 1 and 2 on pipes whose read ends are OUT_R and ERR_R: output of C extensions and of
+subprocesses is read from there by this process's io thread. NOTICE is the exit status of the
+worker this one replaces: the first exec says so on stderr.
 
-After each cell the worker flushes sys.stdout and sys.stderr, then writes {"code": N} to
-RESULT_FD: everything the cell wrote to fds 1 and 2 is in the pipes by then, and the agent
-reads them to the end when the result arrives.
+Host -> worker, on the port: {"op":"hello","nonce":...} (answered with the same nonce; reseeds
+`random` before the next cell) and {"op":"exec","id":N,"code":...}.
+Agent -> worker, on CMD_FD: {"op":"cancel","id":N,"reason":...}, read when the shared page's
+cancel count moved, or in the SIGINT handler.
 """
 
 import ast
 import builtins
-import collections
 import fcntl
+import io
 import json
 import linecache
 import os
 import select
 import signal
 import sys
+import threading
 import time
 import traceback
 import types
 
+from hostd_shared import LineCutter, SharedPage, encode, parse_line, wait_writable
+
 _OWN_FILES = {__file__, os.path.abspath(__file__)}
-_running = False          # True while user code runs: only then does SIGINT interrupt
-_cancelled = set()        # tokens of cancelled cells
-_INTERRUPTED = 130        # the agent turns this into 124 for a timeout
+_INTERRUPTED = 130          # KeyboardInterrupt that no cancel explains (user code raised it)
+FLUSH_DELAY = 0.004         # output waits at most this long for more, then goes to the host
+FLUSH_BYTES = 64 << 10      # ...or until this much is waiting
+DRAIN_LIMIT = 1 << 20       # bytes read from a pipe beyond what it held (orphans may write forever)
+F_GETPIPE_SZ = 1032         # Linux: a pipe's capacity (user code may have grown it)
+FIONREAD = 0x541B           # Linux: bytes waiting in a pipe, asked on either end
 
 
-_FIONREAD = 0x541B           # Linux: bytes waiting in a pipe, asked on either end
+class Output:
+    """Everything the worker sends on its port, in order: `out` messages of the running exec
+    (from sys.stdout / sys.stderr and from the fd 1 / fd 2 pipes), then its exit.
 
-
-class _OrderedStream:
-    """sys.stdout / sys.stderr wrapper that keeps the two in order across their two pipes.
-
-    The agent reads fd 1 and fd 2 separately, so when both hold data it cannot tell which came
-    first. Before Python code writes to one stream after writing to the other, this waits until
-    the agent has drained the other's pipe (at most 50 ms, e.g. while the host is not reading).
-    Output a C extension writes straight to the fds is not covered.
+    Messages are held in the shared page's outbox and written together: at the end of the exec
+    (one write with its exit), when FLUSH_BYTES are waiting, or FLUSH_DELAY after the first
+    (the io thread). One write per quick exec instead of one per line: each costs the guest an
+    exit to QEMU. Every method is called with `lock` held; port writes happen under it, so a
+    host that stops reading blocks every writer: backpressure, with bounded memory.
     """
-    last = None
 
-    def __init__(self, stream, fd):
-        self._stream = stream
-        self._fd = fd
+    def __init__(self, port_out, shared, pipes):
+        self.port_out, self.shared = port_out, shared
+        self.lock = threading.RLock()     # a signal handler of user code may print
+        self.current = 0                 # the exec output is attributed to; 0: discard it
+        self.pending = []                # messages the cutters just made
+        self.size = 0                    # bytes in the shared outbox
+        self.flush_at = 0.0              # monotonic deadline of the io thread's flush, or 0
+        self.failed = False
+        self.cutters = {name: LineCutter(name, self.pending) for name in ("stdout", "stderr")}
+        self.pipes = pipes               # {name: read end of that fd's pipe}
+        self.names = {fd: name for name, fd in pipes.items()}
+        self.poller = select.poll()      # the pipes, for the end of an exec
+        for fd in pipes.values():
+            self.poller.register(fd, select.POLLIN)
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
-    def write(self, text):
-        other = _OrderedStream.last
-        if other is not None and other is not self:
-            other._drain()
-        _OrderedStream.last = self
-        return self._stream.write(text)
+    def arm(self, exec_id):
+        self.current = exec_id
+        for cutter in self.cutters.values():
+            cutter.arm(exec_id)
 
-    def _drain(self):
-        try:
-            self._stream.flush()
-            pending = bytearray(4)
-            deadline = time.monotonic() + 0.05
-            while time.monotonic() < deadline:
-                fcntl.ioctl(self._fd, _FIONREAD, pending)
-                if not any(pending):
-                    return
-                time.sleep(0.0002)
-        except Exception:          # a closed or replaced fd: ordering is best effort then
-            pass
+    def feed(self, name, data):
+        if self.current:
+            self.cutters[name].feed(data)
+            self._commit()
 
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
+    def message(self, msg):
+        self.pending.append(encode(msg))
+        self._commit()
 
-
-def _on_sigint(signum, frame):
-    # A SIGINT that arrives after the cell finished (the cancel raced with the end) must not
-    # break the worker's own bookkeeping nor the next cell: ignore it outside user code.
-    if _running:
-        raise KeyboardInterrupt
-
-
-def _write_all(fd, data):
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+    def read_pipe(self, name, budget):
+        """Reads what the pipe holds, up to about `budget` bytes; False at EOF."""
+        fd = self.pipes[name]
+        while budget > 0:
+            try:
+                data = os.read(fd, 65536)
+            except (BlockingIOError, InterruptedError):
+                return True
+            if not data:
+                return False
+            budget -= len(data)
+            self.feed(name, data)
         return True
-    except OSError:       # user code closed or broke the fd
-        return False
+
+    def pipe_holds_data(self, name):
+        n = bytearray(4)
+        try:
+            fcntl.ioctl(self.pipes[name], FIONREAD, n)
+        except OSError:
+            return False
+        return any(n)
+
+    def end(self, exec_id, code):
+        """The exec is over: what its pipes still hold, its last partial lines, its exit."""
+        for fd, _ in self.poller.poll(0):       # one syscall when the pipes are empty
+            name = self.names[fd]
+            try:
+                budget = fcntl.fcntl(fd, F_GETPIPE_SZ) + DRAIN_LIMIT
+            except OSError:
+                budget = DRAIN_LIMIT
+            self.read_pipe(name, budget)
+        for cutter in self.cutters.values():
+            cutter.finish()
+        self.pending.append(b'{"op":"exit","id":%d,"code":%d}\n' % (exec_id, code))
+        self._commit()
+        self.current = 0
+        self.flush()
+
+    def _commit(self):
+        """Moves the cutters' messages into the shared outbox; schedules their flush."""
+        if not self.pending:
+            return
+        outbox = self.shared.outbox
+        for msg in self.pending:
+            if self.size + len(msg) > len(outbox):
+                self.flush()
+            if len(msg) > len(outbox):   # cannot happen (a message is < 400 KiB); be safe
+                self._write(msg)
+                continue
+            outbox[self.size:self.size + len(msg)] = msg
+            self.size += len(msg)
+        del self.pending[:]
+        self.shared.outlen = self.size
+        if self.size >= FLUSH_BYTES:
+            self.flush()
+        elif not self.flush_at and self.current:
+            self.flush_at = time.monotonic() + FLUSH_DELAY
+            try:
+                os.write(self.wake_w, b"\0")    # the io thread takes the deadline
+            except BlockingIOError:
+                pass
+
+    def flush(self):
+        self.flush_at = 0.0
+        if not self.size:
+            return
+        outbox, n, sent = self.shared.outbox, self.size, 0
+        try:
+            sent = self._write(outbox[:n])
+        finally:
+            if sent < n:                 # interrupted: keep what was not written
+                outbox[:n - sent] = bytes(outbox[sent:n])
+            self.size = n - sent
+            self.shared.outlen = self.size
+
+    def _write(self, data):
+        """Writes data to the port; returns how much was written (all of it, unless a signal
+        handler raised)."""
+        view, sent = memoryview(data), 0
+        try:
+            while sent < len(view):
+                try:
+                    sent += os.write(self.port_out, view[sent:])
+                except BlockingIOError:
+                    wait_writable(self.port_out)
+        except OSError as e:             # the host end is gone: what was for it is moot
+            if not self.failed:
+                print("hostd-repl: port write failed: %s" % e, file=sys.__stderr__, flush=True)
+            self.failed = True
+            sent = len(view)
+        return sent
+
+    def io_thread(self):
+        """Reads the fd 1 / fd 2 pipes as they fill, and flushes output left waiting."""
+        poller = select.poll()
+        names = dict(self.names)
+        for fd in names:
+            os.set_blocking(fd, False)
+            poller.register(fd, select.POLLIN)
+        poller.register(self.wake_r, select.POLLIN)
+        while True:
+            with self.lock:
+                flush_at = self.flush_at
+            timeout = None if not flush_at else max(0.0, flush_at - time.monotonic()) * 1000
+            events = poller.poll(timeout)
+            with self.lock:
+                for fd, _ in events:
+                    if fd == self.wake_r:
+                        try:
+                            os.read(fd, 4096)
+                        except BlockingIOError:
+                            pass
+                    elif not self.read_pipe(names[fd], 1 << 20):
+                        poller.unregister(fd)    # every writer closed it (user code closed fd 1)
+                if self.flush_at and time.monotonic() >= self.flush_at:
+                    self.flush()
+
+
+class _Raw(io.RawIOBase):
+    """The bytes under sys.stdout / sys.stderr: straight into the output, no pipe and no agent.
+    Before text goes out, what the same fd's pipe holds goes first (a subprocess's output)."""
+
+    def __init__(self, output, name, fd):
+        self._output, self._name, self._fd = output, name, fd
+
+    def writable(self):
+        return True
+
+    def fileno(self):
+        return self._fd
+
+    def write(self, data):
+        n = len(data)
+        if _forked:                      # a child of os.fork(): the fds, as in any program
+            return os.write(self._fd, data)
+        global _in_io
+        out = self._output
+        main = threading.get_ident() == _main_ident
+        with out.lock:
+            if main:
+                _in_io = True
+            try:
+                if out.current:
+                    if out.pipe_holds_data(self._name):
+                        out.read_pipe(self._name, 1 << 20)
+                    out.feed(self._name, bytes(data))
+            finally:
+                if main:
+                    _in_io = False
+        if main:
+            _raise_deferred_interrupt()
+        return n
+
+
+# ---- cancels -------------------------------------------------------------------------------
+
+_running = False            # True while user code runs: only then does SIGINT interrupt
+_in_io = False              # inside Output under its lock: an interrupt waits until it is left
+_interrupt_deferred = False
+_forked = False
+_main_ident = threading.get_ident()
+_current = 0                # id of the exec being run
+_cancels = {}               # exec id -> reason, as the agent sent them
+_cmd = None                 # the command pipe's reader
 
 
 class _Commands:
-    """Line reader for the command pipe; cancels are recorded as they are read."""
-
-    def __init__(self, fd):
-        self.fd = fd
+    def __init__(self, fd, shared):
+        self.fd, self.shared = fd, shared
+        os.set_blocking(fd, False)
         self.buf = bytearray()
-        self.queue = collections.deque()
-        self.poller = select.poll()
-        self.poller.register(fd, select.POLLIN)
+        self.seen = 0                    # the agent made the page for this worker
 
-    def _feed(self, data):
-        self.buf += data
+    def read(self, force=False):
+        """Reads the agent's cancels if there are new ones; True if any message was read."""
+        count = self.shared.cancels
+        if count == self.seen and not force:
+            return False
+        self.seen = count
+        got = False
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except (BlockingIOError, InterruptedError):
+                break
+            if not data:
+                break
+            self.buf += data
         nl = self.buf.find(b"\n")
         while nl >= 0:
-            cmd = json.loads(bytes(self.buf[:nl]))
+            try:
+                msg = json.loads(bytes(self.buf[:nl]))
+                _cancels[int(msg["id"])] = msg.get("reason", "client")
+                got = True
+            except (ValueError, KeyError, TypeError):
+                pass
             del self.buf[:nl + 1]
-            if cmd.get("op") == "cancel":
-                _cancelled.add(cmd.get("token"))
-            else:
-                self.queue.append(cmd)
             nl = self.buf.find(b"\n")
+        return got
 
-    def get(self):
-        """Next command, blocking; None when the agent is gone."""
-        while not self.queue:
-            data = os.read(self.fd, 1 << 20)
-            if not data:
-                return None
-            self._feed(data)
-        return self.queue.popleft()
 
-    def poll(self):
-        """Read what is already there, without blocking."""
-        while self.poller.poll(0):
-            data = os.read(self.fd, 1 << 20)
-            if not data:
-                return
-            self._feed(data)
+def _on_sigint(signum, frame):
+    # The agent writes a cancel, then signals. A SIGINT for an exec that already ended (the
+    # cancel raced with its end) is ignored; one that comes with no cancel at all was sent by
+    # user code (os.kill, signal.raise_signal) and interrupts as in any Python program.
+    global _interrupt_deferred
+    if not _running:
+        return
+    got = _cmd.read(force=True)
+    if _current in _cancels or not got:
+        if _in_io:
+            _interrupt_deferred = True
+        else:
+            raise KeyboardInterrupt
 
+
+def _raise_deferred_interrupt():
+    global _interrupt_deferred
+    if _interrupt_deferred and _running:
+        _interrupt_deferred = False
+        raise KeyboardInterrupt
+
+
+# ---- cells -----------------------------------------------------------------------------------
 
 def _strip_own_frames(tbe):
     """Remove this file's frames from a TracebackException and its causes/contexts."""
@@ -160,7 +339,7 @@ def _print_exception(exc):
         sys.stderr.write(text)
         sys.stderr.flush()
     except Exception:     # user code replaced sys.stderr with something broken
-        _write_all(2, text.encode("utf-8", "replace"))
+        _stderr.write(text)
 
 
 def _print_stderr(obj):
@@ -170,11 +349,33 @@ def _print_stderr(obj):
         pass
 
 
+def _compile_expression(src, filename):
+    """The code of a one-line cell that is a single expression, else None.
+
+    Same result as the general path below, without its round trip through Python AST objects,
+    which costs a one-liner like `print(x)` or `df.head()` ~3x its compile time. Only for one
+    line starting at column 0: a failed attempt then costs little, and the general path's
+    IndentationError for a leading space stays.
+    """
+    if "\n" in src.rstrip() or not src[:1].strip():
+        return None
+    try:
+        return compile(src, filename, "eval", dont_inherit=True)
+    except SyntaxError:
+        return None
+
+
 def _run_cell(src, filename, ns):
     """Run one cell like a notebook does. Returns the exit code."""
     # Registered so that tracebacks and inspect show the source, also from later cells
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
     try:
+        expression = _compile_expression(src, filename)
+        if expression is not None:
+            value = eval(expression, ns)
+            if value is not None:
+                sys.displayhook(value)
+            return 0
         tree = compile(src, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
@@ -199,67 +400,170 @@ def _run_cell(src, filename, ns):
         return 1
 
 
-def _exec(cmd, ns, commands):
-    global _running
-    try:
+class Worker:
+    def __init__(self, port_in, output, shared, notice):
+        self.port_in, self.output, self.shared = port_in, output, shared
+        self.notice = notice             # exit status of the worker this one replaces
+        self.reseed = False
+        self.main_module = types.ModuleType("__main__")
+        self.main_module.__builtins__ = builtins
+
+    def serve(self):
+        buf = bytearray()
+        while True:
+            try:
+                data = os.read(self.port_in, 65536)
+            except OSError as e:
+                print("hostd-repl: port read failed: %s" % e, file=sys.__stderr__, flush=True)
+                time.sleep(0.1)
+                continue
+            if not data:
+                # The host end is closed: reads return EOF at once until it reconnects, and
+                # a reconnection starts with a fresh hello.
+                del buf[:]
+                time.sleep(0.05)
+                continue
+            buf += data
+            nl = buf.find(b"\n")
+            while nl >= 0:
+                line = bytes(buf[:nl])
+                del buf[:nl + 1]
+                try:
+                    self.handle(line)
+                except Exception:        # a bug must not take the REPL down
+                    print("hostd-repl: internal error:\n" + traceback.format_exc(),
+                          file=sys.__stderr__, flush=True)
+                nl = buf.find(b"\n")
+            if len(buf) > 4 << 20:       # the host never sends a line over 1 MiB
+                del buf[:]
+
+    def handle(self, line):
+        msg = parse_line(line) if line.strip() else None
+        if msg is None:
+            return
+        op = msg.get("op")
+        if op == "exec":
+            exec_id, code = msg.get("id"), msg.get("code")
+            if isinstance(exec_id, int) and exec_id > 0 and isinstance(code, str):
+                return self.run(exec_id, code)
+            return self.reply({"op": "error", "message": "exec needs an id > 0 and a code"})
+        if op == "hello":
+            # A new connection: exec ids start again, and the VM may be a restored copy whose
+            # `random` state its siblings share.
+            _cancels.clear()
+            self.reseed = True
+            return self.reply({"op": "hello", "nonce": msg.get("nonce"), "pid": os.getpid()})
+        self.reply({"op": "error", "message": "unknown op %r on the REPL port" % (op,)})
+
+    def reply(self, msg):
+        with self.output.lock:
+            self.output.message(msg)
+            self.output.flush()
+
+    def run(self, exec_id, code):
+        global _running, _current
+        out, shared = self.output, self.shared
+        _current = exec_id
+        shared.current = exec_id
+        with out.lock:
+            out.arm(exec_id)
+        _cmd.read()
+        for old in [i for i in _cancels if i < exec_id]:
+            del _cancels[old]
+        if self.notice is not None:
+            _stderr.write("hostd: the Python REPL exited (code %d); started a fresh one, "
+                          "previous state is lost\n" % self.notice)
+            self.notice = None
+        if self.reseed:
+            self.reseed = False
+            import random
+            random.seed()                # from os.urandom, which the agent has reseeded
+        status = _INTERRUPTED
         try:
-            _running = True
-            # A cancel whose SIGINT arrived before _running was set left its message here
-            commands.poll()
-            if cmd["token"] in _cancelled:
-                raise KeyboardInterrupt
-            return _run_cell(cmd["code"], "<exec-%s>" % cmd["id"], ns)
-        finally:
-            _running = False
-    except KeyboardInterrupt:     # a cancel, or raised by user code
-        return _INTERRUPTED
+            try:
+                _running = True
+                if shared.cancels != _cmd.seen:      # one came since the read above: its
+                    _running = False                 # SIGINT may have found _running False
+                    _cmd.read()
+                    _running = True
+                if exec_id not in _cancels:          # a cancel may come before the exec
+                    status = _run_cell(code, "<exec-%d>" % exec_id, self.main_module.__dict__)
+            finally:
+                _running = False
+        except KeyboardInterrupt:        # a cancel, or raised by user code
+            pass
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()           # user code may have replaced them with buffered ones
+            except Exception:
+                pass
+        _cmd.read()
+        reason = _cancels.get(exec_id)
+        if reason is not None:
+            status = 124 if reason == "timeout" else 130
+            if reason == "timeout":
+                _stderr.write("hostd: execution timed out\n")
+        global _interrupt_deferred
+        _interrupt_deferred = False
+        with out.lock:
+            out.end(exec_id, status)
+        _current = 0
+        shared.current = 0
+
+
+class _Stderr:
+    """Worker's own notices on the exec's stderr, whatever user code did to sys.stderr."""
+
+    def __init__(self, output):
+        self.output = output
+
+    def write(self, text):
+        with self.output.lock:
+            self.output.feed("stderr", text.encode("utf-8", "replace"))
+
+
+_stderr = None
 
 
 def main():
-    cmd_fd, res_fd = int(sys.argv[1]), int(sys.argv[2])
-    for fd in (cmd_fd, res_fd):
+    global _cmd, _stderr
+    args = [int(a) for a in sys.argv[1:7]]
+    port_in, port_out, cmd_fd, shared_fd, out_r, err_r = args
+    notice = int(sys.argv[7]) if len(sys.argv) > 7 else None
+    own = set(args)
+    for fd in own:
         os.set_inheritable(fd, False)   # subprocesses of user code must not get them
+    shared = SharedPage(shared_fd)
+    output = Output(port_out, shared, {"stdout": out_r, "stderr": err_r})
+    own |= {output.wake_r, output.wake_w}
 
-    def close_in_child():
-        # Nor forked children (multiprocessing): one holding the command pipe would keep
-        # the agent's writes from failing fast after the worker died.
-        for fd in (cmd_fd, res_fd):
+    def in_child():
+        # Nor forked children (multiprocessing): one holding the port would steal the host's
+        # messages, and one writing the shared outbox would corrupt this worker's output.
+        global _forked
+        _forked = True
+        for fd in own:
             try:
                 os.close(fd)
             except OSError:
                 pass
-    os.register_at_fork(after_in_child=close_in_child)
+    os.register_at_fork(after_in_child=in_child)
+    _cmd = _Commands(cmd_fd, shared)
+    _stderr = _Stderr(output)
+    worker = Worker(port_in, output, shared, notice)
     # User code runs in a fresh __main__ (a notebook-like namespace); this module stays
     # importable under another name so that its globals stay alive.
-    main_module = types.ModuleType("__main__")
-    main_module.__builtins__ = builtins
     sys.modules["_hostd_repl_worker"] = sys.modules["__main__"]
-    sys.modules["__main__"] = main_module
+    sys.modules["__main__"] = worker.main_module
     sys.argv = [""]
     sys.path[0] = ""                    # like the interactive interpreter: import from cwd
     signal.signal(signal.SIGINT, _on_sigint)
-    sys.stdout = _OrderedStream(sys.stdout, 1)
-    sys.stderr = _OrderedStream(sys.stderr, 2)
-    commands = _Commands(cmd_fd)
-    while True:
-        cmd = commands.get()
-        if cmd is None:
-            return
-        op = cmd.get("op")
-        if op == "exec":
-            if cmd.get("reseed"):
-                import random
-                random.seed()             # from os.urandom, which the agent has reseeded
-            code = _exec(cmd, main_module.__dict__, commands)
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except Exception:
-                    pass
-            _cancelled.clear()
-            result = json.dumps({"code": code}) + "\n"
-            if not _write_all(res_fd, result.encode()):
-                return                    # the agent is gone
+    for name, fd, errors in (("stdout", 1, sys.stdout.errors), ("stderr", 2, "backslashreplace")):
+        stream = io.TextIOWrapper(_Raw(output, name, fd), encoding="utf-8", errors=errors,
+                                  write_through=True)
+        setattr(sys, name, stream)
+    threading.Thread(target=output.io_thread, name="hostd-io", daemon=True).start()
+    worker.serve()
 
 
 if __name__ == "__main__":

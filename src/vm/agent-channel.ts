@@ -1,6 +1,8 @@
 /**
  * Host side of the guest agent protocol (guest/PROTOCOL.md): newline-delimited JSON over the
- * unix socket that QEMU bridges to the guest's virtio-serial port `hostd.agent`.
+ * two unix sockets that QEMU bridges to the guest's virtio-serial ports: `hostd.agent` (the
+ * agent: hello, ping, cancel, bash) and `hostd.repl` (the Python REPL worker, which answers
+ * Python execs itself: under TCG, a hop through the agent process cost ~3 ms per exec).
  * Hand-written because the protocol is ours.
  */
 import { randomBytes } from 'node:crypto';
@@ -38,31 +40,104 @@ interface GuestMessage {
   message?: string;
 }
 
-/**
- * One connection to one VM's agent. Emits `close` once. Output of the running exec is
- * delivered to its sink; `pause()`/`resume()` stop reading the socket, which makes QEMU stop
- * draining the virtio queue, which blocks the guest's writer: end-to-end backpressure.
- */
-export class AgentChannel extends EventEmitter {
+/** Newline-delimited JSON messages in from one socket. */
+class LineReader {
   private buffer = '';
-  private readonly sinks = new Map<number, ExecSink>();
-  private helloWaiter: { nonce: string; resolve: () => void } | null = null;
-  private synced = false;
-  private closedReason: string | null = null;
-  private nextExecId = 1;
 
-  private constructor(private readonly socket: Socket) {
-    super();
+  constructor(
+    readonly socket: Socket,
+    private readonly onMessage: (msg: GuestMessage) => void,
+  ) {
     socket.setEncoding('utf8');
     socket.setNoDelay?.(true);
     socket.on('data', (chunk: string) => this.onData(chunk));
     socket.on('error', () => undefined);
-    socket.on('close', () => this.onClose('the agent connection closed'));
   }
 
-  /** Connects to the VM's agent socket (QEMU creates it at start-up). */
-  static async connect(path: string, deadline: number): Promise<AgentChannel> {
-    return new AgentChannel(await connectWithRetry(path, deadline));
+  write(line: string): void {
+    this.socket.write(line);
+  }
+
+  private onData(chunk: string): void {
+    // Only the new chunk can hold a newline the old buffer did not: scan from there, so a
+    // guest sending one endless line costs linear, not quadratic, time.
+    const from = this.buffer.length;
+    this.buffer += chunk;
+    let start = 0;
+    let nl = this.buffer.indexOf('\n', from);
+    for (; nl >= 0; nl = this.buffer.indexOf('\n', start)) {
+      const msg = parseGuestLine(this.buffer.slice(start, nl));
+      start = nl + 1;
+      if (msg) this.onMessage(msg);
+    }
+    this.buffer = start === 0 ? this.buffer : this.buffer.slice(start);
+    // The guest never sends a line over 1 MiB (PROTOCOL.md); anything bigger is garbage.
+    if (this.buffer.length > 4 * 1024 * 1024) this.buffer = '';
+  }
+}
+
+/**
+ * Everything from the guest is untrusted: code running as root in the VM can write to these
+ * channels. A malformed message is dropped; nothing it contains may throw here, since an
+ * exception in a socket handler would take hostd and every other sandbox down.
+ */
+function parseGuestLine(line: string): GuestMessage | null {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(line);
+  } catch {
+    return null; // a torn line from before a restore, or noise before hello
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return null;
+  return parsed as GuestMessage;
+}
+
+/**
+ * One connection to one VM's agent and REPL worker. Emits `close` once, when either socket
+ * closes. Output of the running exec is delivered to its sink; `pause()`/`resume()` stop
+ * reading the sockets, which makes QEMU stop draining the virtio queues, which blocks the
+ * guest's writers: end-to-end backpressure.
+ */
+export class AgentChannel extends EventEmitter {
+  private readonly sinks = new Map<number, ExecSink>();
+  /** Python execs not yet ended, with the reason of their cancel once there is one. */
+  private readonly python = new Map<number, CancelReason | null>();
+  private helloWaiter: { nonce: string; resolve: () => void } | null = null;
+  private synced = false;
+  /**
+   * The REPL port's own hello: sent with the first Python exec after each agent hello (not
+   * with that hello: a fork child would then run the worker before it is even asked for),
+   * and everything the worker sends before its echo is discarded, as on the agent port.
+   */
+  private replNonce: string | null = null;
+  private replSynced = false;
+  private closedReason: string | null = null;
+  private nextExecId = 1;
+  private readonly control: LineReader;
+  private readonly repl: LineReader;
+
+  private constructor(control: Socket, repl: Socket) {
+    super();
+    this.control = new LineReader(control, (msg) => this.onControl(msg));
+    this.repl = new LineReader(repl, (msg) => this.onRepl(msg));
+    for (const socket of [control, repl]) {
+      socket.on('close', () => this.onClose('the agent connection closed'));
+    }
+  }
+
+  /** Connects to the VM's agent and REPL sockets (QEMU creates them at start-up). */
+  static async connect(
+    agentPath: string,
+    replPath: string,
+    deadline: number,
+  ): Promise<AgentChannel> {
+    const control = await connectWithRetry(agentPath, deadline);
+    try {
+      return new AgentChannel(control, await connectWithRetry(replPath, deadline));
+    } catch (err) {
+      control.destroy();
+      throw err;
+    }
   }
 
   get closed(): boolean {
@@ -77,6 +152,8 @@ export class AgentChannel extends EventEmitter {
     if (this.closedReason) return Promise.reject(new AgentError(this.closedReason));
     const nonce = randomBytes(8).toString('hex');
     this.synced = false;
+    this.replNonce = null;
+    this.replSynced = false;
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.helloWaiter = null;
@@ -95,7 +172,7 @@ export class AgentChannel extends EventEmitter {
           resolve();
         },
       };
-      this.send({
+      this.send(this.control, {
         op: 'hello',
         nonce,
         time_ns: (BigInt(Date.now()) * 1_000_000n).toString(),
@@ -112,62 +189,49 @@ export class AgentChannel extends EventEmitter {
       return id;
     }
     this.sinks.set(id, sink);
-    this.send({ op: 'exec', id, language, code });
+    if (language === 'bash') {
+      this.send(this.control, { op: 'exec', id, language, code });
+      return id;
+    }
+    this.python.set(id, null);
+    let hello = '';
+    if (this.replNonce === null) {
+      this.replNonce = randomBytes(8).toString('hex');
+      hello = JSON.stringify({ op: 'hello', nonce: this.replNonce }) + '\n';
+    }
+    // One write: the worker reads its hello and the exec together.
+    this.repl.write(hello + JSON.stringify({ op: 'exec', id, code }) + '\n');
     return id;
   }
 
+  /** Cancels go to the agent, which interrupts the worker or kills bash. */
   cancel(id: number, reason: CancelReason): void {
-    if (this.sinks.has(id)) this.send({ op: 'cancel', id, reason });
+    if (!this.sinks.has(id)) return;
+    if (this.python.get(id) === null) this.python.set(id, reason);
+    this.send(this.control, { op: 'cancel', id, reason });
   }
 
   pause(): void {
-    this.socket.pause();
+    this.control.socket.pause();
+    this.repl.socket.pause();
   }
 
   resume(): void {
-    this.socket.resume();
+    this.control.socket.resume();
+    this.repl.socket.resume();
   }
 
   close(reason = 'the agent connection was closed by hostd'): void {
     this.onClose(reason);
-    this.socket.destroy();
+    this.control.socket.destroy();
+    this.repl.socket.destroy();
   }
 
-  private send(msg: Record<string, unknown>): void {
-    this.socket.write(JSON.stringify(msg) + '\n');
+  private send(to: LineReader, msg: Record<string, unknown>): void {
+    to.write(JSON.stringify(msg) + '\n');
   }
 
-  private onData(chunk: string): void {
-    // Only the new chunk can hold a newline the old buffer did not: scan from there, so a
-    // guest sending one endless line costs linear, not quadratic, time.
-    const from = this.buffer.length;
-    this.buffer += chunk;
-    let start = 0;
-    let nl = this.buffer.indexOf('\n', from);
-    for (; nl >= 0; nl = this.buffer.indexOf('\n', start)) {
-      const line = this.buffer.slice(start, nl);
-      start = nl + 1;
-      this.onLine(line);
-    }
-    this.buffer = start === 0 ? this.buffer : this.buffer.slice(start);
-    // The agent never sends a line over 1 MiB (PROTOCOL.md); anything bigger is garbage.
-    if (this.buffer.length > 4 * 1024 * 1024) this.buffer = '';
-  }
-
-  /**
-   * Everything from the guest is untrusted: code running as root in the VM can write to this
-   * channel. A malformed message is dropped; nothing it contains may throw here, since an
-   * exception in a socket handler would take hostd and every other sandbox down.
-   */
-  private onLine(line: string): void {
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(line);
-    } catch {
-      return; // a torn line from before a restore, or noise before hello
-    }
-    if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return;
-    const msg = parsed as GuestMessage;
+  private onControl(msg: GuestMessage): void {
     if (msg.op === 'hello' && this.helloWaiter && msg.nonce === this.helloWaiter.nonce) {
       this.synced = true;
       const waiter = this.helloWaiter;
@@ -175,15 +239,42 @@ export class AgentChannel extends EventEmitter {
       waiter.resolve();
       return;
     }
-    if (!this.synced || typeof msg.id !== 'number') return;
+    if (this.synced) this.onExecMessage(msg);
+  }
+
+  private onRepl(msg: GuestMessage): void {
+    if (!this.replSynced) {
+      this.replSynced = msg.op === 'hello' && msg.nonce === this.replNonce;
+      return;
+    }
+    if (msg.op === 'repl_died') {
+      // The worker died; the agent has sent the exit of the exec it was running. One it had
+      // read but not started (or not yet read) can never end otherwise.
+      const code = Number.isInteger(msg.code) ? (msg.code as number) : -1;
+      for (const [id, reason] of [...this.python]) {
+        this.endExec(id, reason === null ? code : reason === 'timeout' ? 124 : 130);
+      }
+      return;
+    }
+    this.onExecMessage(msg);
+  }
+
+  private onExecMessage(msg: GuestMessage): void {
+    if (typeof msg.id !== 'number') return;
     const sink = this.sinks.get(msg.id);
     if (!sink) return;
     if (msg.op === 'out' && typeof msg.data === 'string') {
       sink.onOutput(msg.stream === 'stderr' ? 'stderr' : 'stdout', msg.data);
     } else if (msg.op === 'exit') {
-      this.sinks.delete(msg.id);
-      sink.onExit(Number.isInteger(msg.code) ? (msg.code as number) : -1);
+      this.endExec(msg.id, Number.isInteger(msg.code) ? (msg.code as number) : -1);
     }
+  }
+
+  private endExec(id: number, code: number): void {
+    const sink = this.sinks.get(id);
+    this.sinks.delete(id);
+    this.python.delete(id);
+    sink?.onExit(code);
   }
 
   private onClose(reason: string): void {
@@ -191,6 +282,7 @@ export class AgentChannel extends EventEmitter {
     this.closedReason = reason;
     const sinks = [...this.sinks.values()];
     this.sinks.clear();
+    this.python.clear();
     for (const sink of sinks) sink.onLost(reason);
     this.emit('close', reason);
   }

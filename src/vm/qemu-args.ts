@@ -56,6 +56,7 @@ export function kernelCmdline(spec: MachineSpec): string {
 export interface VmPaths {
   readonly qmpSocket: string;
   readonly agentSocket: string;
+  readonly replSocket: string;
   readonly consoleLog: string;
 }
 
@@ -63,8 +64,9 @@ export type RamMode =
   | { readonly kind: 'template'; readonly memPath: string }
   | { readonly kind: 'clone'; readonly memPath: string };
 
-/** The virtio-serial port name the guest agent looks for. */
+/** The virtio-serial port names the guest agent looks for (guest/PROTOCOL.md). */
 export const AGENT_PORT_NAME = 'hostd.agent';
+export const REPL_PORT_NAME = 'hostd.repl';
 
 /** Builds the argv (without the binary) for one QEMU process. */
 export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): string[] {
@@ -110,11 +112,17 @@ export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): strin
     '-serial',
     'chardev:console',
     '-device',
-    'virtio-serial-device,max_ports=2',
+    // Port 0 is reserved for a console; ours are 1 (the agent) and 2 (the Python REPL, which
+    // answers Python execs itself: see guest/PROTOCOL.md).
+    'virtio-serial-device,max_ports=3',
     '-chardev',
     `socket,id=agent,path=${paths.agentSocket},server=on,wait=off`,
     '-device',
     `virtserialport,chardev=agent,name=${AGENT_PORT_NAME}`,
+    '-chardev',
+    `socket,id=repl,path=${paths.replSocket},server=on,wait=off`,
+    '-device',
+    `virtserialport,chardev=repl,name=${REPL_PORT_NAME}`,
     '-qmp',
     `unix:${paths.qmpSocket},server=on,wait=off`,
     // Device-state snapshots (xen-save-devices-state) carry no configuration section; every

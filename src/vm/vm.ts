@@ -92,6 +92,7 @@ export class Vm extends EventEmitter {
     this.paths = {
       qmpSocket: join(this.dir, 'qmp.sock'),
       agentSocket: join(this.dir, 'agent.sock'),
+      replSocket: join(this.dir, 'repl.sock'),
       consoleLog: join(this.dir, 'console.log'),
     };
     this.exitPromise = new Promise((r) => (this.resolveExit = r));
@@ -360,7 +361,11 @@ export class Vm extends EventEmitter {
   }
 
   private async connectAgent(deadline: number): Promise<void> {
-    const agent = await AgentChannel.connect(this.paths.agentSocket, deadline);
+    const agent = await AgentChannel.connect(
+      this.paths.agentSocket,
+      this.paths.replSocket,
+      deadline,
+    );
     this.agent = agent;
     agent.on('close', () => {
       if (this.destroyed || this.exited) return;

@@ -18,6 +18,7 @@ const spec: MachineSpec = {
 const paths = {
   qmpSocket: '/s/qmp.sock',
   agentSocket: '/s/agent.sock',
+  replSocket: '/s/repl.sock',
   consoleLog: '/s/console.log',
 };
 

@@ -1,6 +1,8 @@
 """Behaviour of the guest agent, driven through its real protocol (guest/PROTOCOL.md).
 
-Each test starts `agent.py --stdio --no-system --workdir <tmp>` and talks JSON lines to it.
+Each test starts `agent.py --stdio --no-system --workdir <tmp> --repl-fds IN,OUT` and talks
+JSON lines to it: to the agent on its stdin/stdout (the `hostd.agent` port in a VM), and to
+the REPL worker on two pipes (the `hostd.repl` port), where Python execs go.
 Run from the repository root:  python3 -m unittest discover -s guest/agent/tests -v
 """
 
@@ -29,48 +31,74 @@ class Result:
 
 
 class AgentProcess:
-    """The agent under test, with a line reader that never blocks past a deadline."""
+    """The agent under test, with a line reader (of both channels, in arrival order) that never
+    blocks past a deadline."""
 
     def __init__(self, workdir):
         self.stderr = tempfile.TemporaryFile()
+        repl_in, self.repl_w = os.pipe()          # host -> worker
+        self.repl_r, repl_out = os.pipe()         # worker -> host
         self.proc = subprocess.Popen(
-            [sys.executable, AGENT, "--stdio", "--no-system", "--workdir", workdir],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr)
+            [sys.executable, AGENT, "--stdio", "--no-system", "--workdir", workdir,
+             "--repl-fds", "%d,%d" % (repl_in, repl_out)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+            pass_fds=(repl_in, repl_out))
+        os.close(repl_in)
+        os.close(repl_out)
         self.fd = self.proc.stdout.fileno()
-        self.buf = b""
+        self.bufs = {self.fd: b"", self.repl_r: b""}
         self.next_id = 1
 
     def send(self, msg):
+        """To the agent (the hostd.agent port)."""
         self.send_raw(json.dumps(msg).encode() + b"\n")
 
     def send_raw(self, data):
         self.proc.stdin.write(data)
         self.proc.stdin.flush()
 
+    def send_repl(self, msg):
+        """To the REPL worker (the hostd.repl port)."""
+        self.send_repl_raw(json.dumps(msg).encode() + b"\n")
+
+    def send_repl_raw(self, data):
+        os.write(self.repl_w, data)
+
     def recv(self, timeout=10.0):
         deadline = time.monotonic() + timeout
-        while b"\n" not in self.buf:
+        while True:
+            for fd, buf in self.bufs.items():
+                if b"\n" in buf:
+                    line, self.bufs[fd] = buf.split(b"\n", 1)
+                    return json.loads(line)
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([self.fd], [], [], remaining)[0]:
+            ready = select.select(list(self.bufs), [], [], max(0, remaining))[0]
+            if remaining <= 0 or not ready:
                 raise AssertionError("no message from the agent within %.1f s" % timeout)
-            data = os.read(self.fd, 1 << 20)
-            if not data:
-                raise AssertionError("the agent closed stdout; its stderr:\n" + self.log())
-            self.buf += data
-        line, self.buf = self.buf.split(b"\n", 1)
-        return json.loads(line)
+            for fd in ready:
+                data = os.read(fd, 1 << 20)
+                if not data:
+                    raise AssertionError("the agent closed a channel; its stderr:\n" + self.log())
+                self.bufs[fd] += data
 
     def start(self, code, language="python"):
         exec_id, self.next_id = self.next_id, self.next_id + 1
-        self.send({"op": "exec", "id": exec_id, "language": language, "code": code})
+        msg = {"op": "exec", "id": exec_id, "language": language, "code": code}
+        if language == "python":
+            self.send_repl(msg)
+        else:
+            self.send(msg)
         return exec_id
 
     def collect(self, exec_id, timeout=15.0):
-        """Read the exec's messages up to its exit (nothing else may arrive meanwhile)."""
+        """Read the exec's messages up to its exit (nothing else may arrive meanwhile, but
+        the agent's note that a worker died, which follows that worker's last exit)."""
         deadline = time.monotonic() + timeout
         events = []
         while True:
             msg = self.recv(max(0.01, deadline - time.monotonic()))
+            if msg["op"] == "repl_died":
+                continue
             if msg.get("id") != exec_id or msg["op"] not in ("out", "exit"):
                 raise AssertionError("unexpected message %r" % (msg,))
             if msg["op"] == "exit":
@@ -80,8 +108,18 @@ class AgentProcess:
     def run(self, code, language="python", timeout=15.0):
         return self.collect(self.start(code, language), timeout)
 
-    def rss_kib(self):
-        with open("/proc/%d/status" % self.proc.pid) as f:
+    def worker_pid(self):
+        for pid in descendants(self.proc.pid):
+            try:
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    if b"repl_worker.py" in f.read():
+                        return pid
+            except OSError:
+                pass
+        raise AssertionError("no REPL worker running")
+
+    def rss_kib(self, pid=None):
+        with open("/proc/%d/status" % (pid or self.proc.pid)) as f:
             return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
     def log(self):
@@ -108,6 +146,8 @@ class AgentProcess:
                 pass
         self.proc.stdout.close()
         self.stderr.close()
+        os.close(self.repl_r)
+        os.close(self.repl_w)
 
 
 def descendants(pid):
@@ -161,12 +201,33 @@ class ControlMessages(AgentTestCase):
         self.assertEqual(msg["pid"], self.agent.proc.pid)
         self.assertEqual(msg["python"].split(".")[:2], [str(v) for v in sys.version_info[:2]])
 
-    def test_hello_reseeds_the_repl_random_module(self):
+    def test_a_hello_on_the_repl_port_is_echoed_and_reseeds_the_random_module(self):
         # Without the reseed, the next random() would be the first value after seed(1)
         self.run_ok("import random\nrandom.seed(1)\nfirst = random.Random(1).random()")
-        self.agent.send({"op": "hello", "nonce": "n", "time_ns": "0", "seed": "00" * 32})
-        self.assertEqual(self.agent.recv()["nonce"], "n")
+        self.agent.send_repl({"op": "hello", "nonce": "n"})
+        msg = self.agent.recv()
+        self.assertEqual((msg["op"], msg["nonce"]), ("hello", "n"))
+        self.assertEqual(msg["pid"], self.agent.worker_pid())
         self.assertEqual(self.run_ok("random.random() != first").stdout, ["True"])
+
+    def test_garbage_glued_before_a_repl_hello_is_discarded(self):
+        self.agent.send_repl_raw(b'{"op":"exec","id":9,"co' + b'{"op":"hello","nonce":"r"}\n')
+        self.assertEqual(self.agent.recv(), {"op": "hello", "nonce": "r",
+                                             "pid": self.agent.worker_pid()})
+        self.assertEqual(self.run_ok("print('ok')").stdout, ["ok"])
+
+    def test_bad_messages_on_the_repl_port_get_errors_and_the_worker_lives_on(self):
+        self.run_ok("kept = 1")
+        for raw in (b'{"op":"frobnicate"}\n', b'{"op":"exec","id":"one","code":"1"}\n',
+                    b'{"op":"exec","id":1}\n'):
+            self.agent.send_repl_raw(raw)
+            self.assertEqual(self.agent.recv()["op"], "error", raw)
+        self.agent.send_repl_raw(b"not json at all\n")        # noise: dropped, no answer
+        self.assertEqual(self.run_ok("kept").stdout, ["1"])
+
+    def test_a_python_exec_on_the_agent_port_is_refused(self):
+        self.agent.send({"op": "exec", "id": 1, "language": "python", "code": "1"})
+        self.assertIn("hostd.repl", self.agent.recv()["message"])
 
     def test_garbage_glued_before_hello_is_discarded(self):
         # A restored VM may hold half a line from before the snapshot
@@ -215,6 +276,10 @@ class PythonSemantics(AgentTestCase):
         self.assertEqual(self.run_ok("y = 5").stdout, [])
         self.assertEqual(self.run_ok("print('a')\n[1, 2]").stdout, ["a", "[1, 2]"])
         self.assertEqual(self.run_ok("if True:\n    7").stdout, [])   # not a top-level expression
+        self.assertEqual(self.run_ok("1; 2").stdout, ["2"])            # the last statement only
+        self.assertEqual(self.run_ok("(1 +\n 2)").stdout, ["3"])
+        result = self.agent.run("  1")                                   # as in a module
+        self.assertEqual((result.code, result.stderr[-1].split(":")[0]), (1, "IndentationError"))
 
     def test_exception_prints_traceback_without_worker_frames_and_exits_1(self):
         result = self.agent.run("def f():\n    return 1 / 0\nf()")
@@ -265,6 +330,23 @@ class PythonSemantics(AgentTestCase):
         result = self.agent.run("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
         self.assertEqual(result.code, 128 + signal.SIGKILL)
         self.assertEqual(self.agent.run("1").stderr, [NOTICE % (128 + signal.SIGKILL)])
+
+    def test_output_printed_just_before_a_crash_is_not_lost(self):
+        # Printed lines wait in the page the worker shares with the agent, not in the worker
+        result = self.agent.run("import os, signal\nprint('last words')\n"
+                                "os.kill(os.getpid(), signal.SIGKILL)")
+        self.assertEqual((result.stdout, result.code), (["last words"], 128 + signal.SIGKILL))
+
+    def test_the_agent_says_when_the_worker_died(self):
+        exec_id = self.agent.start("import os\nos._exit(5)")
+        self.assertEqual(self.agent.recv(), {"op": "exit", "id": exec_id, "code": 5})
+        self.assertEqual(self.agent.recv(), {"op": "repl_died", "code": 5})
+
+    def test_a_sigint_from_user_code_interrupts_like_in_any_python(self):
+        result = self.agent.run("import os, signal\nos.kill(os.getpid(), signal.SIGINT)\n"
+                                "import time\ntime.sleep(5)")
+        self.assertEqual(result.code, 130)
+        self.assertEqual(self.run_ok("print('next')").stdout, ["next"])
 
 
 class OutputFraming(AgentTestCase):
@@ -430,10 +512,11 @@ class Cancel(AgentTestCase):
         exec_id = self.agent.start("while True:\n    print('x' * 1000)")
         self.agent.recv()                                   # output is flowing
         time.sleep(0.3)                                     # stop reading: pipes fill up
-        rss_before = self.agent.rss_kib()
+        worker = self.agent.worker_pid()
+        rss_before = self.agent.rss_kib(worker)
         time.sleep(1.2)
-        rss_after = self.agent.rss_kib()
-        self.assertLess(rss_after - rss_before, 4096, "agent memory grew while blocked")
+        rss_after = self.agent.rss_kib(worker)
+        self.assertLess(rss_after - rss_before, 4096, "worker memory grew while blocked")
         # The cancel is read and acted on although the agent cannot write; the host stays
         # away past the 2 s escalation delay, which must not count while output is blocked
         self.agent.send({"op": "cancel", "id": exec_id, "reason": "timeout"})

@@ -1,0 +1,172 @@
+"""What the guest agent (agent.py) and the REPL worker (repl_worker.py) both need: the
+protocol's message encoding, the cutting of output into `out` messages, and the layout of the
+memory page the two share.
+
+The worker answers Python execs on its own port, so the agent is not on their path; the
+shared page is how the agent still knows what the worker is doing (for cancels, and to finish
+the exec of a worker that died) without a message, hence without waking either process.
+"""
+
+import json
+import mmap
+import os
+import select
+import struct
+
+MAX_PIECE = 65536           # at most this many bytes of output per `out` message
+
+
+def encode(msg):
+    # backslashreplace turns a lone surrogate (e.g. echoed from a nonce) into a valid JSON escape
+    text = json.dumps(msg, ensure_ascii=False, separators=(",", ":"))
+    return (text + "\n").encode("utf-8", "backslashreplace")
+
+
+def wait_writable(fd):
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    poller.poll()
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:          # an fd inherited in non-blocking mode
+            wait_writable(fd)
+
+
+def utf8_cut(buf, start, end):
+    """Where to cut buf near `end` (> start) so that no UTF-8 character is split."""
+    for cut in range(end, max(start, end - 4), -1):
+        if buf[cut] & 0xC0 != 0x80:     # not a continuation byte: a character starts here
+            return cut
+    return end                          # not UTF-8 anyway; any cut is as good
+
+
+def salvage_hello(line):
+    """Find a hello glued behind garbage: a restored VM may hold half a line from the moment
+    it was frozen, followed by the host's hello. Returns the hello or None."""
+    text = line.decode("utf-8", "replace")
+    if '"hello"' not in text:
+        return None
+    decoder = json.JSONDecoder()
+    floor = max(0, len(text) - 4096)    # a hello is small; bounds the work on a huge line
+    i = text.rfind("{", floor)
+    while i >= 0:
+        try:
+            obj, end = decoder.raw_decode(text, i)
+            if isinstance(obj, dict) and obj.get("op") == "hello" and not text[end:].strip():
+                return obj
+        except ValueError:
+            pass
+        i = text.rfind("{", floor, i)
+    return None
+
+
+def parse_line(line):
+    """A host message as a dict, or None for a line that is not one (noise before hello)."""
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        msg = salvage_hello(line)
+    return msg if isinstance(msg, dict) else None
+
+
+class LineCutter:
+    """One output stream (stdout or stderr) of one exec, cut into `out` messages: one per line,
+    long lines in pieces of at most MAX_PIECE bytes. Messages are appended to `outbox`."""
+
+    def __init__(self, name, outbox):
+        self.name, self.outbox = name, outbox
+        self.buf = bytearray()          # the current, incomplete line
+        self.prefix = b""
+
+    def arm(self, exec_id):
+        """Attribute what is fed from now on to exec `exec_id`."""
+        self.prefix = ('{"op":"out","id":%d,"stream":"%s","data":' % (exec_id, self.name)).encode()
+        del self.buf[:]
+
+    def feed(self, data):
+        self.buf += data
+        self._cut(final=False)
+
+    def finish(self):
+        """The exec is over: send the last partial line."""
+        self._cut(final=True)
+
+    def _cut(self, final):
+        buf, msgs = self.buf, self.outbox
+        pos = 0
+        nl = buf.find(b"\n")
+        while nl >= 0:
+            self._line(buf, pos, nl)
+            pos = nl + 1
+            nl = buf.find(b"\n", pos)
+        if final:
+            if pos < len(buf):
+                self._line(buf, pos, len(buf))
+            pos = len(buf)
+        else:
+            # A line longer than MAX_PIECE is sent as it arrives (never buffered whole). What
+            # is held back is never empty after a piece went out, so no spurious empty line
+            # can follow.
+            while len(buf) - pos > MAX_PIECE:
+                cut = utf8_cut(buf, pos, pos + MAX_PIECE)
+                msgs.append(self._msg(buf[pos:cut]))
+                pos = cut
+        del buf[:pos]
+
+    def _line(self, buf, start, end):
+        while end - start > MAX_PIECE:
+            cut = utf8_cut(buf, start, start + MAX_PIECE)
+            self.outbox.append(self._msg(buf[start:cut]))
+            start = cut
+        self.outbox.append(self._msg(buf[start:end]))
+
+    def _msg(self, piece):
+        data = json.dumps(piece.decode("utf-8", "replace"), ensure_ascii=False)
+        return self.prefix + data.encode("utf-8") + b"}\n"
+
+
+class SharedPage:
+    """A memfd both processes map. The worker writes; the agent reads (and bumps `cancels`).
+
+    current    id of the exec the worker is running, 0 when none
+    cancels    count of cancel messages the agent wrote to the worker's command pipe: the
+               worker reads the pipe only when this moved, so an exec costs no syscall for it
+    outlen     bytes of encoded messages in the outbox, not yet written to the port
+    outbox     those messages: they survive the worker, so output printed just before a crash
+               (os._exit, a segfault, the OOM killer) still reaches the host
+    """
+
+    _HEAD = struct.Struct("<qqq")        # current, cancels, outlen
+    HEAD_SIZE = 64
+    OUTBOX_SIZE = 1 << 20
+
+    def __init__(self, fd=None):
+        if fd is None:
+            fd = os.memfd_create("hostd-repl", os.MFD_CLOEXEC)
+            os.ftruncate(fd, self.HEAD_SIZE + self.OUTBOX_SIZE)
+        self.fd = fd
+        self.map = mmap.mmap(fd, self.HEAD_SIZE + self.OUTBOX_SIZE)
+        self.view = memoryview(self.map)
+        self.outbox = self.view[self.HEAD_SIZE:]
+
+    def _get(self, index):
+        return self._HEAD.unpack_from(self.map)[index]
+
+    def _set(self, offset, fmt, value):
+        struct.pack_into(fmt, self.map, offset, value)
+
+    current = property(lambda self: self._get(0), lambda self, v: self._set(0, "<q", v))
+    cancels = property(lambda self: self._get(1), lambda self, v: self._set(8, "<q", v))
+    outlen = property(lambda self: self._get(2), lambda self, v: self._set(16, "<q", v))
+
+    def take_outbox(self):
+        """The messages the worker left unwritten (it is dead), emptying the outbox."""
+        n = min(max(self.outlen, 0), self.OUTBOX_SIZE)
+        data = bytes(self.outbox[:n])
+        self.outlen = 0
+        return data

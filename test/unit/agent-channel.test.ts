@@ -1,0 +1,158 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { AgentChannel, type ExecSink } from '../../src/vm/agent-channel.js';
+
+/** The guest side of both ports, as QEMU's socket chardevs present them: a fake guest. */
+class FakeGuest {
+  readonly lines: Record<'agent' | 'repl', Record<string, unknown>[]> = { agent: [], repl: [] };
+  readonly sockets: Partial<Record<'agent' | 'repl', Socket>> = {};
+  private readonly servers: Server[] = [];
+
+  constructor(readonly dir: string) {}
+
+  async listen(): Promise<void> {
+    for (const port of ['agent', 'repl'] as const) {
+      const server = createServer((socket) => {
+        this.sockets[port] = socket;
+        let buffer = '';
+        socket.setEncoding('utf8');
+        socket.on('data', (chunk: string) => {
+          buffer += chunk;
+          let nl;
+          while ((nl = buffer.indexOf('\n')) >= 0) {
+            const msg = JSON.parse(buffer.slice(0, nl)) as Record<string, unknown>;
+            buffer = buffer.slice(nl + 1);
+            this.lines[port].push(msg);
+            // The agent answers hello at once
+            if (port === 'agent' && msg.op === 'hello')
+              this.send('agent', { op: 'hello', nonce: msg.nonce });
+          }
+        });
+      });
+      server.listen(join(this.dir, `${port}.sock`));
+      await once(server, 'listening');
+      this.servers.push(server);
+    }
+  }
+
+  send(port: 'agent' | 'repl', msg: Record<string, unknown> | string): void {
+    this.sockets[port]!.write((typeof msg === 'string' ? msg : JSON.stringify(msg)) + '\n');
+  }
+
+  close(): void {
+    for (const s of Object.values(this.sockets)) s.destroy();
+    for (const s of this.servers) s.close();
+  }
+}
+
+interface Recorded {
+  out: string[];
+  exit: Promise<number>;
+  sink: ExecSink;
+}
+
+function recorder(): Recorded {
+  const out: string[] = [];
+  let resolve!: (code: number) => void;
+  const exit = new Promise<number>((r) => (resolve = r));
+  return {
+    out,
+    exit,
+    sink: {
+      onOutput: (_stream, data) => out.push(data),
+      onExit: (code) => resolve(code),
+      onLost: () => resolve(-1),
+    },
+  };
+}
+
+const until = async (cond: () => boolean): Promise<void> => {
+  for (let i = 0; i < 200 && !cond(); i++) await new Promise((r) => setTimeout(r, 5));
+  assert.ok(cond(), 'condition not met within 1 s');
+};
+
+async function withChannel(
+  fn: (guest: FakeGuest, channel: AgentChannel) => Promise<void>,
+): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'hostd-channel-'));
+  const guest = new FakeGuest(dir);
+  let channel: AgentChannel | undefined;
+  try {
+    await guest.listen();
+    channel = await AgentChannel.connect(
+      join(dir, 'agent.sock'),
+      join(dir, 'repl.sock'),
+      Date.now() + 2000,
+    );
+    await channel.hello(2000);
+    await fn(guest, channel);
+  } finally {
+    channel?.close();
+    guest.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+test('Python execs go to the REPL port, after one hello per agent hello; bash and cancels go to the agent', async () => {
+  await withChannel(async (guest, channel) => {
+    const first = channel.exec('python', 'print(1)', recorder().sink);
+    channel.exec('python', 'x', recorder().sink);
+    const bash = channel.exec('bash', 'true', recorder().sink);
+    channel.cancel(first, 'client');
+    await until(() => guest.lines.repl.length === 3 && guest.lines.agent.length === 3);
+    assert.deepEqual(
+      guest.lines.repl.map((m) => m.op),
+      ['hello', 'exec', 'exec'],
+    );
+    assert.deepEqual(guest.lines.repl[1], { op: 'exec', id: first, code: 'print(1)' });
+    assert.deepEqual(guest.lines.agent.slice(1), [
+      { op: 'exec', id: bash, language: 'bash', code: 'true' },
+      { op: 'cancel', id: first, reason: 'client' },
+    ]);
+    await channel.hello(2000);
+    channel.exec('python', 'y', recorder().sink);
+    await until(() => guest.lines.repl.length === 5);
+    assert.equal(guest.lines.repl[3]!.op, 'hello', 'a new agent hello means a new REPL hello');
+  });
+});
+
+test('what the REPL port says before its hello echo is discarded; then out and exit reach the exec', async () => {
+  await withChannel(async (guest, channel) => {
+    const rec = recorder();
+    const id = channel.exec('python', 'print(1)', rec.sink);
+    await until(() => guest.lines.repl.length === 2);
+    guest.send('repl', '{"op":"out","id":1,"str'); // torn line from before a restore
+    guest.send('repl', { op: 'out', id, stream: 'stdout', data: 'stale' });
+    guest.send('repl', { op: 'hello', nonce: guest.lines.repl[0]!.nonce, pid: 7 });
+    guest.send('repl', { op: 'out', id, stream: 'stdout', data: '1' });
+    guest.send('repl', { op: 'exit', id, code: 0 });
+    assert.equal(await rec.exit, 0);
+    assert.deepEqual(rec.out, ['1']);
+  });
+});
+
+test('repl_died ends the Python execs still open, with 124 for one cancelled on timeout', async () => {
+  await withChannel(async (guest, channel) => {
+    const plain = recorder();
+    const timedOut = recorder();
+    const bash = recorder();
+    channel.exec('python', 'a', plain.sink);
+    const t = channel.exec('python', 'b', timedOut.sink);
+    channel.exec('bash', 'sleep 1', bash.sink);
+    channel.cancel(t, 'timeout');
+    await until(() => guest.lines.repl.length === 3);
+    guest.send('repl', { op: 'hello', nonce: guest.lines.repl[0]!.nonce });
+    guest.send('repl', { op: 'repl_died', code: 137 });
+    assert.equal(await plain.exit, 137);
+    assert.equal(await timedOut.exit, 124);
+    let bashEnded = false;
+    void bash.exit.then(() => (bashEnded = true));
+    await new Promise((r) => setTimeout(r, 20));
+    assert.equal(bashEnded, false, 'a bash exec is not the worker’s');
+  });
+});
