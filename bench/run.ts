@@ -7,7 +7,8 @@
  */
 import { spawn } from 'node:child_process';
 import { Agent, request } from 'node:http';
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import type { Readable, Writable } from 'node:stream';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -142,20 +143,32 @@ function rssMib(pid: number): number {
   return m ? Number(m[1]) / 1024 : 0;
 }
 
-/** Round trip of print(1) to the same guest agent running locally over a pipe: the floor. */
+/**
+ * Round trip of print(1) to the same REPL worker, started by the guest agent, running locally
+ * over a pipe: the floor.
+ */
 async function baselineLocalRepl(iterations: number): Promise<number> {
   const work = mkdtempSync(join(tmpdir(), 'hostd-bench-'));
+  // fd 3 and fd 4 stand for the hostd.repl port: the worker reads one and writes the other.
   const agent = spawn(
     'python3',
-    [join(ROOT, 'guest/agent/agent.py'), '--stdio', '--no-system', '--workdir', work],
-    {
-      stdio: ['pipe', 'pipe', 'inherit'],
-    },
+    [
+      join(ROOT, 'guest/agent/agent.py'),
+      '--stdio',
+      '--no-system',
+      '--workdir',
+      work,
+      '--repl-fds',
+      '3,4',
+    ],
+    { stdio: ['pipe', 'pipe', 'inherit', 'pipe', 'pipe'] },
   );
+  const toRepl = agent.stdio[3] as Writable;
+  const fromRepl = agent.stdio[4] as Readable;
   let buf = '';
   let waiter: ((line: string) => void) | null = null;
-  agent.stdout.setEncoding('utf8');
-  agent.stdout.on('data', (chunk: string) => {
+  fromRepl.setEncoding('utf8');
+  fromRepl.on('data', (chunk: string) => {
     buf += chunk;
     let nl: number;
     while ((nl = buf.indexOf('\n')) >= 0) {
@@ -167,11 +180,9 @@ async function baselineLocalRepl(iterations: number): Promise<number> {
   const roundTrip = (id: number): Promise<void> =>
     new Promise((resolveRt) => {
       waiter = (line) => {
-        if (line.includes('"op": "exit"') || line.includes('"op":"exit"')) resolveRt();
+        if (line.includes('"op":"exit"')) resolveRt();
       };
-      agent.stdin.write(
-        JSON.stringify({ op: 'exec', id, language: 'python', code: 'print(1)' }) + '\n',
-      );
+      toRepl.write(JSON.stringify({ op: 'exec', id, code: 'print(1)' }) + '\n');
     });
   const times: number[] = [];
   for (let i = 0; i < iterations + 20; i++) {
@@ -179,7 +190,13 @@ async function baselineLocalRepl(iterations: number): Promise<number> {
     await roundTrip(i + 1);
     if (i >= 20) times.push(now() - t);
   }
-  agent.kill('SIGKILL');
+  // Closing stdin makes the agent kill the worker and exit
+  const exited = new Promise((r) => agent.once('exit', r));
+  agent.stdin?.end();
+  await exited;
+  fromRepl.destroy();
+  toRepl.destroy();
+  rmSync(work, { recursive: true, force: true });
   return pct(times, 50);
 }
 

@@ -26,6 +26,7 @@ Threads, and why there are three:
 
 import argparse
 import collections
+import ctypes
 import errno
 import fcntl
 import glob
@@ -55,6 +56,8 @@ PYTHON_VERSION = "%d.%d.%d" % sys.version_info[:3]
 F_GETPIPE_SZ = 1032         # Linux: a pipe's capacity (user code may have grown it)
 RNDADDENTROPY = 0x40085203  # _IOW('R', 0x03, int[2])
 RNDRESEEDCRNG = 0x5207      # _IO('R', 0x07)
+PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def log(*args):
@@ -203,14 +206,22 @@ class Cgroups:
             except OSError as e:
                 log("cannot create cgroup %s: %s" % (name, e))
 
-    def joiner(self, name):
-        """A preexec_fn moving the new process into group `name` before it runs anything.
-        It only calls os.open/os.write: safe between fork and exec in a threaded process."""
-        if not self.enabled:
+    def joiner(self, name, die_with_agent=False):
+        """A preexec_fn moving the new process into group `name` before it runs anything, and
+        with die_with_agent, making it die with the agent's thread that starts it (the REPL
+        worker: an orphan would keep the REPL port open, and an agent that /init restarts
+        could not open it). It only calls os.open/os.write/prctl: safe between fork and exec
+        in a threaded process."""
+        if not self.enabled and not die_with_agent:
             return None
         path = os.path.join(SANDBOX_CGROUP, name, "cgroup.procs").encode()
+        enabled = self.enabled
 
         def join():
+            if die_with_agent:
+                _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if not enabled:
+                return
             try:
                 fd = os.open(path, os.O_WRONLY)
                 try:
@@ -616,7 +627,8 @@ class Agent:
     # Python: the worker's life
 
     def _spawn_worker(self, notice=None):
-        w = Worker(self.workdir, self.env, self.repl_fds, notice, self.cgroups.joiner("repl"))
+        w = Worker(self.workdir, self.env, self.repl_fds, notice,
+                   self.cgroups.joiner("repl", die_with_agent=True))
         self.sel.register(w.exit_fd, selectors.EVENT_READ, lambda: self._on_worker_exit(w))
         with self.lock:
             self.worker = w

@@ -108,14 +108,17 @@ class AgentProcess:
     def run(self, code, language="python", timeout=15.0):
         return self.collect(self.start(code, language), timeout)
 
-    def worker_pid(self):
-        for pid in descendants(self.proc.pid):
-            try:
-                with open("/proc/%d/cmdline" % pid, "rb") as f:
-                    if b"repl_worker.py" in f.read():
-                        return pid
-            except OSError:
-                pass
+    def worker_pid(self, timeout=5.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for pid in descendants(self.proc.pid):
+                try:
+                    with open("/proc/%d/cmdline" % pid, "rb") as f:
+                        if b"repl_worker.py" in f.read():
+                            return pid
+                except OSError:
+                    pass
+            time.sleep(0.02)
         raise AssertionError("no REPL worker running")
 
     def rss_kib(self, pid=None):
@@ -341,6 +344,20 @@ class PythonSemantics(AgentTestCase):
         exec_id = self.agent.start("import os\nos._exit(5)")
         self.assertEqual(self.agent.recv(), {"op": "exit", "id": exec_id, "code": 5})
         self.assertEqual(self.agent.recv(), {"op": "repl_died", "code": 5})
+
+    def test_the_worker_dies_with_the_agent(self):
+        # Else it would keep the REPL port open, and a restarted agent could not open it
+        worker = self.agent.worker_pid()
+        os.kill(self.agent.proc.pid, signal.SIGKILL)
+        self.agent.proc.wait()
+        deadline = time.monotonic() + 5
+        while os.path.exists("/proc/%d" % worker) and time.monotonic() < deadline:
+            with open("/proc/%d/stat" % worker) as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break                            # dead, not yet reaped
+            time.sleep(0.02)
+        else:
+            self.assertFalse(os.path.exists("/proc/%d" % worker), "the worker outlived the agent")
 
     def test_a_sigint_from_user_code_interrupts_like_in_any_python(self):
         result = self.agent.run("import os, signal\nos.kill(os.getpid(), signal.SIGINT)\n"
