@@ -184,9 +184,14 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   return app;
 }
 
+/** How long a running exec with no event yet may hold back its status and headers. */
+const HEADERS_AFTER_MS = 20;
+
 /**
- * Writes exec events as NDJSON, one write per event so each is flushed as produced, and waits
- * for 'drain' when the client reads slowly: that wait is what pauses the VM's output.
+ * Writes exec events as NDJSON, flushed as produced, and waits for 'drain' when the client
+ * reads slowly: that wait is what pauses the VM's output. Events that arrive in the same turn
+ * of the event loop (a quick exec's output and exit come in one read) leave in one write, with
+ * the headers and the end of the response: one wake-up of the client instead of three.
  */
 async function streamExec(req: FastifyRequest, reply: FastifyReply, run: ExecRun): Promise<void> {
   reply.hijack();
@@ -197,9 +202,23 @@ async function streamExec(req: FastifyRequest, reply: FastifyReply, run: ExecRun
     'cache-control': 'no-store',
     'x-content-type-options': 'nosniff',
   });
+  // A quick exec's headers leave with its events; a silent one's after HEADERS_AFTER_MS, so
+  // that its client knows it runs (it is no longer queued).
+  const headers = setTimeout(() => res.flushHeaders(), HEADERS_AFTER_MS);
+  let corked = false;
+  const uncork = (): void => {
+    corked = false;
+    res.uncork();
+  };
   try {
     for await (const event of run) {
+      clearTimeout(headers);
       if (res.destroyed) break;
+      if (!corked) {
+        corked = true;
+        res.cork();
+        setImmediate(uncork);
+      }
       if (!res.write(JSON.stringify(event) + '\n')) {
         await new Promise<void>((resolve) => {
           const done = (): void => {
@@ -215,6 +234,7 @@ async function streamExec(req: FastifyRequest, reply: FastifyReply, run: ExecRun
   } catch (err) {
     req.log.error({ err }, 'exec stream failed');
   } finally {
+    clearTimeout(headers);
     run.discard();
     if (!res.destroyed) res.end();
   }

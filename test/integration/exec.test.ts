@@ -166,6 +166,20 @@ describe('the event stream', () => {
       );
     });
   });
+
+  test('a running exec that prints nothing yet still gets its status and headers early', async () => {
+    await withSandbox(hostd, async (id) => {
+      const started = Date.now();
+      // fetch resolves when the status line and headers arrive
+      const res = await hostd.request('POST', `/v1/sandboxes/${id}/exec`, {
+        code: 'import time\ntime.sleep(3)',
+      });
+      const waited = Date.now() - started;
+      assert.equal(res.status, 200);
+      assert.ok(waited < 2000, `headers came after ${waited} ms`);
+      await res.text();
+    });
+  });
 });
 
 describe('ordering, timeouts and disconnects', () => {
