@@ -177,10 +177,18 @@ async function baselineLocalRepl(iterations: number): Promise<number> {
       waiter?.(line);
     }
   });
+  // An agent that exits (a bad argument, say) must fail the bench, not hang it
+  let exitedEarly: Error | null = null;
+  const onEarlyExit = (code: number | null): void => {
+    exitedEarly = new Error(`the local agent exited (code ${code})`);
+    waiter?.('');
+  };
+  agent.once('exit', onEarlyExit);
   const roundTrip = (id: number): Promise<void> =>
-    new Promise((resolveRt) => {
+    new Promise((resolveRt, rejectRt) => {
       waiter = (line) => {
-        if (line.includes('"op":"exit"')) resolveRt();
+        if (exitedEarly) rejectRt(exitedEarly);
+        else if (line.includes('"op":"exit"')) resolveRt();
       };
       toRepl.write(JSON.stringify({ op: 'exec', id, code: 'print(1)' }) + '\n');
     });
@@ -191,6 +199,7 @@ async function baselineLocalRepl(iterations: number): Promise<number> {
     if (i >= 20) times.push(now() - t);
   }
   // Closing stdin makes the agent kill the worker and exit
+  agent.off('exit', onEarlyExit);
   const exited = new Promise((r) => agent.once('exit', r));
   agent.stdin?.end();
   await exited;

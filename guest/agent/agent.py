@@ -48,7 +48,8 @@ MAX_INPUT_LINE = 4 << 20    # the host never sends more than 1 MiB per line; bey
 BASH_GRACE = 1.0            # how long background processes may keep bash's pipes open
 CANCEL_GRACE = 2.0          # SIGINT -> SIGKILL escalation for the REPL worker
 ESCALATE_TICK = 0.1         # how often an interrupted worker is checked meanwhile
-SYS_WRITE = 1               # x86-64 syscall number, as /proc/PID/task/TID/syscall shows it
+SYS_READ = 0                # x86-64 syscall numbers, as /proc/PID/task/TID/syscall shows them
+SYS_WRITE = 1
 DRAIN_LIMIT = 1 << 20       # bytes read from a pipe beyond what it held (orphans may write forever)
 WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "repl_worker.py")
 PYTHON_VERSION = "%d.%d.%d" % sys.version_info[:3]
@@ -257,13 +258,15 @@ class Worker:
     for cancels, the shared page, and its own ends of the worker's fd 1 / fd 2 pipes, read
     only after the worker died (the worker reads them while it lives)."""
 
-    def __init__(self, workdir, env, repl_fds, notice, preexec=None):
+    def __init__(self, workdir, env, repl_fds, notice, epoch, preexec=None):
         cmd_r, self.cmd_w = os.pipe()
         self.out_r, out_w = os.pipe()
         self.err_r, err_w = os.pipe()
         self.shared = SharedPage()
+        self.shared.epoch = epoch
+        self.started = time.monotonic()
         port_in, port_out = repl_fds
-        self.port_out = port_out
+        self.port_in, self.port_out = port_in, port_out
         fds = (port_in, port_out, cmd_r, self.shared.fd, self.out_r, self.err_r)
         argv = [sys.executable, "-u", WORKER_SCRIPT] + [str(fd) for fd in fds]
         if notice is not None:
@@ -283,38 +286,47 @@ class Worker:
         os.set_blocking(self.cmd_w, False)   # see send()
         self.exit_fd = exit_notifier(self.proc)
 
-    def cancel(self, exec_id, reason, interrupt=True):
+    def cancel(self, exec_id, reason, epoch):
         """Forwards a cancel: the message, the count in the shared page, then a SIGINT
-        (not to a worker just started: it may not handle SIGINT yet, and runs nothing).
+        (not to a worker still starting: it would die of it, and it runs nothing yet).
         Never blocks: a message that does not fit the pipe is dropped (the SIGINT still
         interrupts; the escalation still kills)."""
+        msg = {"op": "cancel", "id": exec_id, "reason": reason, "epoch": epoch}
         try:
-            os.write(self.cmd_w, encode({"op": "cancel", "id": exec_id, "reason": reason}))
+            os.write(self.cmd_w, encode(msg))
         except BlockingIOError:
             pass
         except OSError:
             return                       # it died; the executor reports that
         self.shared.cancels = self.shared.cancels + 1
-        if not interrupt:
+        if not self.shared.ready:
             return
         try:
             os.kill(self.proc.pid, signal.SIGINT)
         except OSError:
             pass
 
-    def writing_to_port(self):
-        """True while a thread of the worker is blocked writing its port (the host is not
-        reading), as /proc/PID/task/TID/syscall says: "NR ARG0 ..." in a syscall."""
-        for path in glob.glob("/proc/%d/task/*/syscall" % self.proc.pid):
+    def activity(self):
+        """What the worker is doing, from /proc/PID/task/TID/syscall ("NR ARG0 ..." while in
+        a syscall): "writing" while a thread is blocked writing its port (the host is not
+        reading), "idle" while its main thread waits for the port, with nothing taken from it
+        unfinished, else "busy"."""
+        pid = self.proc.pid
+        for path in glob.glob("/proc/%d/task/*/syscall" % pid):
             try:
                 with open(path) as f:
                     fields = f.read().split()
-                if (len(fields) > 1 and fields[0] == str(SYS_WRITE)
-                        and int(fields[1], 16) == self.port_out):
-                    return True
+                if len(fields) < 2:
+                    continue
+                nr, fd = int(fields[0]), int(fields[1], 16)
             except (OSError, ValueError):
-                pass
-        return False
+                continue
+            if nr == SYS_WRITE and fd == self.port_out:
+                return "writing"
+            if (nr == SYS_READ and fd == self.port_in and path == "/proc/%d/task/%d/syscall"
+                    % (pid, pid) and self.shared.taken <= self.shared.done):
+                return "idle"
+        return "busy"
 
     def close(self):
         for fd in (self.cmd_w, self.out_r, self.err_r, self.exit_fd, self.shared.fd):
@@ -354,6 +366,8 @@ class Agent:
         # Python cancels, the last few (exec id -> reason): a fresh worker gets them too (one
         # may come before the worker is up), and a dead worker's exec ends with its code.
         self.python_cancels = collections.OrderedDict()
+        self.epoch = 0              # hellos so far: exec ids start again at each
+        self.respawn_at = None      # monotonic time to start a worker again, after a failure
         self.outbox = []            # executor: encoded messages of the current loop round
         self.sel = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe()
@@ -431,6 +445,16 @@ class Agent:
         if self.system:
             self.set_clock(msg.get("time_ns"))
             self.reseed_kernel(msg.get("seed"))
+        with self.lock:
+            # A new connection: exec ids start again, so every cancel so far is stale (a fork
+            # child inherits its parent's). The worker runs nothing now: the VM was just
+            # restored or booted.
+            self.epoch += 1
+            self.python_cancels.clear()
+            w = self.worker
+            if w is not None:
+                w.shared.epoch = self.epoch
+                w.shared.taken = w.shared.done = 0
         # Written from this thread, not through the control writer: a hello comes right after a
         # restore, when nothing else writes and the host reads, and under TCG every first run
         # of code is translated anew in each restored VM: a thread hand-off costs a fork child
@@ -519,25 +543,43 @@ class Agent:
         w = self.worker
         if w is None:
             return                       # the next worker gets it when it starts
-        w.cancel(exec_id, reason)
-        self._escalate_later(w, exec_id, 0.0)
+        w.cancel(exec_id, reason, self.epoch)
+        self._escalate_later(w, exec_id, self.epoch, 0.0, 0)
 
-    def _escalate_later(self, w, exec_id, progress):
-        timer = threading.Timer(ESCALATE_TICK, self._escalate, (w, exec_id, progress))
+    def _escalate_later(self, w, exec_id, epoch, progress, idle):
+        timer = threading.Timer(ESCALATE_TICK, self._escalate,
+                                (w, exec_id, epoch, progress, idle))
         timer.daemon = True
         timer.start()
 
-    def _escalate(self, w, exec_id, progress):
+    def _escalate(self, w, exec_id, epoch, progress, idle):
+        """Kills the worker if exec_id is not over after CANCEL_GRACE: whether it runs, or
+        waits in the port behind a worker that a thread of user code wedged (holding the
+        GIL in C code), which therefore cannot read it."""
         with self.lock:
-            if self.worker is not w or w.shared.current != exec_id:
+            if self.worker is not w or self.epoch != epoch or w.shared.done >= exec_id:
                 return                   # finished meanwhile
             # Time the worker spends waiting for the host to read does not count: it cannot
             # finish while its output cannot be delivered. (Sampled, so that the worker's
             # writes pay nothing for it.)
-            if not w.writing_to_port():
+            activity = w.activity()
+            idle = idle + 1 if activity == "idle" else 0
+            if idle >= 3:
+                # Waiting for the port with nothing to do, it will never see exec_id: it was
+                # a bash exec that just ended, or a Python one a dead worker had taken from
+                # the port before it could say so. End it, in case it is the latter (the
+                # host ignores an exit it does not wait for).
+                code = 124 if self.python_cancels.get(exec_id) == "timeout" else 130
+                try:
+                    os.write(self.repl_fds[1], encode({"op": "exit", "id": exec_id,
+                                                       "code": code}))
+                except OSError:
+                    pass
+                return
+            if activity == "busy":
                 progress += ESCALATE_TICK
             if progress < CANCEL_GRACE:
-                return self._escalate_later(w, exec_id, progress)
+                return self._escalate_later(w, exec_id, epoch, progress, idle)
             log("exec %d ignored the interrupt; killing the REPL worker" % exec_id)
             try:
                 os.killpg(w.proc.pid, signal.SIGKILL)
@@ -566,10 +608,7 @@ class Agent:
     # ---- executor thread ------------------------------------------------------------------
 
     def _executor(self):
-        try:
-            self._spawn_worker()         # early, so that the first exec does not wait
-        except OSError as e:
-            log("cannot start the Python REPL:", e)
+        self.respawn_at = time.monotonic()   # early, so that the first exec does not wait
         while True:
             try:
                 self._step()
@@ -585,10 +624,15 @@ class Agent:
                 ex = self.current = self.pending.popleft()
             self._start_bash(ex)
             self._flush()
+        if self.respawn_at is not None and time.monotonic() >= self.respawn_at:
+            self._respawn()
         ex = self.current
         timeout = None
         if ex is not None and ex.deadline is not None:
             timeout = max(0.0, ex.deadline - time.monotonic())
+        if self.respawn_at is not None:
+            wait = max(0.0, self.respawn_at - time.monotonic())
+            timeout = wait if timeout is None else min(timeout, wait)
         for key, _ in self.sel.select(timeout):
             # An earlier callback of this batch may have closed this fd (a dead worker)
             if self.sel.get_map().get(key.fd) is key:
@@ -626,14 +670,29 @@ class Agent:
 
     # Python: the worker's life
 
+    def _respawn(self):
+        """Starts the worker; on failure (out of memory, say) tries again a second later:
+        Python execs wait in the port meanwhile."""
+        try:
+            self._spawn_worker(self.notice)
+            self.respawn_at = self.notice = None
+        except OSError as e:
+            log("cannot start the Python REPL:", e)
+            self.respawn_at = time.monotonic() + 1.0
+
+    notice = None                        # exit status of the last worker, for the next one
+
     def _spawn_worker(self, notice=None):
-        w = Worker(self.workdir, self.env, self.repl_fds, notice,
+        with self.lock:
+            epoch = self.epoch
+        w = Worker(self.workdir, self.env, self.repl_fds, notice, epoch,
                    self.cgroups.joiner("repl", die_with_agent=True))
         self.sel.register(w.exit_fd, selectors.EVENT_READ, lambda: self._on_worker_exit(w))
         with self.lock:
             self.worker = w
+            w.shared.epoch = self.epoch  # a hello may have come meanwhile
             for exec_id, reason in self.python_cancels.items():
-                w.cancel(exec_id, reason, interrupt=False)
+                w.cancel(exec_id, reason, self.epoch)   # one may have come before it
         return w
 
     def _on_worker_exit(self, w):
@@ -648,7 +707,8 @@ class Agent:
                 self.worker = None
         shared = w.shared
         data = [shared.take_outbox()]
-        exec_id = shared.current
+        taken = shared.taken
+        exec_id = taken if taken > shared.done else 0      # the exec it was running
         if exec_id > 0:
             msgs = []
             for fd, name in ((w.out_r, "stdout"), (w.err_r, "stderr")):
@@ -664,19 +724,20 @@ class Agent:
             code = status if reason is None else 124 if reason == "timeout" else 130
             msgs.append(encode({"op": "exit", "id": exec_id, "code": code}))
             data += msgs
-        # Says the worker is gone even when no exec was seen running: one it had read but
-        # not yet started must end too. The host ends its Python exec, if any, with `code`.
-        data.append(encode({"op": "repl_died", "code": status}))
+        # Says the worker is gone, and how far it had read the port: the host ends the Python
+        # execs up to `upto` that are still open (the worker took one it never got to run),
+        # and leaves the later ones to the next worker, which reads them from the port.
+        data.append(encode({"op": "repl_died", "code": status, "upto": taken}))
         try:
             write_all(self.repl_fds[1], b"".join(data))
         except OSError as e:
             log("REPL port write failed:", e)
         with self.lock:
             w.close()
-        try:
-            self._spawn_worker(notice=status)
-        except OSError as e:
-            log("cannot start the Python REPL:", e)
+        # A worker that dies as it starts must not be restarted in a tight loop
+        self.notice = status
+        lived = time.monotonic() - w.started
+        self.respawn_at = time.monotonic() + (0.0 if lived > 1.0 else 0.5)
 
     # bash
 

@@ -130,20 +130,42 @@ class LineCutter:
         return self.prefix + data.encode("utf-8") + b"}\n"
 
 
-class SharedPage:
-    """A memfd both processes map. The worker writes; the agent reads (and bumps `cancels`).
+def _field(index):
+    offset = 8 * index
+    return property(lambda self: _Q.unpack_from(self.map, offset)[0],
+                    lambda self, value: _Q.pack_into(self.map, offset, value))
 
-    current    id of the exec the worker is running, 0 when none
-    cancels    count of cancel messages the agent wrote to the worker's command pipe: the
+
+_Q = struct.Struct("<q")
+
+
+class SharedPage:
+    """A memfd both processes map. Each field has one writer. All start at 0.
+
+    epoch      (agent) bumped on each hello on its port: exec ids start again, and cancels of
+               an older epoch (a fork child inherits its parent's pipe) are stale
+    cancels    (agent) count of cancel messages written to the worker's command pipe: the
                worker reads the pipe only when this moved, so an exec costs no syscall for it
-    outlen     bytes of encoded messages in the outbox, not yet written to the port
-    outbox     those messages: they survive the worker, so output printed just before a crash
-               (os._exit, a segfault, the OOM killer) still reaches the host
+    ready      (worker) 1 once it handles SIGINT: before, a SIGINT would kill it
+    taken      (worker) id of the last exec it took from its port (0 after a hello)
+    done       (worker) id of the last exec whose exit it wrote
+    outlen     (worker) bytes of encoded messages in the outbox, not yet written to the port
+    outbox     (worker) those messages: they survive the worker, so output printed just
+               before a crash (os._exit, a segfault, the OOM killer) still reaches the host
+
+    The agent resets taken and done on hello, when the worker runs nothing (the VM was just
+    restored, or booted).
     """
 
-    _HEAD = struct.Struct("<qqq")        # current, cancels, outlen
     HEAD_SIZE = 64
     OUTBOX_SIZE = 1 << 20
+
+    epoch = _field(0)
+    cancels = _field(1)
+    ready = _field(2)
+    taken = _field(3)
+    done = _field(4)
+    outlen = _field(5)
 
     def __init__(self, fd=None):
         if fd is None:
@@ -153,16 +175,6 @@ class SharedPage:
         self.map = mmap.mmap(fd, self.HEAD_SIZE + self.OUTBOX_SIZE)
         self.view = memoryview(self.map)
         self.outbox = self.view[self.HEAD_SIZE:]
-
-    def _get(self, index):
-        return self._HEAD.unpack_from(self.map)[index]
-
-    def _set(self, offset, fmt, value):
-        struct.pack_into(fmt, self.map, offset, value)
-
-    current = property(lambda self: self._get(0), lambda self, v: self._set(0, "<q", v))
-    cancels = property(lambda self: self._get(1), lambda self, v: self._set(8, "<q", v))
-    outlen = property(lambda self: self._get(2), lambda self, v: self._set(16, "<q", v))
 
     def take_outbox(self):
         """The messages the worker left unwritten (it is dead), emptying the outbox."""

@@ -120,9 +120,9 @@ class Output:
             self.read_pipe(name, budget)
         for cutter in self.cutters.values():
             cutter.finish()
+        self.current = 0                 # (no flush to schedule: it happens now)
         self.pending.append(b'{"op":"exit","id":%d,"code":%d}\n' % (exec_id, code))
         self._commit()
-        self.current = 0
         self.flush()
 
     def _commit(self):
@@ -134,7 +134,6 @@ class Output:
             if self.size + len(msg) > len(outbox):
                 self.flush()
             if len(msg) > len(outbox):   # cannot happen (a message is < 400 KiB); be safe
-                self._write(msg)
                 continue
             outbox[self.size:self.size + len(msg)] = msg
             self.size += len(msg)
@@ -150,34 +149,34 @@ class Output:
                 pass
 
     def flush(self):
+        """Writes the outbox to the port. The outbox and its length in the shared page move
+        with every write, so that neither a signal handler of user code raising in between
+        nor a death makes anything go out twice."""
         self.flush_at = 0.0
-        if not self.size:
-            return
-        outbox, n, sent = self.shared.outbox, self.size, 0
-        try:
-            sent = self._write(outbox[:n])
-        finally:
-            if sent < n:                 # interrupted: keep what was not written
-                outbox[:n - sent] = bytes(outbox[sent:n])
-            self.size = n - sent
-            self.shared.outlen = self.size
+        outbox = self.shared.outbox
+        while self.size:
+            n = self._write(outbox[:self.size])
+            rest = self.size - n
+            if rest:
+                outbox[:rest] = bytes(outbox[n:self.size])
+            self.size = rest
+            self.shared.outlen = rest
 
     def _write(self, data):
-        """Writes data to the port; returns how much was written (all of it, unless a signal
-        handler raised)."""
-        view, sent = memoryview(data), 0
-        try:
-            while sent < len(view):
-                try:
-                    sent += os.write(self.port_out, view[sent:])
-                except BlockingIOError:
-                    wait_writable(self.port_out)
-        except OSError as e:             # the host end is gone: what was for it is moot
-            if not self.failed:
-                print("hostd-repl: port write failed: %s" % e, file=sys.__stderr__, flush=True)
-            self.failed = True
-            sent = len(view)
-        return sent
+        """One write of data to the port; how much went out."""
+        while True:
+            try:
+                return os.write(self.port_out, data)
+            except BlockingIOError:
+                wait_writable(self.port_out)
+            except OSError as e:
+                if e.errno is None:      # raised by a signal handler of user code
+                    raise
+                if not self.failed:      # the host end is gone: what was for it is moot
+                    print("hostd-repl: port write failed: %s" % e, file=sys.__stderr__,
+                          flush=True)
+                self.failed = True
+                return len(data)
 
     def io_thread(self):
         """Reads the fd 1 / fd 2 pipes as they fill, and flushes output left waiting."""
@@ -259,6 +258,7 @@ class _Commands:
         os.set_blocking(fd, False)
         self.buf = bytearray()
         self.seen = 0                    # the agent made the page for this worker
+        self.epoch = shared.epoch
 
     def read(self, force=False):
         """Reads the agent's cancels if there are new ones; True if any message was read."""
@@ -275,13 +275,15 @@ class _Commands:
             if not data:
                 break
             self.buf += data
+        epoch = self.shared.epoch
         nl = self.buf.find(b"\n")
         while nl >= 0:
             try:
                 msg = json.loads(bytes(self.buf[:nl]))
-                _cancels[int(msg["id"])] = msg.get("reason", "client")
-                got = True
-            except (ValueError, KeyError, TypeError):
+                if msg.get("epoch") == epoch:        # else from before a hello (a fork)
+                    _cancels[int(msg["id"])] = msg.get("reason", "client")
+                    got = True
+            except (ValueError, KeyError, TypeError, AttributeError):
                 pass
             del self.buf[:nl + 1]
             nl = self.buf.find(b"\n")
@@ -448,9 +450,8 @@ class Worker:
                 return self.run(exec_id, code)
             return self.reply({"op": "error", "message": "exec needs an id > 0 and a code"})
         if op == "hello":
-            # A new connection: exec ids start again, and the VM may be a restored copy whose
-            # `random` state its siblings share.
-            _cancels.clear()
+            # A new connection: the VM may be a restored copy whose `random` state its
+            # siblings share. (Exec ids start again too: the agent's epoch covers that.)
             self.reseed = True
             return self.reply({"op": "hello", "nonce": msg.get("nonce"), "pid": os.getpid()})
         self.reply({"op": "error", "message": "unknown op %r on the REPL port" % (op,)})
@@ -464,9 +465,12 @@ class Worker:
         global _running, _current
         out, shared = self.output, self.shared
         _current = exec_id
-        shared.current = exec_id
+        shared.taken = exec_id
         with out.lock:
             out.arm(exec_id)
+        if shared.epoch != _cmd.epoch:   # a hello came: older cancels are stale
+            _cmd.epoch = shared.epoch
+            _cancels.clear()
         _cmd.read()
         for old in [i for i in _cancels if i < exec_id]:
             del _cancels[old]
@@ -505,10 +509,15 @@ class Worker:
                 _stderr.write("hostd: execution timed out\n")
         global _interrupt_deferred
         _interrupt_deferred = False
-        with out.lock:
-            out.end(exec_id, status)
+        for _ in range(3):               # the exit must go out, even if a signal handler of
+            try:                         # user code (an alarm) raises in the middle
+                with out.lock:
+                    out.end(exec_id, status)
+                break
+            except BaseException:
+                pass
         _current = 0
-        shared.current = 0
+        shared.done = exec_id
 
 
 class _Stderr:
@@ -540,8 +549,10 @@ def main():
     def in_child():
         # Nor forked children (multiprocessing): one holding the port would steal the host's
         # messages, and one writing the shared outbox would corrupt this worker's output.
-        global _forked
+        global _forked, _running
         _forked = True
+        _running = False
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         for fd in own:
             try:
                 os.close(fd)
@@ -558,6 +569,7 @@ def main():
     sys.argv = [""]
     sys.path[0] = ""                    # like the interactive interpreter: import from cwd
     signal.signal(signal.SIGINT, _on_sigint)
+    shared.ready = 1
     for name, fd, errors in (("stdout", 1, sys.stdout.errors), ("stderr", 2, "backslashreplace")):
         stream = io.TextIOWrapper(_Raw(output, name, fd), encoding="utf-8", errors=errors,
                                   write_through=True)

@@ -37,6 +37,7 @@ interface GuestMessage {
   stream?: string;
   data?: string;
   code?: number;
+  upto?: number;
   message?: string;
 }
 
@@ -243,20 +244,35 @@ export class AgentChannel extends EventEmitter {
   }
 
   private onRepl(msg: GuestMessage): void {
+    if (msg.op === 'repl_died') {
+      this.onReplDied(msg);
+      return;
+    }
     if (!this.replSynced) {
       this.replSynced = msg.op === 'hello' && msg.nonce === this.replNonce;
       return;
     }
-    if (msg.op === 'repl_died') {
-      // The worker died; the agent has sent the exit of the exec it was running. One it had
-      // read but not started (or not yet read) can never end otherwise.
-      const code = Number.isInteger(msg.code) ? (msg.code as number) : -1;
-      for (const [id, reason] of [...this.python]) {
-        this.endExec(id, reason === null ? code : reason === 'timeout' ? 124 : 130);
-      }
-      return;
-    }
     this.onExecMessage(msg);
+  }
+
+  /**
+   * The worker died; the agent has sent the exit of the exec it was running. Ends the Python
+   * execs it had taken from the port (`upto`) but not run, and the cancelled ones (a worker
+   * wedged by a thread of user code may have read an exec it could not even parse). Later
+   * ones wait in the port for the next worker. Accepted before the REPL hello's echo too: a
+   * worker may die holding that hello, and the next one needs a fresh one.
+   */
+  private onReplDied(msg: GuestMessage): void {
+    const code = Number.isInteger(msg.code) ? (msg.code as number) : -1;
+    const upto = Number.isInteger(msg.upto) ? (msg.upto as number) : Infinity;
+    for (const [id, reason] of [...this.python]) {
+      if (reason !== null) this.endExec(id, reason === 'timeout' ? 124 : 130);
+      else if (id <= upto) this.endExec(id, code);
+    }
+    if (!this.replSynced && this.replNonce !== null) {
+      this.replNonce = randomBytes(8).toString('hex');
+      this.repl.write(JSON.stringify({ op: 'hello', nonce: this.replNonce }) + '\n');
+    }
   }
 
   private onExecMessage(msg: GuestMessage): void {

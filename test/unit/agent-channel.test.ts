@@ -136,7 +136,7 @@ test('what the REPL port says before its hello echo is discarded; then out and e
   });
 });
 
-test('repl_died ends the Python execs still open, with 124 for one cancelled on timeout', async () => {
+test('repl_died ends the Python execs the worker took, and the cancelled ones; later ones wait', async () => {
   await withChannel(async (guest, channel) => {
     const plain = recorder();
     const timedOut = recorder();
@@ -147,12 +147,38 @@ test('repl_died ends the Python execs still open, with 124 for one cancelled on 
     channel.cancel(t, 'timeout');
     await until(() => guest.lines.repl.length === 3);
     guest.send('repl', { op: 'hello', nonce: guest.lines.repl[0]!.nonce });
-    guest.send('repl', { op: 'repl_died', code: 137 });
+    const later = recorder();
+    const laterId = channel.exec('python', 'c', later.sink);
+    guest.send('repl', { op: 'repl_died', code: 137, upto: t });
     assert.equal(await plain.exit, 137);
     assert.equal(await timedOut.exit, 124);
+    let laterEnded = false;
+    void later.exit.then(() => (laterEnded = true));
+    guest.send('repl', { op: 'exit', id: laterId, code: 0 });
+    assert.equal(await later.exit, 0, 'the next worker runs it');
+    assert.ok(laterEnded);
     let bashEnded = false;
     void bash.exit.then(() => (bashEnded = true));
     await new Promise((r) => setTimeout(r, 20));
     assert.equal(bashEnded, false, 'a bash exec is not the worker’s');
+  });
+});
+
+test('a worker that dies holding the REPL hello gets a fresh one', async () => {
+  await withChannel(async (guest, channel) => {
+    const rec = recorder();
+    const id = channel.exec('python', 'x', rec.sink);
+    await until(() => guest.lines.repl.length === 2);
+    guest.send('repl', { op: 'repl_died', code: 9, upto: id });
+    assert.equal(await rec.exit, 9);
+    await until(() => guest.lines.repl.length === 3);
+    const hello = guest.lines.repl[2]!;
+    assert.equal(hello.op, 'hello');
+    assert.notEqual(hello.nonce, guest.lines.repl[0]!.nonce);
+    guest.send('repl', { op: 'hello', nonce: hello.nonce });
+    const next = recorder();
+    const nextId = channel.exec('python', 'y', next.sink);
+    guest.send('repl', { op: 'exit', id: nextId, code: 0 });
+    assert.equal(await next.exit, 0);
   });
 });

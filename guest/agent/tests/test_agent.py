@@ -343,7 +343,7 @@ class PythonSemantics(AgentTestCase):
     def test_the_agent_says_when_the_worker_died(self):
         exec_id = self.agent.start("import os\nos._exit(5)")
         self.assertEqual(self.agent.recv(), {"op": "exit", "id": exec_id, "code": 5})
-        self.assertEqual(self.agent.recv(), {"op": "repl_died", "code": 5})
+        self.assertEqual(self.agent.recv(), {"op": "repl_died", "code": 5, "upto": exec_id})
 
     def test_the_worker_dies_with_the_agent(self):
         # Else it would keep the REPL port open, and a restarted agent could not open it
@@ -358,6 +358,38 @@ class PythonSemantics(AgentTestCase):
             time.sleep(0.02)
         else:
             self.assertFalse(os.path.exists("/proc/%d" % worker), "the worker outlived the agent")
+
+    def test_a_cancel_from_before_a_hello_does_not_touch_the_execs_after_it(self):
+        # A fork child inherits its parent's unread cancels, and its exec ids start again
+        self.run_ok("x = 1")
+        self.agent.send({"op": "cancel", "id": 3, "reason": "timeout"})    # a stale race
+        time.sleep(0.5)
+        self.agent.send({"op": "hello", "nonce": "child", "time_ns": 1, "seed": "00" * 32})
+        msg = self.agent.recv()
+        if msg["op"] == "exit":        # the agent ended id 3 on the REPL port: no worker had it
+            self.assertEqual(msg, {"op": "exit", "id": 3, "code": 124})
+            msg = self.agent.recv()
+        self.assertEqual(msg["nonce"], "child")
+        self.agent.next_id = 1
+        for _ in range(3):
+            self.assertEqual(self.run_ok("print('ran')").stdout, ["ran"])
+
+    def test_a_cancelled_exec_behind_a_wedged_worker_ends_and_the_worker_is_replaced(self):
+        # A thread of user code holds the GIL in C code: the worker cannot even read exec 2
+        self.run_ok("import threading\nthreading.Timer(0.3, lambda: 10 ** 10 ** 9).start()")
+        time.sleep(1.0)
+        exec_id = self.agent.start("print('never')")
+        time.sleep(0.2)
+        self.agent.send({"op": "cancel", "id": exec_id, "reason": "timeout"})
+        msgs = []
+        deadline = time.monotonic() + 10
+        while not any(m.get("op") == "repl_died" for m in msgs) and time.monotonic() < deadline:
+            msgs.append(self.agent.recv(max(0.01, deadline - time.monotonic())))
+        died = next(m for m in msgs if m["op"] == "repl_died")
+        self.assertEqual(died["code"], 128 + signal.SIGKILL)
+        # The host ends it from repl_died: it had cancelled it (guest/PROTOCOL.md)
+        self.assertNotIn("never", [m.get("data") for m in msgs])
+        self.assertEqual(self.agent.run("print('fresh')").stdout, ["fresh"])
 
     def test_a_sigint_from_user_code_interrupts_like_in_any_python(self):
         result = self.agent.run("import os, signal\nos.kill(os.getpid(), signal.SIGINT)\n"
