@@ -40,21 +40,19 @@ import threading
 import time
 import traceback
 
-from hostd_shared import LineCutter, SharedPage, encode, parse_line, write_all
+from hostd_shared import (MAX_INPUT_LINE, TIMED_OUT, LineCutter, SharedPage, cancel_exit_code,
+                          drain_budget, encode, parse_line, read_lines, write_all)
 
 PORT_NAME = "hostd.agent"
 REPL_PORT_NAME = "hostd.repl"
-MAX_INPUT_LINE = 4 << 20    # the host never sends more than 1 MiB per line; beyond is garbage
 BASH_GRACE = 1.0            # how long background processes may keep bash's pipes open
 CANCEL_GRACE = 2.0          # SIGINT -> SIGKILL escalation for the REPL worker
 ESCALATE_TICK = 0.1         # how often an interrupted worker is checked meanwhile
 SYS_READ = 0                # x86-64 syscall numbers, as /proc/PID/task/TID/syscall shows them
 SYS_WRITE = 1
-DRAIN_LIMIT = 1 << 20       # bytes read from a pipe beyond what it held (orphans may write forever)
 WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "repl_worker.py")
 PYTHON_VERSION = "%d.%d.%d" % sys.version_info[:3]
 
-F_GETPIPE_SZ = 1032         # Linux: a pipe's capacity (user code may have grown it)
 RNDADDENTROPY = 0x40085203  # _IOW('R', 0x03, int[2])
 RNDRESEEDCRNG = 0x5207      # _IO('R', 0x07)
 PR_SET_PDEATHSIG = 1
@@ -158,12 +156,8 @@ class Stream:
         return True
 
     def drain(self):
-        """Read what is there without blocking: what a dead writer left. All that the pipe
-        holds, plus at most DRAIN_LIMIT more (orphans may write forever)."""
-        try:
-            budget = fcntl.fcntl(self.fd, F_GETPIPE_SZ) + DRAIN_LIMIT
-        except OSError:
-            budget = DRAIN_LIMIT
+        """Read what is there without blocking: what a dead writer left (drain_budget)."""
+        budget = drain_budget(self.fd)
         while budget > 0 and not self.eof:
             try:
                 data = os.read(self.fd, 65536)
@@ -379,48 +373,18 @@ class Agent:
     # ---- main thread: host messages -------------------------------------------------------
 
     def serve(self, rfd, stdio):
-        buf = bytearray()
-        skipping = False                 # inside an oversized line: drop up to its newline
-        while True:
-            try:
-                data = os.read(rfd, 65536)
-            except OSError as e:
-                if stdio:
-                    break
-                log("channel read failed:", e)
-                time.sleep(0.1)
-                continue
-            if not data:
-                if stdio:
-                    break
-                # The host end of the port is closed: reads return EOF at once until it
-                # reconnects, and a reconnection starts with a fresh hello.
-                del buf[:]
-                time.sleep(0.05)
-                continue
-            start = len(buf)
-            buf += data
-            pos = 0
-            nl = buf.find(b"\n", start)
-            while nl >= 0:
-                if not skipping:
-                    try:
-                        self.handle_line(bytes(buf[pos:nl]))
-                    except Exception as e:   # a bug must not take the agent down
-                        log("internal error:\n" + traceback.format_exc())
-                        self.error("internal error: %s" % e)
-                skipping = False
-                pos = nl + 1
-                nl = buf.find(b"\n", pos)
-            del buf[:pos]
-            if len(buf) > MAX_INPUT_LINE:
-                if not skipping:
-                    self.error("line longer than %d bytes dropped" % MAX_INPUT_LINE)
-                skipping = True
-                del buf[:]
+        read_lines(rfd, self.handle_line, log, stop_at_eof=stdio, on_oversized=lambda: self.error(
+            "line longer than %d bytes dropped" % MAX_INPUT_LINE))
         self.shutdown()
 
     def handle_line(self, line):
+        try:
+            self._handle_line(line)
+        except Exception as e:           # a bug must not take the agent down
+            log("internal error:\n" + traceback.format_exc())
+            self.error("internal error: %s" % e)
+
+    def _handle_line(self, line):
         if not line.strip():
             return
         msg = parse_line(line)
@@ -517,9 +481,9 @@ class Agent:
         # A queued exec that never started just ends
         if reason == "timeout":
             self.channel.send_control({"op": "out", "id": exec_id, "stream": "stderr",
-                                       "data": "hostd: execution timed out"})
+                                       "data": TIMED_OUT})
         self.channel.send_control({"op": "exit", "id": exec_id,
-                                   "code": 124 if reason == "timeout" else 130})
+                                   "code": cancel_exit_code(reason)})
 
     def _deliver_cancel(self, ex):
         """Kill the bash exec's processes. Holds self.lock. Called again by the executor once
@@ -569,7 +533,7 @@ class Agent:
                 # a bash exec that just ended, or a Python one a dead worker had taken from
                 # the port before it could say so. End it, in case it is the latter (the
                 # host ignores an exit it does not wait for).
-                code = 124 if self.python_cancels.get(exec_id) == "timeout" else 130
+                code = cancel_exit_code(self.python_cancels.get(exec_id))
                 try:
                     os.write(self.repl_fds[1], encode({"op": "exit", "id": exec_id,
                                                        "code": code}))
@@ -660,9 +624,9 @@ class Agent:
             reason = ex.cancel_reason
             self.current = None
         if reason is not None:
-            code = 124 if reason == "timeout" else 130
+            code = cancel_exit_code(reason)
         if reason == "timeout":
-            self._stderr_line(ex, "hostd: execution timed out")
+            self._stderr_line(ex, TIMED_OUT)
         self.outbox.append(encode({"op": "exit", "id": ex.id, "code": code}))
 
     def _stderr_line(self, ex, text):
@@ -720,8 +684,8 @@ class Agent:
                 reason = self.python_cancels.get(exec_id)
             if reason == "timeout":
                 msgs.append(encode({"op": "out", "id": exec_id, "stream": "stderr",
-                                    "data": "hostd: execution timed out"}))
-            code = status if reason is None else 124 if reason == "timeout" else 130
+                                    "data": TIMED_OUT}))
+            code = status if reason is None else cancel_exit_code(reason)
             msgs.append(encode({"op": "exit", "id": exec_id, "code": code}))
             data += msgs
         # Says the worker is gone, and how far it had read the port: the host ends the Python

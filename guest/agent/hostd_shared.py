@@ -7,13 +7,76 @@ shared page is how the agent still knows what the worker is doing (for cancels, 
 the exec of a worker that died) without a message, hence without waking either process.
 """
 
+import fcntl
 import json
 import mmap
 import os
 import select
 import struct
+import time
 
 MAX_PIECE = 65536           # at most this many bytes of output per `out` message
+MAX_INPUT_LINE = 4 << 20    # the host never sends more than 1 MiB per line; beyond is garbage
+DRAIN_LIMIT = 1 << 20       # bytes read from a pipe beyond what it held (orphans may write forever)
+F_GETPIPE_SZ = 1032         # Linux: a pipe's capacity (user code may have grown it)
+TIMED_OUT = "hostd: execution timed out"
+
+
+def cancel_exit_code(reason):
+    """The exit code of an exec cancelled for `reason` (guest/PROTOCOL.md, cancel)."""
+    return 124 if reason == "timeout" else 130
+
+
+def drain_budget(fd):
+    """How much to read from a pipe when its writer is done: all it holds (user code may have
+    grown it), plus at most DRAIN_LIMIT more (orphans may write forever)."""
+    try:
+        return fcntl.fcntl(fd, F_GETPIPE_SZ) + DRAIN_LIMIT
+    except OSError:
+        return DRAIN_LIMIT
+
+
+def read_lines(fd, on_line, log, stop_at_eof=False, on_oversized=None):
+    """Reads newline-delimited messages from a host port and calls on_line(bytes) for each.
+
+    At EOF the host end of a virtio port is closed: reads return EOF at once until it
+    reconnects, and a reconnection starts with a fresh hello, so the partial line is dropped
+    and reading goes on. With stop_at_eof (pipes, in tests) EOF or a read error returns. A
+    line over MAX_INPUT_LINE is dropped up to its newline, after on_oversized() if given.
+    """
+    buf = bytearray()
+    skipping = False                 # inside an oversized line: drop up to its newline
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError as e:
+            if stop_at_eof:
+                return
+            log("port read failed: %s" % e)
+            time.sleep(0.1)
+            continue
+        if not data:
+            if stop_at_eof:
+                return
+            del buf[:]
+            time.sleep(0.05)
+            continue
+        start = len(buf)
+        buf += data
+        pos = 0
+        nl = buf.find(b"\n", start)
+        while nl >= 0:
+            if not skipping:
+                on_line(bytes(buf[pos:nl]))
+            skipping = False
+            pos = nl + 1
+            nl = buf.find(b"\n", pos)
+        del buf[:pos]
+        if len(buf) > MAX_INPUT_LINE:
+            if not skipping and on_oversized is not None:
+                on_oversized()
+            skipping = True
+            del buf[:]
 
 
 def encode(msg):

@@ -16,8 +16,9 @@ worker this one replaces: the first exec says so on stderr.
 
 Host -> worker, on the port: {"op":"hello","nonce":...} (answered with the same nonce; reseeds
 `random` before the next cell) and {"op":"exec","id":N,"code":...}.
-Agent -> worker, on CMD_FD: {"op":"cancel","id":N,"reason":...}, read when the shared page's
-cancel count moved, or in the SIGINT handler.
+Agent -> worker, on CMD_FD: {"op":"cancel","id":N,"reason":...,"epoch":E}, read when the shared
+page's cancel count moved, or in the SIGINT handler; one whose epoch is not the page's is from
+before a hello (a fork child inherits its parent's pipe) and is dropped.
 """
 
 import ast
@@ -35,15 +36,18 @@ import time
 import traceback
 import types
 
-from hostd_shared import LineCutter, SharedPage, encode, parse_line, wait_writable
+from hostd_shared import (TIMED_OUT, LineCutter, SharedPage, cancel_exit_code, drain_budget,
+                          encode, parse_line, read_lines, wait_writable)
 
 _OWN_FILES = {__file__, os.path.abspath(__file__)}
 _INTERRUPTED = 130          # KeyboardInterrupt that no cancel explains (user code raised it)
 FLUSH_DELAY = 0.004         # output waits at most this long for more, then goes to the host
 FLUSH_BYTES = 64 << 10      # ...or until this much is waiting
-DRAIN_LIMIT = 1 << 20       # bytes read from a pipe beyond what it held (orphans may write forever)
-F_GETPIPE_SZ = 1032         # Linux: a pipe's capacity (user code may have grown it)
 FIONREAD = 0x541B           # Linux: bytes waiting in a pipe, asked on either end
+
+
+def _log(text):
+    print("hostd-repl:", text, file=sys.__stderr__, flush=True)
 
 
 class Output:
@@ -112,12 +116,7 @@ class Output:
     def end(self, exec_id, code):
         """The exec is over: what its pipes still hold, its last partial lines, its exit."""
         for fd, _ in self.poller.poll(0):       # one syscall when the pipes are empty
-            name = self.names[fd]
-            try:
-                budget = fcntl.fcntl(fd, F_GETPIPE_SZ) + DRAIN_LIMIT
-            except OSError:
-                budget = DRAIN_LIMIT
-            self.read_pipe(name, budget)
+            self.read_pipe(self.names[fd], drain_budget(fd))
         for cutter in self.cutters.values():
             cutter.finish()
         self.current = 0                 # (no flush to schedule: it happens now)
@@ -173,16 +172,14 @@ class Output:
                 if e.errno is None:      # raised by a signal handler of user code
                     raise
                 if not self.failed:      # the host end is gone: what was for it is moot
-                    print("hostd-repl: port write failed: %s" % e, file=sys.__stderr__,
-                          flush=True)
+                    _log("port write failed: %s" % e)
                 self.failed = True
                 return len(data)
 
     def io_thread(self):
         """Reads the fd 1 / fd 2 pipes as they fill, and flushes output left waiting."""
         poller = select.poll()
-        names = dict(self.names)
-        for fd in names:
+        for fd in self.names:
             os.set_blocking(fd, False)
             poller.register(fd, select.POLLIN)
         poller.register(self.wake_r, select.POLLIN)
@@ -198,7 +195,7 @@ class Output:
                             os.read(fd, 4096)
                         except BlockingIOError:
                             pass
-                    elif not self.read_pipe(names[fd], 1 << 20):
+                    elif not self.read_pipe(self.names[fd], 1 << 20):
                         poller.unregister(fd)    # every writer closed it (user code closed fd 1)
                 if self.flush_at and time.monotonic() >= self.flush_at:
                     self.flush()
@@ -411,35 +408,15 @@ class Worker:
         self.main_module.__builtins__ = builtins
 
     def serve(self):
-        buf = bytearray()
-        while True:
-            try:
-                data = os.read(self.port_in, 65536)
-            except OSError as e:
-                print("hostd-repl: port read failed: %s" % e, file=sys.__stderr__, flush=True)
-                time.sleep(0.1)
-                continue
-            if not data:
-                # The host end is closed: reads return EOF at once until it reconnects, and
-                # a reconnection starts with a fresh hello.
-                del buf[:]
-                time.sleep(0.05)
-                continue
-            buf += data
-            nl = buf.find(b"\n")
-            while nl >= 0:
-                line = bytes(buf[:nl])
-                del buf[:nl + 1]
-                try:
-                    self.handle(line)
-                except Exception:        # a bug must not take the REPL down
-                    print("hostd-repl: internal error:\n" + traceback.format_exc(),
-                          file=sys.__stderr__, flush=True)
-                nl = buf.find(b"\n")
-            if len(buf) > 4 << 20:       # the host never sends a line over 1 MiB
-                del buf[:]
+        read_lines(self.port_in, self.handle, _log)
 
     def handle(self, line):
+        try:
+            self._handle(line)
+        except Exception:                # a bug must not take the REPL down
+            _log("internal error:\n" + traceback.format_exc())
+
+    def _handle(self, line):
         msg = parse_line(line) if line.strip() else None
         if msg is None:
             return
@@ -504,9 +481,9 @@ class Worker:
         _cmd.read()
         reason = _cancels.get(exec_id)
         if reason is not None:
-            status = 124 if reason == "timeout" else 130
+            status = cancel_exit_code(reason)
             if reason == "timeout":
-                _stderr.write("hostd: execution timed out\n")
+                _stderr.write(TIMED_OUT + "\n")
         global _interrupt_deferred
         _interrupt_deferred = False
         for _ in range(3):               # the exit must go out, even if a signal handler of

@@ -77,6 +77,16 @@ class LineReader {
   }
 }
 
+/** A guest's exit code; -1 when it sent none that is valid. */
+function exitCode(msg: GuestMessage): number {
+  return Number.isInteger(msg.code) ? (msg.code as number) : -1;
+}
+
+/** The exit code of an exec cancelled for `reason` (guest/PROTOCOL.md, cancel). */
+function cancelExitCode(reason: CancelReason): number {
+  return reason === 'timeout' ? 124 : 130;
+}
+
 /**
  * Everything from the guest is untrusted: code running as root in the VM can write to these
  * channels. A malformed message is dropped; nothing it contains may throw here, since an
@@ -195,12 +205,8 @@ export class AgentChannel extends EventEmitter {
       return id;
     }
     this.python.set(id, null);
-    let hello = '';
-    if (this.replNonce === null) {
-      this.replNonce = randomBytes(8).toString('hex');
-      hello = JSON.stringify({ op: 'hello', nonce: this.replNonce }) + '\n';
-    }
     // One write: the worker reads its hello and the exec together.
+    const hello = this.replNonce === null ? this.newReplHello() : '';
     this.repl.write(hello + JSON.stringify({ op: 'exec', id, code }) + '\n');
     return id;
   }
@@ -263,16 +269,19 @@ export class AgentChannel extends EventEmitter {
    * worker may die holding that hello, and the next one needs a fresh one.
    */
   private onReplDied(msg: GuestMessage): void {
-    const code = Number.isInteger(msg.code) ? (msg.code as number) : -1;
+    const code = exitCode(msg);
     const upto = Number.isInteger(msg.upto) ? (msg.upto as number) : Infinity;
     for (const [id, reason] of [...this.python]) {
-      if (reason !== null) this.endExec(id, reason === 'timeout' ? 124 : 130);
+      if (reason !== null) this.endExec(id, cancelExitCode(reason));
       else if (id <= upto) this.endExec(id, code);
     }
-    if (!this.replSynced && this.replNonce !== null) {
-      this.replNonce = randomBytes(8).toString('hex');
-      this.repl.write(JSON.stringify({ op: 'hello', nonce: this.replNonce }) + '\n');
-    }
+    if (!this.replSynced && this.replNonce !== null) this.repl.write(this.newReplHello());
+  }
+
+  /** A REPL hello line with a fresh nonce, which becomes the one its echo must carry. */
+  private newReplHello(): string {
+    this.replNonce = randomBytes(8).toString('hex');
+    return JSON.stringify({ op: 'hello', nonce: this.replNonce }) + '\n';
   }
 
   private onExecMessage(msg: GuestMessage): void {
@@ -282,7 +291,7 @@ export class AgentChannel extends EventEmitter {
     if (msg.op === 'out' && typeof msg.data === 'string') {
       sink.onOutput(msg.stream === 'stderr' ? 'stderr' : 'stdout', msg.data);
     } else if (msg.op === 'exit') {
-      this.endExec(msg.id, Number.isInteger(msg.code) ? (msg.code as number) : -1);
+      this.endExec(msg.id, exitCode(msg));
     }
   }
 
