@@ -74,6 +74,7 @@ class Output:
         self.names = {fd: name for name, fd in pipes.items()}
         self.poller = select.poll()      # the pipes, for the end of an exec
         for fd in pipes.values():
+            os.set_blocking(fd, False)   # read_pipe reads until EAGAIN
             self.poller.register(fd, select.POLLIN)
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
@@ -180,7 +181,6 @@ class Output:
         """Reads the fd 1 / fd 2 pipes as they fill, and flushes output left waiting."""
         poller = select.poll()
         for fd in self.names:
-            os.set_blocking(fd, False)
             poller.register(fd, select.POLLIN)
         poller.register(self.wake_r, select.POLLIN)
         while True:
