@@ -8,31 +8,20 @@ mode="${1:-start}"
 
 say() { printf 'hostd setup: %s\n' "$*" >&2; }
 
-# command -> Debian package that provides it
-declare -A need=(
-  [qemu-system-x86_64]=qemu-system-x86
-  [mmdebstrap]=mmdebstrap
-  [lz4]=lz4
-  [cpio]=cpio
-  [setpriv]=util-linux
-  [python3]=python3
-  [zstd]=zstd
-)
-missing=()
-for cmd in "${!need[@]}"; do
-  command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
+# scripts/host-packages declares every host command the scripts use and its Debian package.
+# shellcheck source=lib/host-deps.sh
+. scripts/lib/host-deps.sh
+missing=$(host_deps_missing | tr '\n' ' ')
+if [ -n "${missing// /}" ]; then
   if [ "$(id -u)" = 0 ]; then
-    say "installing Debian packages: $pkgs"
+    say "installing Debian packages: $missing"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     # shellcheck disable=SC2086
-    apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
+    apt-get install -y -qq --no-install-recommends $missing >/dev/null
   else
     say "missing system packages. Run this, then try again:"
-    printf '  sudo apt-get update && sudo apt-get install -y --no-install-recommends %s\n' "$pkgs" >&2
+    printf '  sudo apt-get update && sudo apt-get install -y --no-install-recommends %s\n' "$missing" >&2
     exit 1
   fi
 fi

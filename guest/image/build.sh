@@ -25,7 +25,7 @@
 #   HOSTD_DEBIAN_SECURITY_MIRROR    security mirror (default http://deb.debian.org/debian-security)
 #   HOSTD_MMDEBSTRAP_MODE           mmdebstrap --mode (default auto: root if root, else unshare)
 #
-# Needs: mmdebstrap, apt, dpkg-deb, lz4, kmod (modinfo), python3, flock, sha256sum.
+# Needs the commands it names in host_deps_require (scripts/host-packages says their packages).
 set -euo pipefail
 export LC_ALL=C
 
@@ -70,6 +70,8 @@ TCG_CMDLINE_APPEND='tsc_early_khz={host_tsc_khz}'
 TCG_CPU='qemu64,+rdrand,+arat'
 
 log() { echo "build.sh: $*" >&2; }
+# shellcheck source=../../scripts/lib/host-deps.sh
+. "$HERE/../../scripts/lib/host-deps.sh"
 die() { log "error: $*"; exit 1; }
 
 # The files whose content defines the image, one "label path" per line.
@@ -320,9 +322,7 @@ build() {
 	local key=$1 out=$2 tmp=$3
 	local work=$tmp/work image=$tmp/image
 	mkdir -p "$work" "$image"
-	for tool in mmdebstrap apt-get dpkg-deb lz4 modinfo python3; do
-		command -v "$tool" >/dev/null || die "$tool not found"
-	done
+	host_deps_require mmdebstrap apt-get dpkg-deb lz4 modinfo python3 flock sha256sum
 	log "building image $key (packages: $(package_list))"
 	export HOSTD_BUILD_SELF=$SELF HOSTD_AGENT_DIR=$AGENT_DIR
 	# shellcheck disable=SC2016 # $1 and $HOSTD_BUILD_SELF expand in mmdebstrap's hook shell
