@@ -1,81 +1,272 @@
 /**
  * The one error registry of hostd. Every failure that can reach a client is a `HostdError`
- * built from an entry here, so its stable `code`, HTTP `status` and message shape are decided
- * in one place and documented in docs/api.md (a test checks the two agree).
+ * made from an entry here (`fail('sandboxNotFound', id)`), so its stable `code`, its HTTP
+ * `status`, its message template and its `Retry-After` are decided in one place. Clients get
+ * `{"error": message, "code": code}`; docs/api.md lists every code (a test checks the two agree)
+ * and the SDKs turn codes into error classes.
  *
- * Layers throw these; only the api layer turns them into HTTP responses. Messages never carry
- * secrets (API keys) or host paths.
+ * Several entries may share a code (every malformed request is `invalid_request`): the entry
+ * is a message template, the code is what clients branch on. Layers throw these; only the api
+ * layer turns them into HTTP responses. Messages never carry secrets (API keys) or host paths.
  */
 
-/** A registry entry: the stable machine-readable code and the HTTP status it maps to. */
-export interface ErrorKind {
+/** A registry entry: what clients branch on, how it is rendered, and when to retry. */
+export interface ErrorDef<A extends unknown[] = never[]> {
   readonly code: string;
   readonly status: number;
+  readonly message: (...args: A) => string;
+  /** Seconds after which a retry can work; sent as `Retry-After` (429 and 503 answers). */
+  readonly retryAfterS?: number;
 }
 
-export const ErrorKinds = {
-  /** Malformed JSON, wrong field types, out-of-range values. */
-  invalidRequest: { code: 'invalid_request', status: 400 },
-  /** Merging a sandbox into itself. */
-  mergeIntoSelf: { code: 'merge_into_self', status: 400 },
-  /** No Authorization header on a guarded route. */
-  missingApiKey: { code: 'missing_api_key', status: 401 },
-  /** Authorization header present but the key is not configured. */
-  invalidApiKey: { code: 'invalid_api_key', status: 401 },
-  /** The sandbox id is unknown: never existed, deleted, merged away, or malformed. */
-  sandboxNotFound: { code: 'sandbox_not_found', status: 404 },
-  /** The requested template does not exist. */
-  templateNotFound: { code: 'template_not_found', status: 404 },
-  /** No route matches the method and path. */
-  routeNotFound: { code: 'route_not_found', status: 404 },
-  /** The request body is larger than the configured limit. */
-  bodyTooLarge: { code: 'body_too_large', status: 413 },
-  /** The request's Content-Type is not application/json. */
-  unsupportedMediaType: { code: 'unsupported_media_type', status: 415 },
-  /** A configured cap (sandboxes alive, queued execs) is reached; retrying later can work. */
-  limitReached: { code: 'limit_reached', status: 429 },
-  /** The VM failed to start, died, or its agent stopped answering. */
-  executorError: { code: 'executor_error', status: 500 },
-  /** The host lacks memory or disk to start another VM. */
-  insufficientResources: { code: 'insufficient_resources', status: 503 },
-  /** hostd is shutting down and takes no new work. */
-  shuttingDown: { code: 'shutting_down', status: 503 },
-  /** A bug: anything not classified above. */
-  internal: { code: 'internal_error', status: 500 },
-} as const satisfies Record<string, ErrorKind>;
+function def<A extends unknown[]>(
+  code: string,
+  status: number,
+  message: (...args: A) => string,
+  retryAfterS?: number,
+): ErrorDef<A> {
+  return retryAfterS === undefined
+    ? { code, status, message }
+    : { code, status, message, retryAfterS };
+}
 
-export type ErrorKindName = keyof typeof ErrorKinds;
+const show = (v: unknown): string => {
+  const s = JSON.stringify(v) ?? String(v);
+  return s.length > 80 ? `${s.slice(0, 77)}...` : s;
+};
 
-/**
- * A failure with a registry kind. Throw it from any layer; the api layer renders it as
- * `{"error": message}` with `kind.status`.
- */
+export const Errors = {
+  // --- 400: the request is wrong -----------------------------------------------------------
+  /** A body that must be a JSON object is missing or is something else. */
+  bodyNotObject: def('invalid_request', 400, (what: string) => `${what} must be a JSON object`),
+  bodyNotJson: def('invalid_request', 400, (why: string) => `the body is not valid JSON: ${why}`),
+  bodyNotAllowed: def('invalid_request', 400, (op: string) => `${op} takes no request body`),
+  unknownField: def(
+    'invalid_request',
+    400,
+    (field: string, allowed: readonly string[]) =>
+      `unknown field "${field}" (allowed: ${allowed.join(', ')})`,
+  ),
+  /** A field (or query parameter) with a value outside what it accepts. */
+  invalidField: def(
+    'invalid_request',
+    400,
+    (field: string, expected: string, got: unknown) =>
+      `${field} must be ${expected}, got ${show(got)}`,
+  ),
+  conflictingFields: def(
+    'invalid_request',
+    400,
+    (a: string, b: string) => `give either ${a} or ${b}, not both`,
+  ),
+  /** A malformed request the HTTP framework rejected before any handler ran. */
+  malformedRequest: def('invalid_request', 400, (why: string) => `malformed request: ${why}`),
+  mergeIntoSelf: def('merge_into_self', 400, () => 'cannot merge a sandbox into itself'),
+  /** A path for the files API that is not absolute, or holds NUL or `..` components. */
+  invalidPath: def(
+    'invalid_path',
+    400,
+    (path: string, why: string) => `invalid path ${show(path)}: ${why}`,
+  ),
+  isADirectory: def(
+    'is_a_directory',
+    400,
+    (path: string, hint: string) => `${path} is a directory${hint}`,
+  ),
+  notADirectory: def('not_a_directory', 400, (path: string) => `${path} is not a directory`),
+
+  // --- 401 ---------------------------------------------------------------------------------
+  /** The contract fixes these two messages. */
+  missingApiKey: def('missing_api_key', 401, () => 'missing Authorization: Bearer <key>'),
+  invalidApiKey: def('invalid_api_key', 401, () => 'invalid api key'),
+
+  // --- 404 / 410 ---------------------------------------------------------------------------
+  /** Never existed, deleted, merged away, or malformed. */
+  sandboxNotFound: def('sandbox_not_found', 404, (id: string) => `sandbox ${id} not found`),
+  sandboxDeleted: def('sandbox_not_found', 404, (id: string) => `sandbox ${id} was deleted`),
+  sandboxMergedAway: def(
+    'sandbox_not_found',
+    404,
+    (id: string, into: string) => `sandbox ${id} was merged into ${into}`,
+  ),
+  /** Its VM died while hostd was down; the id answers this until it is deleted. */
+  sandboxLost: def(
+    'sandbox_lost',
+    410,
+    (id: string, why: string) => `sandbox ${id} was lost while hostd was not running: ${why}`,
+  ),
+  templateNotFound: def(
+    'template_not_found',
+    404,
+    (name: string, known: readonly string[]) =>
+      `template "${name}" does not exist (known: ${known.join(', ') || 'none'})`,
+  ),
+  snapshotNotFound: def('snapshot_not_found', 404, (id: string) => `snapshot ${id} not found`),
+  fileNotFound: def('file_not_found', 404, (path: string) => `${path} does not exist`),
+  routeNotFound: def(
+    'route_not_found',
+    404,
+    (method: string, path: string) => `no route for ${method} ${path}`,
+  ),
+
+  // --- 413 / 415 ---------------------------------------------------------------------------
+  bodyTooLarge: def(
+    'body_too_large',
+    413,
+    (bytes: number | null, limit: number) =>
+      `request body too large: ${bytes === null ? 'over' : `${bytes} bytes,`} limit ${limit} (SERVICE_MAX_BODY_BYTES)`,
+  ),
+  fileTooLarge: def(
+    'file_too_large',
+    413,
+    (limit: number) => `file larger than the limit of ${limit} bytes (SERVICE_MAX_FILE_BYTES)`,
+  ),
+  unsupportedMediaType: def(
+    'unsupported_media_type',
+    415,
+    (expected: string) => `Content-Type must be ${expected}`,
+  ),
+
+  // --- 429 ---------------------------------------------------------------------------------
+  sandboxLimit: def(
+    'limit_reached',
+    429,
+    (alive: number, requested: number, limit: number) =>
+      `sandbox limit reached: ${alive} alive, ${requested} requested, limit ${limit} (SERVICE_MAX_SANDBOXES)`,
+    1,
+  ),
+  queueFull: def(
+    'limit_reached',
+    429,
+    (limit: number) =>
+      `too many requests queued on this sandbox (limit ${limit}, SERVICE_MAX_QUEUED_EXECS)`,
+    1,
+  ),
+
+  // --- 499: nobody hears it, but logs and metrics do ---------------------------------------
+  requestAborted: def(
+    'client_closed_request',
+    499,
+    (where: string) => `the client went away ${where}`,
+  ),
+
+  // --- 500 ---------------------------------------------------------------------------------
+  vmStartFailed: def('executor_error', 500, (why: string) => `the VM failed to start: ${why}`),
+  forkChildrenFailed: def(
+    'executor_error',
+    500,
+    (failed: number, n: number, why: string) =>
+      `${failed} of ${n} children could not start: ${why}`,
+  ),
+  vmOperationFailed: def(
+    'executor_error',
+    500,
+    (operation: string, why: string) => `could not ${operation}: ${why}`,
+  ),
+  sandboxBroken: def(
+    'executor_error',
+    500,
+    (id: string, why: string) => `sandbox ${id} is unusable: ${why}; delete it`,
+  ),
+  templateFailed: def(
+    'template_failed',
+    500,
+    (name: string, why: string) => `template "${name}" failed to build: ${why}`,
+  ),
+  internal: def('internal_error', 500, (why: string) => `internal error: ${why}`),
+
+  // --- 503 ---------------------------------------------------------------------------------
+  insufficientResources: def('insufficient_resources', 503, (why: string) => why, 5),
+  templateUnavailable: def(
+    'template_unavailable',
+    503,
+    (name: string, why: string) => `template "${name}" is not available: ${why}`,
+    10,
+  ),
+  shuttingDown: def('shutting_down', 503, () => 'hostd is shutting down'),
+
+  // --- 507 ---------------------------------------------------------------------------------
+  sandboxDiskFull: def(
+    'sandbox_disk_full',
+    507,
+    (id: string) => `the disk of sandbox ${id} is full`,
+  ),
+  storageLimit: def(
+    'storage_limit_reached',
+    507,
+    (usedMib: number, needMib: number, limitMib: number) =>
+      `hostd's disk storage is full: ${usedMib} MiB used, ${needMib} MiB more needed, limit ${limitMib} MiB (SERVICE_MAX_STORAGE_MIB)`,
+  ),
+} as const;
+
+export type ErrorName = keyof typeof Errors;
+type ArgsOf<K extends ErrorName> = Parameters<(typeof Errors)[K]['message']>;
+
+/** Every (code, status) pair clients can see: what docs/api.md must list. */
+export function errorCodes(): Map<string, number> {
+  return new Map(Object.values(Errors).map((d) => [d.code, d.status] as [string, number]));
+}
+
+/** A failure with a registry entry. Throw it from any layer; the api layer renders it. */
 export class HostdError extends Error {
-  readonly kind: ErrorKind;
-
-  constructor(kind: ErrorKind, message: string, options?: { cause?: unknown }) {
-    super(message, options);
+  /**
+   * @param entry the registry entry's name, and `params` its arguments: what tests and logs
+   *   inspect instead of parsing the message
+   */
+  constructor(
+    readonly entry: ErrorName,
+    readonly params: readonly unknown[],
+    options?: { cause?: unknown },
+  ) {
+    const d = Errors[entry] as unknown as ErrorDef<unknown[]>;
+    super(d.message(...params), options);
     this.name = 'HostdError';
-    this.kind = kind;
+  }
+
+  get def(): ErrorDef<never[]> {
+    return Errors[this.entry] as unknown as ErrorDef<never[]>;
   }
 
   get code(): string {
-    return this.kind.code;
+    return this.def.code;
   }
 
   get status(): number {
-    return this.kind.status;
+    return this.def.status;
+  }
+
+  get retryAfterS(): number | undefined {
+    return this.def.retryAfterS;
+  }
+
+  /** The JSON body of the HTTP answer: the contract's `error` plus the registry's `code`. */
+  toBody(): { error: string; code: string } {
+    return { error: this.message, code: this.code };
   }
 }
 
-/** Shorthand used across layers: `fail('sandboxNotFound', 'sandbox sbx_... not found')`. */
-export function fail(kind: ErrorKindName, message: string, cause?: unknown): HostdError {
-  return new HostdError(ErrorKinds[kind], message, cause === undefined ? undefined : { cause });
+/** `fail('sandboxNotFound', id)`: the registry entry `name`, rendered with its arguments. */
+export function fail<K extends ErrorName>(name: K, ...args: ArgsOf<K>): HostdError {
+  return new HostdError(name, args);
+}
+
+/** The same, keeping what caused it (logged, never sent). */
+export function failWith<K extends ErrorName>(
+  cause: unknown,
+  name: K,
+  ...args: ArgsOf<K>
+): HostdError {
+  return new HostdError(name, args, { cause });
+}
+
+/** True when `err` is a HostdError made from entry `name`. */
+export function isError(err: unknown, name: ErrorName): err is HostdError {
+  return err instanceof HostdError && err.entry === name;
 }
 
 /** Wraps anything thrown into a HostdError, keeping HostdErrors as they are. */
 export function toHostdError(err: unknown): HostdError {
   if (err instanceof HostdError) return err;
   const message = err instanceof Error ? err.message : String(err);
-  return new HostdError(ErrorKinds.internal, `internal error: ${message}`, { cause: err });
+  return failWith(err, 'internal', message);
 }

@@ -6,10 +6,6 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { fail, type HostdError } from '../errors.js';
 
-/** Exact 401 messages required by the contract. */
-export const MISSING_KEY_MESSAGE = 'missing Authorization: Bearer <key>';
-export const INVALID_KEY_MESSAGE = 'invalid api key';
-
 export type AuthMode =
   | { kind: 'keys'; keys: readonly string[] }
   | { kind: 'open'; why: 'loopback-no-keys' | 'disabled' };
@@ -40,10 +36,10 @@ export function makeAuthChecker(mode: AuthMode): (header: string | undefined) =>
   const digests = mode.keys.map(digest);
   return (header) => {
     const match = header === undefined ? null : /^Bearer[ ]+(\S+)\s*$/i.exec(header);
-    if (!match) return fail('missingApiKey', MISSING_KEY_MESSAGE);
+    if (!match) return fail('missingApiKey');
     const presented = digest(match[1]!);
     let ok = false;
     for (const d of digests) ok = timingSafeEqual(d, presented) || ok;
-    return ok ? null : fail('invalidApiKey', INVALID_KEY_MESSAGE);
+    return ok ? null : fail('invalidApiKey');
   };
 }

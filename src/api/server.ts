@@ -10,7 +10,7 @@ import Fastify, {
   type FastifyRequest,
 } from 'fastify';
 import type { Logger } from 'pino';
-import { ErrorKinds, HostdError, fail, toHostdError } from '../errors.js';
+import { HostdError, fail, isError, toHostdError } from '../errors.js';
 import type { SandboxManager } from '../core/sandbox-manager.js';
 import type { ExecRun } from '../core/exec-run.js';
 import { makeAuthChecker, type AuthMode } from './auth.js';
@@ -28,25 +28,24 @@ export interface ServerOptions {
 type IdParams = { id: string };
 
 /** Fastify's own error codes that are the client's fault, mapped onto registry kinds. */
-function classifyFrameworkError(err: {
-  statusCode?: number;
-  code?: string;
-  message: string;
-}): HostdError {
-  if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
-    return fail('bodyTooLarge', `request body too large: ${err.message}`);
-  }
+function classifyFrameworkError(
+  err: { statusCode?: number; code?: string; message: string },
+  maxBody: number,
+): HostdError {
+  if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') return fail('bodyTooLarge', null, maxBody);
   if (err.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
-    return fail('unsupportedMediaType', 'Content-Type must be application/json');
+    return fail('unsupportedMediaType', 'application/json');
   }
   if (err.statusCode !== undefined && err.statusCode >= 400 && err.statusCode < 500) {
-    return fail('invalidRequest', err.message);
+    return fail('malformedRequest', err.message);
   }
   return toHostdError(err);
 }
 
+/** `{"error", "code"}` with the entry's status, and `Retry-After` when a retry can work. */
 export function sendError(reply: FastifyReply, err: HostdError): FastifyReply {
-  return reply.code(err.status).type('application/json').send({ error: err.message });
+  if (err.retryAfterS !== undefined) void reply.header('retry-after', String(err.retryAfterS));
+  return reply.code(err.status).type('application/json').send(err.toBody());
 }
 
 /**
@@ -82,10 +81,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     try {
       done(null, JSON.parse(text));
     } catch (err) {
-      done(
-        fail('invalidRequest', `the body is not valid JSON: ${(err as Error).message}`),
-        undefined,
-      );
+      done(fail('bodyNotJson', (err as Error).message), undefined);
     }
   });
 
@@ -100,14 +96,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     if (err) return rejectBeforeBody(req, reply, err);
     const declared = Number(req.headers['content-length'] ?? 0);
     if (declared > opts.maxBodyBytes) {
-      return rejectBeforeBody(
-        req,
-        reply,
-        fail(
-          'bodyTooLarge',
-          `request body too large: ${declared} bytes, limit ${opts.maxBodyBytes}`,
-        ),
-      );
+      return rejectBeforeBody(req, reply, fail('bodyTooLarge', declared, opts.maxBodyBytes));
     }
   });
 
@@ -115,12 +104,12 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     const err =
       error instanceof HostdError
         ? error
-        : classifyFrameworkError(error as Error & { statusCode?: number });
-    if (err.kind === ErrorKinds.internal) req.log.error({ err: error }, 'internal error');
+        : classifyFrameworkError(error as Error & { statusCode?: number }, opts.maxBodyBytes);
+    if (isError(err, 'internal')) req.log.error({ err: error }, 'internal error');
     return sendError(reply, err);
   });
   app.setNotFoundHandler((req, reply) =>
-    sendError(reply, fail('routeNotFound', `no route for ${req.method} ${req.url.split('?')[0]}`)),
+    sendError(reply, fail('routeNotFound', req.method, req.url.split('?')[0] ?? '')),
   );
 
   app.get('/v1/healthz', async (_req, reply) => reply.type('text/plain').send('ok'));
@@ -147,7 +136,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   );
 
   app.delete<{ Params: IdParams }>('/v1/sandboxes/:id', async (req, reply) => {
-    if (req.body !== undefined) throw fail('invalidRequest', 'delete takes no request body');
+    if (req.body !== undefined) throw fail('bodyNotAllowed', 'delete');
     await manager.delete(req.params.id);
     return reply.code(204).send();
   });
@@ -175,7 +164,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   app.post<{ Params: { parent: string; winner: string } }>(
     '/v1/sandboxes/:parent/merge_into/:winner',
     async (req) => {
-      if (req.body !== undefined) throw fail('invalidRequest', 'merge takes no request body');
+      if (req.body !== undefined) throw fail('bodyNotAllowed', 'merge');
       const info = await manager.merge(req.params.parent, req.params.winner);
       return { id: info.id, state: 'ready', merged: req.params.winner };
     },

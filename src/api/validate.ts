@@ -12,10 +12,10 @@ type Body = Record<string, unknown>;
 function objectBody(body: unknown, allowMissing: boolean): Body {
   if (body === undefined || body === null) {
     if (allowMissing) return {};
-    throw fail('invalidRequest', 'a JSON object body is required');
+    throw fail('bodyNotObject', 'the body (required)');
   }
   if (typeof body !== 'object' || Array.isArray(body)) {
-    throw fail('invalidRequest', 'the body must be a JSON object');
+    throw fail('bodyNotObject', 'the body');
   }
   return body as Body;
 }
@@ -23,19 +23,17 @@ function objectBody(body: unknown, allowMissing: boolean): Body {
 function onlyFields(body: Body, allowed: readonly string[]): void {
   for (const key of Object.keys(body)) {
     if (!allowed.includes(key)) {
-      throw fail('invalidRequest', `unknown field "${key}" (allowed: ${allowed.join(', ')})`);
+      throw fail('unknownField', key, allowed);
     }
   }
 }
-
-const show = (v: unknown): string => JSON.stringify(v) ?? String(v);
 
 export function parseCreate(body: unknown): { template?: string } {
   const b = objectBody(body, true);
   onlyFields(b, ['template']);
   if (b.template === undefined || b.template === null) return {};
   if (typeof b.template !== 'string' || b.template === '') {
-    throw fail('invalidRequest', `template must be a non-empty string, got ${show(b.template)}`);
+    throw fail('invalidField', 'template', 'a non-empty string', b.template);
   }
   return { template: b.template };
 }
@@ -47,11 +45,11 @@ export function parseExec(body: unknown): { code: string; language: Language; ti
   const b = objectBody(body, false);
   onlyFields(b, ['code', 'language', 'timeout']);
   if (typeof b.code !== 'string') {
-    throw fail('invalidRequest', `code is required and must be a string, got ${show(b.code)}`);
+    throw fail('invalidField', 'code', 'a string (required)', b.code);
   }
   const language = b.language ?? 'python';
   if (language !== 'python' && language !== 'bash') {
-    throw fail('invalidRequest', `language must be "python" or "bash", got ${show(language)}`);
+    throw fail('invalidField', 'language', '"python" or "bash"', language);
   }
   if (b.timeout === undefined || b.timeout === null) return { code: b.code, language };
   if (
@@ -61,8 +59,10 @@ export function parseExec(body: unknown): { code: string; language: Language; ti
     b.timeout > MAX_TIMEOUT_S
   ) {
     throw fail(
-      'invalidRequest',
-      `timeout must be a number of seconds in (0, ${MAX_TIMEOUT_S}], got ${show(b.timeout)}`,
+      'invalidField',
+      'timeout',
+      `a number of seconds in (0, ${MAX_TIMEOUT_S}]`,
+      b.timeout,
     );
   }
   return { code: b.code, language, timeoutMs: Math.ceil(b.timeout * 1000) };
@@ -72,7 +72,7 @@ export function parseFork(body: unknown): { n: number } {
   const b = objectBody(body, false);
   onlyFields(b, ['n']);
   if (typeof b.n !== 'number' || !Number.isInteger(b.n) || b.n < 1 || b.n > MAX_FORK) {
-    throw fail('invalidRequest', `n must be an integer from 1 to ${MAX_FORK}, got ${show(b.n)}`);
+    throw fail('invalidField', 'n', `an integer from 1 to ${MAX_FORK}`, b.n);
   }
   return { n: b.n };
 }

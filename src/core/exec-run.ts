@@ -19,6 +19,8 @@ export interface ExecEvent {
 
 /** Exit code hostd reports when the exec ended without the program's own exit code. */
 export const EXECUTOR_FAILURE_EXIT = -1;
+/** Exit code of an exec hostd interrupted because its output reached the cap. */
+export const OUTPUT_LIMIT_EXIT = 125;
 
 /** Events buffered before the VM's output is paused, and the level at which it resumes. */
 const HIGH_WATER = 256;
@@ -159,7 +161,11 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
 
   private finish(event: Omit<ExecEvent, 'seq' | 'ts'>): void {
     if (this.finished) return;
-    if (this.limitNotice) this.push({ type: 'stderr', data: this.limitNotice });
+    if (this.limitNotice) {
+      this.push({ type: 'stderr', data: this.limitNotice });
+      // The guest ended it as a cancel; the cause was the cap, not a client.
+      if (event.error === undefined) event = { ...event, data: OUTPUT_LIMIT_EXIT };
+    }
     this.push(event);
     this.finished = true;
     clearTimeout(this.timer);

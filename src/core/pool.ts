@@ -78,7 +78,13 @@ export class TemplatePool {
 
   /** A fresh restore of the template snapshot (used by take on a miss). */
   private async restore(): Promise<Vm> {
-    if (!this.snapshot) throw fail('shuttingDown', `template ${this.config.name} is not available`);
+    if (!this.snapshot) {
+      throw fail(
+        'templateUnavailable',
+        this.config.name,
+        'its snapshot is gone (hostd is stopping)',
+      );
+    }
     try {
       return await Vm.restore(this.host, this.snapshot);
     } catch (err) {

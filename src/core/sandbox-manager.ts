@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { Config } from '../config.js';
-import { fail, HostdError } from '../errors.js';
+import { Errors, fail, failWith, HostdError } from '../errors.js';
 import type { Language } from '../vm/agent-channel.js';
 import type { MachineSpec } from '../vm/qemu-args.js';
 import { Vm, VmError, type VmHost } from '../vm/vm.js';
@@ -35,6 +35,8 @@ export interface ExecRequest {
 }
 
 export const MAX_FORK = 32;
+
+type DropLast<T extends unknown[]> = T extends [...infer H, unknown] ? H : never;
 
 const secondsSince = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1e9;
 
@@ -108,8 +110,7 @@ export class SandboxManager {
     const name = template ?? this.config.defaultTemplate;
     const pool = this.pools.get(name);
     if (!pool) {
-      const known = [...this.pools.keys()].join(', ');
-      throw fail('templateNotFound', `template "${name}" does not exist (known: ${known})`);
+      throw fail('templateNotFound', name, [...this.pools.keys()]);
     }
     this.ensureCapacity(1);
     this.ensureResources(1, 0);
@@ -119,13 +120,13 @@ export class SandboxManager {
     try {
       taken = await pool.take();
     } catch (err) {
-      throw this.vmStartError(err);
+      throw this.vmError(err, 'vmStartFailed');
     } finally {
       this.reserved--;
     }
     if (this.shuttingDown) {
       await taken.vm.destroy();
-      throw fail('shuttingDown', 'hostd is shutting down');
+      throw fail('shuttingDown');
     }
     const sandbox = this.adopt(taken.vm, name, null);
     this.observer.created?.(taken.hit, secondsSince(started));
@@ -147,7 +148,7 @@ export class SandboxManager {
       );
     } catch (err) {
       release();
-      throw this.vmStartError(err, 'could not start the exec');
+      throw this.vmError(err, 'vmOperationFailed', 'start the exec');
     }
     this.observer.execStarted?.();
     void run.done.then(() => {
@@ -164,7 +165,7 @@ export class SandboxManager {
    */
   async fork(id: string, n: number): Promise<Sandbox[]> {
     if (!Number.isInteger(n) || n < 1 || n > MAX_FORK) {
-      throw fail('invalidRequest', `n must be an integer from 1 to ${MAX_FORK}`);
+      throw fail('invalidField', 'n', `an integer from 1 to ${MAX_FORK}`, n);
     }
     const { sandbox, release } = await this.acquire(id);
     const started = process.hrtime.bigint();
@@ -179,9 +180,8 @@ export class SandboxManager {
       this.reserved += n;
       try {
         const snapshot = await sandbox.vm.snapshot(memPath, n).catch((err: unknown) => {
-          if (this.sandboxes.get(id) !== sandbox)
-            throw fail('sandboxNotFound', `sandbox ${id} was deleted`);
-          throw this.vmStartError(err, 'could not capture the parent state');
+          if (this.sandboxes.get(id) !== sandbox) throw fail('sandboxDeleted', id);
+          throw this.vmError(err, 'vmOperationFailed', 'capture the parent state');
         });
         const snapshotMs = secondsSince(started) * 1000;
         // Each child holds its own reference to the fork image; the last to go deletes it.
@@ -195,9 +195,9 @@ export class SandboxManager {
         const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
         if (failure || this.shuttingDown) {
           await Promise.all(vms.map((vm) => vm.destroy()));
-          if (this.shuttingDown) throw fail('shuttingDown', 'hostd is shutting down');
+          if (this.shuttingDown) throw fail('shuttingDown');
           const failed = results.length - vms.length;
-          throw this.vmStartError(failure!.reason, `${failed} of ${n} children could not start`);
+          throw this.vmError(failure!.reason, 'forkChildrenFailed', failed, n);
         }
         const children = vms.map((vm) => this.adopt(vm, sandbox.template, sandbox.id));
         sandbox.touch();
@@ -230,7 +230,7 @@ export class SandboxManager {
    */
   async merge(parentId: string, winnerId: string): Promise<SandboxInfo> {
     if (parentId === winnerId) {
-      throw fail('mergeIntoSelf', 'cannot merge a sandbox into itself');
+      throw fail('mergeIntoSelf');
     }
     this.ensureRunning();
     const parent = this.get(parentId, true);
@@ -245,20 +245,15 @@ export class SandboxManager {
     }
     if (this.sandboxes.get(parentId) !== parent || this.sandboxes.get(winnerId) !== winner) {
       releaseAll();
-      throw fail(
-        'sandboxNotFound',
-        `sandbox ${this.sandboxes.has(parentId) ? winnerId : parentId} not found`,
-      );
+      throw fail('sandboxNotFound', this.sandboxes.has(parentId) ? winnerId : parentId);
     }
     try {
       if (winner.brokenReason) {
-        throw fail('executorError', `sandbox ${winnerId} is unusable: ${winner.brokenReason}`);
+        throw fail('sandboxBroken', winnerId, winner.brokenReason);
       }
       const oldVm = parent.vm;
       this.sandboxes.delete(winner.id);
-      winner.queue.close(
-        fail('sandboxNotFound', `sandbox ${winner.id} was merged into ${parent.id}`),
-      );
+      winner.queue.close(fail('sandboxMergedAway', winner.id, parent.id));
       parent.vm = winner.vm;
       parent.template = winner.template;
       parent.brokenReason = null;
@@ -276,7 +271,7 @@ export class SandboxManager {
   async delete(id: string): Promise<void> {
     const sandbox = this.get(id, true);
     this.sandboxes.delete(id);
-    sandbox.queue.close(fail('sandboxNotFound', `sandbox ${id} was deleted`));
+    sandbox.queue.close(fail('sandboxDeleted', id));
     sandbox.brokenReason = 'the sandbox was deleted';
     await sandbox.vm.destroy('the sandbox was deleted');
     this.log.info({ sandbox: id }, 'deleted');
@@ -288,7 +283,7 @@ export class SandboxManager {
     clearInterval(this.reaper);
     const all = [...this.sandboxes.values()];
     this.sandboxes.clear();
-    for (const s of all) s.queue.close(fail('shuttingDown', 'hostd is shutting down'));
+    for (const s of all) s.queue.close(fail('shuttingDown'));
     await Promise.all([
       ...all.map((s) => s.vm.destroy('hostd is shutting down')),
       ...[...this.pools.values()].map((p) => p.close()),
@@ -303,7 +298,7 @@ export class SandboxManager {
 
   private get(id: string, allowBroken = false): Sandbox {
     const sandbox = isSandboxId(id) ? this.sandboxes.get(id) : undefined;
-    if (!sandbox) throw fail('sandboxNotFound', `sandbox ${id} not found`);
+    if (!sandbox) throw fail('sandboxNotFound', id);
     if (!allowBroken) this.ensureUsable(sandbox);
     sandbox.touch();
     return sandbox;
@@ -316,10 +311,7 @@ export class SandboxManager {
       this.markBroken(sandbox, sandbox.vm, sandbox.vm.deathReason);
     }
     if (sandbox.brokenReason) {
-      throw fail(
-        'executorError',
-        `sandbox ${sandbox.id} is unusable: ${sandbox.brokenReason}; delete it`,
-      );
+      throw fail('sandboxBroken', sandbox.id, sandbox.brokenReason);
     }
   }
 
@@ -334,7 +326,7 @@ export class SandboxManager {
     const release = await sandbox.queue.acquire(signal);
     if (this.sandboxes.get(id) !== sandbox) {
       release();
-      throw fail('sandboxNotFound', `sandbox ${id} not found`);
+      throw fail('sandboxNotFound', id);
     }
     if (!allowBroken) {
       try {
@@ -385,7 +377,7 @@ export class SandboxManager {
   }
 
   private ensureRunning(): void {
-    if (this.shuttingDown) throw fail('shuttingDown', 'hostd is shutting down');
+    if (this.shuttingDown) throw fail('shuttingDown');
   }
 
   /** 503 when the host could not afford `vms` more VMs (and an image of `imageMib`). */
@@ -406,19 +398,25 @@ export class SandboxManager {
   private ensureCapacity(n: number): void {
     const alive = this.sandboxes.size + this.reserved;
     if (alive + n > this.config.maxSandboxes) {
-      throw fail(
-        'limitReached',
-        `sandbox limit reached: ${alive} alive, ${n} requested, limit ${this.config.maxSandboxes} (SERVICE_MAX_SANDBOXES)`,
-      );
+      throw fail('sandboxLimit', alive, n, this.config.maxSandboxes);
     }
   }
 
-  private vmStartError(err: unknown, context = 'the VM failed to start'): HostdError {
+  /**
+   * A VM-layer failure as the registry entry `name`, whose last argument is the VM's reason.
+   * HostdErrors pass through unchanged.
+   */
+  private vmError<K extends 'vmStartFailed' | 'vmOperationFailed' | 'forkChildrenFailed'>(
+    err: unknown,
+    name: K,
+    ...context: DropLast<Parameters<(typeof Errors)[K]['message']>>
+  ): HostdError {
     if (err instanceof HostdError) return err;
     const message = err instanceof Error ? err.message : String(err);
     if (err instanceof VmError && err.consoleTail) {
-      this.log.error({ tail: err.consoleTail }, 'VM start failure log tail');
+      this.log.error({ tail: err.consoleTail }, 'VM failure log tail');
     }
-    return fail('executorError', `${context}: ${message}`, err);
+    const args = [...context, message] as unknown as Parameters<(typeof Errors)[K]['message']>;
+    return failWith(err, name, ...args);
   }
 }

@@ -34,15 +34,13 @@ export class SerialQueue {
    */
   acquire(signal?: AbortSignal): Promise<Release> {
     if (this.closedWith) return Promise.reject(this.closedWith);
-    if (signal?.aborted) return Promise.reject(fail('invalidRequest', 'request aborted'));
+    if (signal?.aborted) return Promise.reject(fail('requestAborted', 'before its turn'));
     if (!this.busy) {
       this.busy = true;
       return Promise.resolve(this.releaser());
     }
     if (this.waiters.length >= this.maxWaiting) {
-      return Promise.reject(
-        fail('limitReached', `too many requests queued on this sandbox (limit ${this.maxWaiting})`),
-      );
+      return Promise.reject(fail('queueFull', this.maxWaiting));
     }
     return new Promise((resolve, reject) => {
       const waiter: Waiter = {
@@ -58,7 +56,7 @@ export class SerialQueue {
       const onAbort = (): void => {
         const i = this.waiters.indexOf(waiter);
         if (i >= 0) this.waiters.splice(i, 1);
-        reject(fail('invalidRequest', 'request aborted while queued'));
+        reject(fail('requestAborted', 'while its request was queued'));
       };
       signal?.addEventListener('abort', onAbort, { once: true });
       this.waiters.push(waiter);

@@ -415,6 +415,6 @@ export class Vm extends EventEmitter {
     const tail = await this.logTail(20);
     await this.destroy();
     const message = err instanceof Error ? err.message : String(err);
-    return new VmError(`VM failed to start: ${message}`, tail);
+    return new VmError(message, tail);
   }
 }

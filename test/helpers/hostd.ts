@@ -134,6 +134,12 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
   };
 }
 
+/** The body of every error answer (docs/api.md, Errors). */
+export interface ErrorBody {
+  error: string;
+  code: string;
+}
+
 /** Parses an NDJSON exec response into events. */
 export interface ExecEvent {
   type: 'stdout' | 'stderr' | 'exit';

@@ -18,10 +18,13 @@ describe('with SERVICE_API_KEYS set', () => {
     await hostd.stop();
   });
 
-  test('a request without a key is 401 with the exact contract body', async () => {
+  test('a request without a key is 401 with the contract message and its code', async () => {
     const res = await hostd.request('GET', '/v1/sandboxes');
     assert.equal(res.status, 401);
-    assert.equal(await res.text(), '{"error":"missing Authorization: Bearer <key>"}');
+    assert.deepEqual(await res.json(), {
+      error: 'missing Authorization: Bearer <key>',
+      code: 'missing_api_key',
+    });
   });
 
   test('an unlisted key is 401 "invalid api key"', async () => {
@@ -32,7 +35,7 @@ describe('with SERVICE_API_KEYS set', () => {
       { authorization: 'Bearer key-three' },
     );
     assert.equal(res.status, 401);
-    assert.equal(await res.text(), '{"error":"invalid api key"}');
+    assert.deepEqual(await res.json(), { error: 'invalid api key', code: 'invalid_api_key' });
   });
 
   test('any listed key works', async () => {

@@ -12,6 +12,7 @@ import {
   startHostd,
   withSandbox,
   type Hostd,
+  type ErrorBody,
 } from '../helpers/hostd.js';
 
 let hostd: Hostd;
@@ -256,9 +257,9 @@ describe('ordering, timeouts and disconnects', () => {
         { code: 'x', language: 'ruby' },
         { code: 'x', timeout: -1 },
       ]) {
-        const res = await hostd.json<{ error: string }>('POST', `/v1/sandboxes/${id}/exec`, body);
+        const res = await hostd.json<ErrorBody>('POST', `/v1/sandboxes/${id}/exec`, body);
         assert.equal(res.status, 400, JSON.stringify(body));
-        assert.equal(typeof res.body.error, 'string');
+        assert.equal(res.body.code, 'invalid_request');
       }
       assert.equal((await run(hostd, id, 'print(1)')).stdout, '1\n');
     });
@@ -284,11 +285,11 @@ describe('failures after the stream started', () => {
       assert.equal(typeof last.error, 'string');
       assert.match(String(events.at(-2)!.data), /^hostd: executor error: /);
 
-      const again = await hostd.json<{ error: string }>('POST', `/v1/sandboxes/${id}/exec`, {
+      const again = await hostd.json<ErrorBody>('POST', `/v1/sandboxes/${id}/exec`, {
         code: '1',
       });
       assert.equal(again.status, 500);
-      assert.match(again.body.error, /unusable/);
+      assert.equal(again.body.code, 'executor_error');
     } finally {
       assert.equal((await hostd.request('DELETE', `/v1/sandboxes/${id}`)).status, 204);
     }

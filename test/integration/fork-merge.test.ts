@@ -16,6 +16,7 @@ import {
   sandboxQemuPid,
   startHostd,
   type Hostd,
+  type ErrorBody,
 } from '../helpers/hostd.js';
 
 let hostd: Hostd;
@@ -162,13 +163,9 @@ describe('fork', () => {
     await scenario(async (parent) => {
       await out(parent, 'v = 7');
       for (const body of [{ n: 0 }, { n: 33 }, { n: '2' }, { n: 1.5 }, {}, undefined]) {
-        const res = await hostd.json<{ error: string }>(
-          'POST',
-          `/v1/sandboxes/${parent}/fork`,
-          body,
-        );
+        const res = await hostd.json<ErrorBody>('POST', `/v1/sandboxes/${parent}/fork`, body);
         assert.equal(res.status, 400, JSON.stringify(body));
-        assert.match(res.body.error, /n must be an integer from 1 to 32|body is required/);
+        assert.equal(res.body.code, 'invalid_request');
       }
       assert.equal(await out(parent, 'v'), '7');
     });
@@ -196,11 +193,11 @@ describe('fork', () => {
         { n: 32 },
       );
       assert.equal(first.status, 200);
-      const second = await hostd.json<{ error: string }>('POST', `/v1/sandboxes/${parent}/fork`, {
+      const second = await hostd.json<ErrorBody>('POST', `/v1/sandboxes/${parent}/fork`, {
         n: 32,
       });
       assert.equal(second.status, 429);
-      assert.match(second.body.error, /sandbox limit reached/);
+      assert.equal(second.body.code, 'limit_reached');
       assert.equal(await count(), before + 32);
       for (const k of first.body.children) await hostd.request('DELETE', `/v1/sandboxes/${k.id}`);
       assert.equal(await count(), before);
@@ -311,12 +308,12 @@ describe('merge', () => {
 
   test('merging into itself is 400; unknown ids are 404; a body is 400', async () => {
     await scenario(async (parent, track) => {
-      const self = await hostd.json<{ error: string }>(
+      const self = await hostd.json<ErrorBody>(
         'POST',
         `/v1/sandboxes/${parent}/merge_into/${parent}`,
       );
       assert.equal(self.status, 400);
-      assert.match(self.body.error, /itself/);
+      assert.equal(self.body.code, 'merge_into_self');
       const ghost = `sbx_${'f'.repeat(32)}`;
       assert.equal(
         (await hostd.request('POST', `/v1/sandboxes/${parent}/merge_into/${ghost}`)).status,

@@ -12,6 +12,7 @@ import {
   withSandbox,
   run,
   type Hostd,
+  type ErrorBody,
 } from '../helpers/hostd.js';
 
 let hostd: Hostd;
@@ -44,9 +45,10 @@ describe('create', () => {
   });
 
   test('an unknown template is a 404 that names the known ones', async () => {
-    const res = await hostd.json<{ error: string }>('POST', '/v1/sandboxes', { template: 'ruby' });
+    const res = await hostd.json<ErrorBody>('POST', '/v1/sandboxes', { template: 'ruby' });
     assert.equal(res.status, 404);
-    assert.match(res.body.error, /template "ruby" does not exist \(known: python\)/);
+    assert.equal(res.body.code, 'template_not_found');
+    assert.ok(res.body.error.includes('python'), 'the message lists the known templates');
   });
 
   test('ids are unique across many creates', async () => {
@@ -75,9 +77,9 @@ describe('describe, list and delete', () => {
       ['GET', `/v1/sandboxes/${id}`],
       ['DELETE', `/v1/sandboxes/${id}`],
     ] as const) {
-      const res = await hostd.json<{ error: string }>(method, path);
+      const res = await hostd.json<ErrorBody>(method, path);
       assert.equal(res.status, 404);
-      assert.match(res.body.error, /not found/);
+      assert.equal(res.body.code, 'sandbox_not_found');
     }
     const gone = await hostd.json<{ error: string }>('POST', `/v1/sandboxes/${id}/exec`, {
       code: '1',
@@ -87,9 +89,9 @@ describe('describe, list and delete', () => {
 
   test('a malformed id is simply not found', async () => {
     for (const id of ['nope', 'sbx_XYZ', '..%2F..%2Fetc', 'sbx_' + 'a'.repeat(31)]) {
-      const res = await hostd.json<{ error: string }>('GET', `/v1/sandboxes/${id}`);
+      const res = await hostd.json<ErrorBody>('GET', `/v1/sandboxes/${id}`);
       assert.equal(res.status, 404, id);
-      assert.equal(typeof res.body.error, 'string');
+      assert.equal(res.body.code, 'sandbox_not_found');
     }
   });
 
@@ -118,15 +120,16 @@ describe('the HTTP surface', () => {
   });
 
   test('unknown routes are JSON 404s', async () => {
-    const res = await hostd.json<{ error: string }>('GET', '/v1/nothing-here');
+    const res = await hostd.json<ErrorBody>('GET', '/v1/nothing-here');
     assert.equal(res.status, 404);
-    assert.match(res.body.error, /no route for GET \/v1\/nothing-here/);
+    assert.equal(res.body.code, 'route_not_found');
+    assert.equal(typeof res.body.error, 'string');
   });
 
   test('malformed JSON is a 400 with the error body', async () => {
     const res = await hostd.request('POST', '/v1/sandboxes', '{"template":');
     assert.equal(res.status, 400);
-    assert.match(((await res.json()) as { error: string }).error, /not valid JSON/);
+    assert.equal(((await res.json()) as ErrorBody).code, 'invalid_request');
   });
 
   test('a body over the limit is a 413 and the sandbox is untouched', async () => {
@@ -140,7 +143,7 @@ describe('the HTTP surface', () => {
         big,
       );
       assert.equal(status, 413);
-      assert.match((JSON.parse(body) as { error: string }).error, /too large/);
+      assert.equal((JSON.parse(body) as ErrorBody).code, 'body_too_large');
       assert.equal((await run(hostd, id, 'x + 1')).stdout, '42\n');
     });
   });

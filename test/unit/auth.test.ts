@@ -1,11 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  authMode,
-  makeAuthChecker,
-  INVALID_KEY_MESSAGE,
-  MISSING_KEY_MESSAGE,
-} from '../../src/api/auth.js';
+import { authMode, makeAuthChecker } from '../../src/api/auth.js';
 
 test('loopback with no keys means no auth', () => {
   assert.deepEqual(authMode({ apiKeys: [], authDisabled: false, loopback: true }), {
@@ -31,8 +26,11 @@ test('configured keys are required even on loopback', () => {
   );
   assert.equal(check('Bearer k1'), null);
   assert.equal(check('Bearer k2'), null);
-  assert.equal(check(undefined)?.message, MISSING_KEY_MESSAGE);
-  assert.equal(check('Basic abc')?.message, MISSING_KEY_MESSAGE);
-  assert.equal(check('Bearer nope')?.message, INVALID_KEY_MESSAGE);
+  // The contract fixes the two messages; clients branch on the codes.
+  assert.equal(check(undefined)?.code, 'missing_api_key');
+  assert.equal(check(undefined)?.message, 'missing Authorization: Bearer <key>');
+  assert.equal(check('Basic abc')?.code, 'missing_api_key');
+  assert.equal(check('Bearer nope')?.code, 'invalid_api_key');
+  assert.equal(check('Bearer nope')?.message, 'invalid api key');
   assert.equal(check('Bearer k1x')?.status, 401);
 });

@@ -7,7 +7,7 @@ import type { HTTPMethods } from 'fastify';
 import { buildServer } from '../../src/api/server.js';
 import { createMetrics } from '../../src/api/metrics.js';
 import type { SandboxManager } from '../../src/core/sandbox-manager.js';
-import { ErrorKinds } from '../../src/errors.js';
+import { errorCodes } from '../../src/errors.js';
 import { ROOT } from '../helpers/hostd.js';
 
 interface Operation {
@@ -113,9 +113,14 @@ test('docs/openapi.json is OpenAPI 3.1 with bearer auth', () => {
   assert.deepEqual(doc.components.schemas.Error, {
     ...(doc.components.schemas.Error as object),
     type: 'object',
-    required: ['error'],
+    required: ['error', 'code'],
     additionalProperties: false,
   });
+  // Every registry code is in the schema's enum, and nothing else.
+  const codes = (
+    doc.components.schemas.Error as unknown as { properties: { code: { enum: string[] } } }
+  ).properties.code.enum;
+  assert.deepEqual([...codes].sort(), [...new Set(errorCodes().keys())].sort());
 });
 
 test('every route but /v1/healthz requires the bearer key, as the auth hook does', () => {
@@ -154,7 +159,7 @@ test('exec streams ExecEvent objects as application/x-ndjson', () => {
 });
 
 test('error statuses are in the registry and use the Error schema', () => {
-  const registry = new Set<number>(Object.values(ErrorKinds).map((k) => k.status));
+  const registry = new Set<number>(errorCodes().values());
   for (const [method, path, op] of operations) {
     for (const [status, response] of Object.entries(op.responses)) {
       if (Number(status) < 400) continue;

@@ -1,22 +1,27 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { parseCreate, parseExec, parseFork } from '../../src/api/validate.js';
-import { HostdError } from '../../src/errors.js';
+import { HostdError, type ErrorName } from '../../src/errors.js';
 
-const rejects400 = (fn: () => unknown, pattern: RegExp): void => {
-  assert.throws(
-    fn,
-    (err: unknown) => err instanceof HostdError && err.status === 400 && pattern.test(err.message),
-  );
+/** Throws `invalid_request` from registry entry `entry`, about `field` when one is given. */
+const rejects400 = (fn: () => unknown, entry: ErrorName, field?: string): void => {
+  assert.throws(fn, (err: unknown) => {
+    assert.ok(err instanceof HostdError);
+    assert.equal(err.code, 'invalid_request');
+    assert.equal(err.status, 400);
+    assert.equal(err.entry, entry);
+    if (field !== undefined) assert.equal(err.params[0], field);
+    return true;
+  });
 };
 
 test('create accepts no body, {} and a template name', () => {
   assert.deepEqual(parseCreate(undefined), {});
   assert.deepEqual(parseCreate({}), {});
   assert.deepEqual(parseCreate({ template: 'python' }), { template: 'python' });
-  rejects400(() => parseCreate({ template: 3 }), /template must be/);
-  rejects400(() => parseCreate([]), /JSON object/);
-  rejects400(() => parseCreate({ tmpl: 'x' }), /unknown field "tmpl"/);
+  rejects400(() => parseCreate({ template: 3 }), 'invalidField', 'template');
+  rejects400(() => parseCreate([]), 'bodyNotObject');
+  rejects400(() => parseCreate({ tmpl: 'x' }), 'unknownField', 'tmpl');
 });
 
 test('exec needs code; language defaults to python; timeout is seconds', () => {
@@ -26,20 +31,20 @@ test('exec needs code; language defaults to python; timeout is seconds', () => {
     language: 'bash',
     timeoutMs: 1500,
   });
-  rejects400(() => parseExec(undefined), /body is required/);
-  rejects400(() => parseExec({}), /code is required/);
-  rejects400(() => parseExec({ code: 1 }), /code is required/);
-  rejects400(() => parseExec({ code: '', language: 'ruby' }), /language/);
-  rejects400(() => parseExec({ code: '', timeout: 0 }), /timeout/);
-  rejects400(() => parseExec({ code: '', timeout: '5' }), /timeout/);
-  rejects400(() => parseExec({ code: '', timeout_ms: 5 }), /unknown field/);
+  rejects400(() => parseExec(undefined), 'bodyNotObject');
+  rejects400(() => parseExec({}), 'invalidField', 'code');
+  rejects400(() => parseExec({ code: 1 }), 'invalidField', 'code');
+  rejects400(() => parseExec({ code: '', language: 'ruby' }), 'invalidField', 'language');
+  rejects400(() => parseExec({ code: '', timeout: 0 }), 'invalidField', 'timeout');
+  rejects400(() => parseExec({ code: '', timeout: '5' }), 'invalidField', 'timeout');
+  rejects400(() => parseExec({ code: '', timeout_ms: 5 }), 'unknownField', 'timeout_ms');
 });
 
 test('fork n is an integer from 1 to 32', () => {
   assert.deepEqual(parseFork({ n: 1 }), { n: 1 });
   assert.deepEqual(parseFork({ n: 32 }), { n: 32 });
   for (const bad of [{ n: 0 }, { n: 33 }, { n: '2' }, { n: 1.5 }, {}, { n: null }]) {
-    rejects400(() => parseFork(bad), /n must be an integer from 1 to 32/);
+    rejects400(() => parseFork(bad), 'invalidField', 'n');
   }
-  rejects400(() => parseFork(undefined), /body is required/);
+  rejects400(() => parseFork(undefined), 'bodyNotObject');
 });
