@@ -31,4 +31,9 @@ export default tseslint.config(
     files: ['src/core/**/*.ts'],
     rules: { 'no-restricted-imports': ['error', { patterns: ['../api/*', '**/api/**'] }] },
   },
+  {
+    // api reaches machines only through core.
+    files: ['src/api/**/*.ts'],
+    rules: { 'no-restricted-imports': ['error', { patterns: ['../vm/*', '**/vm/**'] }] },
+  },
 );

@@ -17,7 +17,7 @@ import {
   sandboxQemuPid,
   startHostd,
   type Hostd,
-} from '../test/helpers/hostd.js';
+} from '../testkit/hostd.js';
 import { findProcessesUsing } from '../src/state-dir.js';
 import { runSoak } from './soak.js';
 

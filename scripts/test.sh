@@ -40,8 +40,9 @@ if [ -f sdk/test.sh ]; then
     node dist/src/main.js >"$sdk_log" 2>&1 &
   sdk_pid=$!
   url=""
+  # hostd writes its address into its state directory once it serves.
   for _ in $(seq 1 1800); do
-    url=$(grep -o 'hostd listening on http://[0-9.:]*' "$sdk_log" | head -1 | sed 's/hostd listening on //')
+    url=$(cat "$sdk_state/hostd.url" 2>/dev/null || true)
     [ -n "$url" ] && break
     kill -0 "$sdk_pid" 2>/dev/null || break
     sleep 0.1

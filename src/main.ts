@@ -7,13 +7,15 @@ import { ConfigError, isLoopback, loadConfig, type Config } from './config.js';
 import { authMode } from './api/auth.js';
 import { createMetrics } from './api/metrics.js';
 import { buildServer } from './api/server.js';
+import { hostFree } from './core/host-resources.js';
+import { FileJournal } from './core/journal.js';
 import { SandboxManager } from './core/sandbox-manager.js';
 import { chooseAccel, hostTscKhz } from './vm/accel.js';
+import { QemuHypervisor } from './vm/hypervisor.js';
 import { loadImage } from './vm/image.js';
-import type { MachineSpec } from './vm/qemu-args.js';
 import { claimStateDir, releaseStateDir } from './state-dir.js';
 import { canRead, launcher, lookupUser, type VmUser } from './vm/vm-user.js';
-import { SpareCopies } from './vm/spare-copies.js';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
 const HOSTD_VERSION = '0.1.0';
@@ -81,28 +83,39 @@ async function main(): Promise<void> {
     );
   }
 
-  const specFor = (name: string): MachineSpec => {
-    const t = config.templates.find((x) => x.name === name)!;
-    return {
-      image,
-      memoryMib: t.memoryMib,
-      vcpus: t.vcpus,
-      accel: accel.accel,
-      tcgTbMib: config.tcgTbMib,
-      tscKhz,
-    };
-  };
-  const metrics = createMetrics({ accel: accel.accel, version: HOSTD_VERSION });
-  const manager = new SandboxManager(
-    config,
+  const hypervisor = new QemuHypervisor(
     {
       qemuBinary: config.qemuBinary,
       vmsDir: join(config.stateDir, 'vms'),
       launcher: launcher(vmUser),
       ...(vmUser ? { owner: { uid: vmUser.uid, gid: vmUser.gid } } : {}),
-      spares: new SpareCopies(config.forkStandbyMax),
     },
-    specFor,
+    join(config.stateDir, 'images'),
+    (_template, shape) => ({
+      image,
+      memoryMib: shape.memoryMib,
+      vcpus: shape.vcpus,
+      accel: accel.accel,
+      tcgTbMib: config.tcgTbMib,
+      tscKhz,
+    }),
+    // QEMU's heap and device state, plus the TCG translation buffer under TCG.
+    (accel.accel === 'tcg' ? config.tcgTbMib : 0) + 48,
+  );
+  const metrics = createMetrics({ accel: accel.accel, version: HOSTD_VERSION });
+  const manager = new SandboxManager(
+    {
+      templates: config.templates,
+      maxSandboxes: config.maxSandboxes,
+      maxQueuedExecs: config.maxQueuedExecs,
+      idleTimeoutS: config.idleTimeoutS,
+      minFreeMib: config.minFreeMib,
+      maxExecOutputBytes: config.maxExecOutputBytes,
+      forkStandbyMax: config.forkStandbyMax,
+      hostFree: () => hostFree(config.stateDir),
+      journal: new FileJournal(join(config.stateDir, 'sandboxes')),
+    },
+    hypervisor,
     log,
     metrics.observer,
   );
@@ -136,6 +149,8 @@ async function main(): Promise<void> {
     process.exit(1);
   }
   const address = await app.listen({ host: config.host, port: config.port });
+  // Where a client that started hostd on port 0 (tests, scripts) finds it, without parsing logs.
+  await writeFile(join(config.stateDir, 'hostd.url'), `${address}\n`, { mode: 0o600 });
   log.info(
     { address, accel: accel.accel, templateBootMs: manager.templateBootMs() },
     `hostd listening on ${address}`,

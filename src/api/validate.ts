@@ -4,8 +4,7 @@
  * typed values. Unknown fields are rejected: a typo such as `timeout_ms` should not be ignored.
  */
 import { fail } from '../errors.js';
-import type { Language } from '../vm/agent-channel.js';
-import { MAX_FORK } from '../core/sandbox-manager.js';
+import { MAX_FORK, type Language } from '../core/sandbox-manager.js';
 
 type Body = Record<string, unknown>;
 

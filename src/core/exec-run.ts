@@ -5,8 +5,7 @@
  * that pace into backpressure on the VM (pause reading the agent channel when too many events
  * wait), so `while True: print(...)` to a stalled client keeps hostd's memory bounded.
  */
-import type { Language, OutputStream } from '../vm/agent-channel.js';
-import type { Vm } from '../vm/vm.js';
+import type { Language, Machine, OutputStream } from '../vm/machine.js';
 
 export interface ExecEvent {
   type: OutputStream | 'exit';
@@ -60,7 +59,7 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
   private resolveDone!: () => void;
 
   constructor(
-    private readonly vm: Vm,
+    private readonly vm: Machine,
     options: ExecOptions,
     /** Called when the VM stops answering even after a cancel; the owner destroys the VM. */
     private readonly onStuck: (reason: string) => void,
@@ -68,11 +67,14 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
     this.done = new Promise((r) => (this.resolveDone = r));
     this.signal = options.signal;
     this.maxOutputBytes = options.maxOutputBytes ?? Infinity;
-    this.execId = vm.exec(options.language, options.code, {
-      onOutput: (stream, data) => this.output(stream, data),
-      onExit: (code) => this.finish({ type: 'exit', data: code }),
-      onLost: (reason) => this.fail(reason),
-    });
+    this.execId = vm.exec(
+      { language: options.language, code: options.code },
+      {
+        onOutput: (stream, data) => this.output(stream, data),
+        onExit: (code) => this.finish({ type: 'exit', data: code }),
+        onLost: (reason) => this.fail(reason),
+      },
+    );
     if (options.timeoutMs !== undefined) {
       this.timer = setTimeout(() => this.cancel('timeout'), options.timeoutMs);
     }

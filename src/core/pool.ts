@@ -1,13 +1,17 @@
 /**
- * A template's warm pool: the template snapshot plus VMs already restored from it, so a create
- * is a hand-over (about a millisecond) rather than a restore (about a hundred). Refills run one
- * restore at a time so that a burst of creates cannot starve running sandboxes of CPU.
+ * A template's warm pool: the template's frozen state plus machines already restored from it,
+ * so a create is a hand-over (about a millisecond) rather than a restore (about a hundred).
+ * Refills run one restore at a time so that a burst of creates cannot starve running sandboxes
+ * of CPU, and wait while the host is short of memory.
  */
 import type { Logger } from 'pino';
-import type { TemplateConfig } from '../config.js';
 import { fail } from '../errors.js';
-import type { MachineSpec } from '../vm/qemu-args.js';
-import { Vm, type Snapshot, type VmHost } from '../vm/vm.js';
+import type { FrozenState, Hypervisor, Machine, MachineShape } from '../vm/machine.js';
+
+export interface PoolConfig extends MachineShape {
+  readonly name: string;
+  readonly poolSize: number;
+}
 
 export interface PoolStats {
   template: string;
@@ -15,78 +19,84 @@ export interface PoolStats {
   target: number;
 }
 
+/** How long a refill waits before asking again, after a failure or while the host is short. */
+export interface RefillPauses {
+  afterFailureMs: number;
+  whileShortMs: number;
+}
+
 export class TemplatePool {
-  private readonly ready: Vm[] = [];
-  private snapshot: Snapshot | null = null;
+  private readonly ready: Machine[] = [];
+  private frozen: FrozenState | null = null;
   private refilling = false;
   private closed = false;
-  /** Milliseconds the template took to cold-boot (reported by the benchmark). */
+  /** Milliseconds the template took to boot and freeze (reported by the benchmark). */
   bootMs = 0;
 
   constructor(
-    readonly config: TemplateConfig,
-    private readonly host: VmHost,
-    private readonly spec: MachineSpec,
-    private readonly memPath: string,
+    readonly config: PoolConfig,
+    private readonly hypervisor: Hypervisor,
     private readonly log: Logger,
-    /** Called for every VM start failure (metrics). */
-    private readonly onStartFailure: () => void = () => undefined,
     /** Why the host cannot afford another VM now, or null; refills wait while it says no. */
-    private readonly shortage: () => string | null = () => null,
+    private readonly shortage: () => string | null,
+    /** Called for every machine that failed to start (metrics). */
+    private readonly onStartFailure: () => void = () => undefined,
+    private readonly pauses: RefillPauses = { afterFailureMs: 1000, whileShortMs: 2000 },
   ) {}
 
-  /** Cold-boots the template once and freezes it; every sandbox is a restore of this. */
-  async init(): Promise<void> {
+  /** The state every sandbox of this template is a restore of; null before `init`. */
+  get state(): FrozenState | null {
+    return this.frozen;
+  }
+
+  /** Boots the template once and freezes it, then starts filling the pool. */
+  async init(): Promise<FrozenState> {
     const started = Date.now();
-    const vm = await Vm.bootTemplate(this.host, this.spec, this.memPath);
-    this.snapshot = await vm.freezeAsTemplate(this.memPath);
-    this.host.spares?.register(this.host, this.memPath, this.spec);
+    this.frozen = await this.hypervisor.bootTemplate(this.config.name, this.config);
     this.bootMs = Date.now() - started;
     this.log.info(
-      {
-        template: this.config.name,
-        bootMs: this.bootMs,
-        deviceStateBytes: this.snapshot.deviceState.length,
-      },
+      { template: this.config.name, bootMs: this.bootMs },
       'template booted and frozen',
     );
     this.refill();
+    return this.frozen;
   }
 
   stats(): PoolStats {
     return { template: this.config.name, ready: this.ready.length, target: this.config.poolSize };
   }
 
-  /** A ready VM: from the pool when one waits (hit), else a fresh restore (miss). */
-  async take(): Promise<{ vm: Vm; hit: boolean }> {
+  /** A ready machine: from the pool when one waits (hit), else a fresh restore (miss). */
+  async take(): Promise<{ machine: Machine; hit: boolean }> {
     for (;;) {
-      const vm = this.ready.shift();
-      if (!vm) break;
-      vm.removeAllListeners('died');
-      if (vm.alive) {
-        // Refill after the caller's response is written: spawning QEMU costs milliseconds of
+      const machine = this.ready.shift();
+      if (!machine) break;
+      machine.onDeath(null);
+      if (machine.alive) {
+        // Refill after the caller's response is written: starting a VM costs milliseconds of
         // CPU that the hand-over should not wait for.
         setImmediate(() => this.refill());
-        return { vm, hit: true };
+        return { machine, hit: true };
       }
-      void vm.destroy();
+      void machine.destroy();
     }
-    const vm = await this.restore();
+    const machine = await this.restore();
     this.refill();
-    return { vm, hit: false };
+    return { machine, hit: false };
   }
 
-  /** A fresh restore of the template snapshot (used by take on a miss). */
-  private async restore(): Promise<Vm> {
-    if (!this.snapshot) {
-      throw fail(
-        'templateUnavailable',
-        this.config.name,
-        'its snapshot is gone (hostd is stopping)',
-      );
-    }
+  /** Destroys pooled machines and lets go of the template state. Sandboxes keep theirs. */
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.all(this.ready.splice(0).map((m) => m.destroy()));
+    this.frozen?.release();
+    this.frozen = null;
+  }
+
+  private async restore(): Promise<Machine> {
+    if (!this.frozen) throw fail('templateUnavailable', this.config.name, 'it is not booted');
     try {
-      return await Vm.restore(this.host, this.snapshot);
+      return await this.hypervisor.restore(this.frozen);
     } catch (err) {
       this.onStartFailure();
       throw err;
@@ -96,58 +106,46 @@ export class TemplatePool {
   private refill(): void {
     if (this.refilling || this.closed) return;
     this.refilling = true;
-    void (async () => {
-      try {
-        while (!this.closed && this.ready.length < this.config.poolSize) {
-          const short = this.shortage();
-          if (short) {
-            this.log.warn(
-              { template: this.config.name, why: short },
-              'pool refill waits for resources',
-            );
-            await new Promise((r) => setTimeout(r, 2000));
-            continue;
-          }
-          let vm: Vm;
-          try {
-            vm = await this.restore();
-            await vm.warmUp().catch(async (err: unknown) => {
-              await vm.destroy();
-              throw err;
-            });
-          } catch (err) {
-            this.log.error(
-              { err, template: this.config.name },
-              'pool refill failed; retrying in 1 s',
-            );
-            await new Promise((r) => setTimeout(r, 1000));
-            continue;
-          }
-          if (this.closed) {
-            await vm.destroy();
-            return;
-          }
-          vm.once('died', (why: string) => {
-            this.log.warn({ vm: vm.id, why }, 'pooled VM died; replacing it');
-            const i = this.ready.indexOf(vm);
-            if (i >= 0) this.ready.splice(i, 1);
-            void vm.destroy();
-            this.refill();
-          });
-          this.ready.push(vm);
-        }
-      } finally {
-        this.refilling = false;
-      }
-    })();
+    void this.fill().finally(() => (this.refilling = false));
   }
 
-  /** Destroys pooled VMs and the template image. Sandboxes already handed out are not touched. */
-  async close(): Promise<void> {
-    this.closed = true;
-    await Promise.all(this.ready.splice(0).map((vm) => vm.destroy()));
-    // The image goes once the sandboxes still restored from it are gone too.
-    this.snapshot?.image.release();
-    this.snapshot = null;
+  private async fill(): Promise<void> {
+    while (!this.closed && this.ready.length < this.config.poolSize) {
+      const short = this.shortage();
+      if (short) {
+        this.log.warn(
+          { template: this.config.name, why: short },
+          'pool refill waits for resources',
+        );
+        await pause(this.pauses.whileShortMs);
+        continue;
+      }
+      let machine: Machine;
+      try {
+        machine = await this.restore();
+        await machine.warmUp().catch(async (err: unknown) => {
+          await machine.destroy();
+          throw err;
+        });
+      } catch (err) {
+        this.log.error({ err, template: this.config.name }, 'pool refill failed; retrying');
+        await pause(this.pauses.afterFailureMs);
+        continue;
+      }
+      if (this.closed) {
+        await machine.destroy();
+        return;
+      }
+      machine.onDeath((why) => {
+        this.log.warn({ vm: machine.id, why }, 'pooled VM died; replacing it');
+        const i = this.ready.indexOf(machine);
+        if (i >= 0) this.ready.splice(i, 1);
+        void machine.destroy();
+        this.refill();
+      });
+      this.ready.push(machine);
+    }
   }
 }
+
+const pause = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms).unref());

@@ -8,19 +8,11 @@
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
-import { connectWithRetry } from './qmp.js';
+import type { CancelReason, ExecSink, ExecSpec } from './machine.js';
+import { connectWithRetry, LineReader, parseJsonObject } from './unix-socket.js';
 
-export type OutputStream = 'stdout' | 'stderr';
-export type Language = 'python' | 'bash';
-export type CancelReason = 'timeout' | 'client' | 'shutdown';
-
-/** Receives one exec's output; the channel calls exactly one of onExit / onLost last. */
-export interface ExecSink {
-  onOutput(stream: OutputStream, data: string): void;
-  onExit(code: number): void;
-  /** The channel closed (VM died, agent lost) before the exec's exit arrived. */
-  onLost(reason: string): void;
-}
+/** The guest never sends a line over 1 MiB (PROTOCOL.md); anything longer is garbage. */
+const MAX_GUEST_LINE = 4 * 1024 * 1024;
 
 /** The agent did not answer, or the connection broke. */
 export class AgentError extends Error {
@@ -41,42 +33,6 @@ interface GuestMessage {
   message?: string;
 }
 
-/** Newline-delimited JSON messages in from one socket. */
-class LineReader {
-  private buffer = '';
-
-  constructor(
-    readonly socket: Socket,
-    private readonly onMessage: (msg: GuestMessage) => void,
-  ) {
-    socket.setEncoding('utf8');
-    socket.setNoDelay?.(true);
-    socket.on('data', (chunk: string) => this.onData(chunk));
-    socket.on('error', () => undefined);
-  }
-
-  write(line: string): void {
-    this.socket.write(line);
-  }
-
-  private onData(chunk: string): void {
-    // Only the new chunk can hold a newline the old buffer did not: scan from there, so a
-    // guest sending one endless line costs linear, not quadratic, time.
-    const from = this.buffer.length;
-    this.buffer += chunk;
-    let start = 0;
-    let nl = this.buffer.indexOf('\n', from);
-    for (; nl >= 0; nl = this.buffer.indexOf('\n', start)) {
-      const msg = parseGuestLine(this.buffer.slice(start, nl));
-      start = nl + 1;
-      if (msg) this.onMessage(msg);
-    }
-    this.buffer = start === 0 ? this.buffer : this.buffer.slice(start);
-    // The guest never sends a line over 1 MiB (PROTOCOL.md); anything bigger is garbage.
-    if (this.buffer.length > 4 * 1024 * 1024) this.buffer = '';
-  }
-}
-
 /** A guest's exit code; -1 when it sent none that is valid. */
 function exitCode(msg: GuestMessage): number {
   return Number.isInteger(msg.code) ? (msg.code as number) : -1;
@@ -92,15 +48,15 @@ function cancelExitCode(reason: CancelReason): number {
  * channels. A malformed message is dropped; nothing it contains may throw here, since an
  * exception in a socket handler would take hostd and every other sandbox down.
  */
-function parseGuestLine(line: string): GuestMessage | null {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(line);
-  } catch {
-    return null; // a torn line from before a restore, or noise before hello
-  }
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return null;
-  return parsed as GuestMessage;
+function guestReader(socket: Socket, onMessage: (msg: GuestMessage) => void): LineReader {
+  return new LineReader(
+    socket,
+    (line) => {
+      const msg = parseJsonObject(line); // null: a torn line from before a restore, or noise
+      if (msg) onMessage(msg as GuestMessage);
+    },
+    MAX_GUEST_LINE,
+  );
 }
 
 /**
@@ -129,8 +85,8 @@ export class AgentChannel extends EventEmitter {
 
   private constructor(control: Socket, repl: Socket) {
     super();
-    this.control = new LineReader(control, (msg) => this.onControl(msg));
-    this.repl = new LineReader(repl, (msg) => this.onRepl(msg));
+    this.control = guestReader(control, (msg) => this.onControl(msg));
+    this.repl = guestReader(repl, (msg) => this.onRepl(msg));
     for (const socket of [control, repl]) {
       socket.on('close', () => this.onClose('the agent connection closed'));
     }
@@ -193,7 +149,7 @@ export class AgentChannel extends EventEmitter {
   }
 
   /** Starts an exec; returns its id for cancel(). The sink receives its output. */
-  exec(language: Language, code: string, sink: ExecSink): number {
+  exec({ language, code }: ExecSpec, sink: ExecSink): number {
     const id = this.nextExecId++;
     if (this.closedReason) {
       queueMicrotask(() => sink.onLost(this.closedReason ?? 'closed'));

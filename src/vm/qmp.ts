@@ -3,8 +3,12 @@
  * maintained npm package speaks QMP; we need only: greeting, capabilities negotiation,
  * commands with ids, and waiting for events (RESUME after an incoming restore).
  */
-import { connect, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import { EventEmitter } from 'node:events';
+import { connectWithRetry, LineReader, parseJsonObject } from './unix-socket.js';
+
+/** QMP answers to the commands hostd sends are small; anything longer is a broken QEMU. */
+const MAX_QMP_LINE = 1024 * 1024;
 
 interface Pending {
   resolve: (value: unknown) => void;
@@ -30,16 +34,13 @@ export interface QmpEvent {
  * Use `QmpClient.connect(path)`; it retries while QEMU has not created the socket yet.
  */
 export class QmpClient extends EventEmitter {
-  private buffer = '';
   private nextId = 1;
   private readonly pending = new Map<string, Pending>();
   private closed = false;
 
   private constructor(private readonly socket: Socket) {
     super();
-    socket.setEncoding('utf8');
-    socket.on('data', (chunk: string) => this.onData(chunk));
-    socket.on('error', () => undefined);
+    new LineReader(socket, (line) => this.onLine(line), MAX_QMP_LINE);
     socket.on('close', () => this.onClose());
   }
 
@@ -63,21 +64,9 @@ export class QmpClient extends EventEmitter {
     });
   }
 
-  private onData(chunk: string): void {
-    this.buffer += chunk;
-    let nl: number;
-    while ((nl = this.buffer.indexOf('\n')) >= 0) {
-      const line = this.buffer.slice(0, nl).trim();
-      this.buffer = this.buffer.slice(nl + 1);
-      if (line === '') continue;
-      let msg: Record<string, unknown>;
-      try {
-        msg = JSON.parse(line) as Record<string, unknown>;
-      } catch {
-        continue;
-      }
-      this.onMessage(msg);
-    }
+  private onLine(line: string): void {
+    const msg = parseJsonObject(line);
+    if (msg) this.onMessage(msg);
   }
 
   private onMessage(msg: Record<string, unknown>): void {
@@ -172,31 +161,5 @@ export class QmpClient extends EventEmitter {
 
   close(): void {
     this.socket.destroy();
-  }
-}
-
-/**
- * Connects to a unix socket that a just-spawned process is about to create. Polling is the
- * simplest portable way: QEMU creates its sockets a few ms after exec.
- */
-export async function connectWithRetry(path: string, deadline: number): Promise<Socket> {
-  for (;;) {
-    try {
-      return await new Promise<Socket>((resolve, reject) => {
-        const socket = connect(path);
-        socket.once('connect', () => {
-          socket.removeAllListeners('error');
-          resolve(socket);
-        });
-        socket.once('error', (err) => {
-          socket.destroy();
-          reject(err);
-        });
-      });
-    } catch (err) {
-      const code = (err as NodeJS.ErrnoException).code;
-      if ((code !== 'ENOENT' && code !== 'ECONNREFUSED') || Date.now() > deadline) throw err;
-      await new Promise((r) => setTimeout(r, 2));
-    }
   }
 }

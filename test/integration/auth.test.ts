@@ -5,7 +5,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import { ROOT, startHostd, type Hostd } from '../helpers/hostd.js';
+import { ROOT, startHostd, type Hostd } from '../../testkit/hostd.js';
 
 describe('with SERVICE_API_KEYS set', () => {
   let hostd: Hostd;

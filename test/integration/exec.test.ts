@@ -13,7 +13,7 @@ import {
   withSandbox,
   type Hostd,
   type ErrorBody,
-} from '../helpers/hostd.js';
+} from '../../testkit/hostd.js';
 
 let hostd: Hostd;
 before(async () => {
@@ -268,7 +268,7 @@ describe('ordering, timeouts and disconnects', () => {
 
 describe('failures after the stream started', () => {
   test('a VM that dies mid-exec ends the stream with stderr + exit -1 and an error; then 500; DELETE works', async () => {
-    const { createSandbox } = await import('../helpers/hostd.js');
+    const { createSandbox } = await import('../../testkit/hostd.js');
     const id = await createSandbox(hostd);
     try {
       const res = await hostd.request('POST', `/v1/sandboxes/${id}/exec`, {

@@ -17,7 +17,7 @@ import {
   startHostd,
   type Hostd,
   type ErrorBody,
-} from '../helpers/hostd.js';
+} from '../../testkit/hostd.js';
 
 let hostd: Hostd;
 before(async () => {

@@ -13,7 +13,7 @@ import {
   startHostd,
   withSandbox,
   type Hostd,
-} from '../helpers/hostd.js';
+} from '../../testkit/hostd.js';
 import { findProcessesUsing } from '../../src/state-dir.js';
 
 let hostd: Hostd;

@@ -13,7 +13,7 @@ import {
   run,
   type Hostd,
   type ErrorBody,
-} from '../helpers/hostd.js';
+} from '../../testkit/hostd.js';
 
 let hostd: Hostd;
 before(async () => {
@@ -153,7 +153,9 @@ describe('the HTTP surface', () => {
       'content-type': 'application/x-www-form-urlencoded',
     });
     assert.equal(res.status, 415);
-    assert.deepEqual(Object.keys((await res.json()) as object), ['error']);
+    const body = (await res.json()) as ErrorBody;
+    assert.deepEqual(Object.keys(body), ['error', 'code']);
+    assert.equal(body.code, 'unsupported_media_type');
   });
 
   test('metrics are served in Prometheus format', async () => {

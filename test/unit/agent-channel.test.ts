@@ -5,7 +5,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { AgentChannel, type ExecSink } from '../../src/vm/agent-channel.js';
+import { AgentChannel } from '../../src/vm/agent-channel.js';
+import type { ExecSink } from '../../src/vm/machine.js';
 
 /** The guest side of both ports, as QEMU's socket chardevs present them: a fake guest. */
 class FakeGuest {
@@ -100,9 +101,9 @@ async function withChannel(
 
 test('Python execs go to the REPL port, after one hello per agent hello; bash and cancels go to the agent', async () => {
   await withChannel(async (guest, channel) => {
-    const first = channel.exec('python', 'print(1)', recorder().sink);
-    channel.exec('python', 'x', recorder().sink);
-    const bash = channel.exec('bash', 'true', recorder().sink);
+    const first = channel.exec({ language: 'python', code: 'print(1)' }, recorder().sink);
+    channel.exec({ language: 'python', code: 'x' }, recorder().sink);
+    const bash = channel.exec({ language: 'bash', code: 'true' }, recorder().sink);
     channel.cancel(first, 'client');
     await until(() => guest.lines.repl.length === 3 && guest.lines.agent.length === 3);
     assert.deepEqual(
@@ -115,7 +116,7 @@ test('Python execs go to the REPL port, after one hello per agent hello; bash an
       { op: 'cancel', id: first, reason: 'client' },
     ]);
     await channel.hello(2000);
-    channel.exec('python', 'y', recorder().sink);
+    channel.exec({ language: 'python', code: 'y' }, recorder().sink);
     await until(() => guest.lines.repl.length === 5);
     assert.equal(guest.lines.repl[3]!.op, 'hello', 'a new agent hello means a new REPL hello');
   });
@@ -124,7 +125,7 @@ test('Python execs go to the REPL port, after one hello per agent hello; bash an
 test('what the REPL port says before its hello echo is discarded; then out and exit reach the exec', async () => {
   await withChannel(async (guest, channel) => {
     const rec = recorder();
-    const id = channel.exec('python', 'print(1)', rec.sink);
+    const id = channel.exec({ language: 'python', code: 'print(1)' }, rec.sink);
     await until(() => guest.lines.repl.length === 2);
     guest.send('repl', '{"op":"out","id":1,"str'); // torn line from before a restore
     guest.send('repl', { op: 'out', id, stream: 'stdout', data: 'stale' });
@@ -141,14 +142,14 @@ test('repl_died ends the Python execs the worker took, and the cancelled ones; l
     const plain = recorder();
     const timedOut = recorder();
     const bash = recorder();
-    channel.exec('python', 'a', plain.sink);
-    const t = channel.exec('python', 'b', timedOut.sink);
-    channel.exec('bash', 'sleep 1', bash.sink);
+    channel.exec({ language: 'python', code: 'a' }, plain.sink);
+    const t = channel.exec({ language: 'python', code: 'b' }, timedOut.sink);
+    channel.exec({ language: 'bash', code: 'sleep 1' }, bash.sink);
     channel.cancel(t, 'timeout');
     await until(() => guest.lines.repl.length === 3);
     guest.send('repl', { op: 'hello', nonce: guest.lines.repl[0]!.nonce });
     const later = recorder();
-    const laterId = channel.exec('python', 'c', later.sink);
+    const laterId = channel.exec({ language: 'python', code: 'c' }, later.sink);
     guest.send('repl', { op: 'repl_died', code: 137, upto: t });
     assert.equal(await plain.exit, 137);
     assert.equal(await timedOut.exit, 124);
@@ -167,7 +168,7 @@ test('repl_died ends the Python execs the worker took, and the cancelled ones; l
 test('a worker that dies holding the REPL hello gets a fresh one', async () => {
   await withChannel(async (guest, channel) => {
     const rec = recorder();
-    const id = channel.exec('python', 'x', rec.sink);
+    const id = channel.exec({ language: 'python', code: 'x' }, rec.sink);
     await until(() => guest.lines.repl.length === 2);
     guest.send('repl', { op: 'repl_died', code: 9, upto: id });
     assert.equal(await rec.exit, 9);
@@ -177,7 +178,7 @@ test('a worker that dies holding the REPL hello gets a fresh one', async () => {
     assert.notEqual(hello.nonce, guest.lines.repl[0]!.nonce);
     guest.send('repl', { op: 'hello', nonce: hello.nonce });
     const next = recorder();
-    const nextId = channel.exec('python', 'y', next.sink);
+    const nextId = channel.exec({ language: 'python', code: 'y' }, next.sink);
     guest.send('repl', { op: 'exit', id: nextId, code: 0 });
     assert.equal(await next.exit, 0);
   });

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { errorCodes } from '../../src/errors.js';
-import { ROOT } from '../helpers/hostd.js';
+import { ROOT } from '../../testkit/hostd.js';
 
 test('docs/api.md lists exactly the registry, with the same statuses', () => {
   const doc = readFileSync(join(ROOT, 'docs', 'api.md'), 'utf8');

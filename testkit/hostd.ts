@@ -1,15 +1,17 @@
 /**
- * Starts a real hostd (the compiled dist/src/main.js) as a child process on an ephemeral port
- * with its own state directory, for integration tests. Every test file shares one such hostd;
- * `stop()` sends SIGTERM and checks nothing is left behind.
+ * The testing module shared by the integration tests and the benchmark: starts a real hostd
+ * (the compiled dist/src/main.js) as a child process on an ephemeral port with its own state
+ * directory, talks to it, and finds its QEMU processes. Everything is read from hostd's API and
+ * its state directory (`hostd.url`, `sandboxes/<id>.json`, `vms/<vm>/qemu.pid`), never from the
+ * wording of its logs; the logs are kept only to print when a test fails.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp } from 'node:fs/promises';
+import { mkdtemp, readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { eventually } from './eventually.js';
 
-export const ROOT = resolve(import.meta.dirname, '..', '..', '..');
+export const ROOT = resolve(import.meta.dirname, '..', '..');
 
 export interface Hostd {
   url: string;
@@ -40,7 +42,7 @@ export interface StartOptions {
   stateDir?: string;
 }
 
-/** Resolves once hostd logs "hostd listening", with the URL it serves on. */
+/** Resolves once hostd serves (it has written `hostd.url` into its state directory). */
 export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
   if (!process.env.SERVICE_IMAGE_DIR) {
     throw new Error('SERVICE_IMAGE_DIR is not set: run the tests through `npm test`');
@@ -58,11 +60,8 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const logs: string[] = [];
-  let url = '';
   const onLine = (line: string): void => {
     logs.push(line);
-    const m = /hostd listening on (http:\/\/\S+?)"/.exec(line);
-    if (m) url = m[1]!;
   };
   for (const stream of [proc.stdout!, proc.stderr!]) {
     let buf = '';
@@ -81,13 +80,25 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
       r(code);
     }),
   );
-  const deadline = Date.now() + 180_000;
-  while (!url && exitCode === undefined) {
-    if (Date.now() > deadline) {
-      proc.kill('SIGKILL');
-      throw new Error(`hostd did not start within 180 s:\n${logs.slice(-30).join('\n')}`);
-    }
-    await sleep(20);
+  let url = '';
+  // hostd.pid names the hostd that claimed the directory (emptied of an earlier run's files);
+  // hostd.url appears once that hostd serves.
+  const ours = async (): Promise<boolean> =>
+    Number(await readFile(join(stateDir, 'hostd.pid'), 'utf8').catch(() => '')) === proc.pid;
+  try {
+    await eventually(
+      'hostd to serve',
+      async () => {
+        if (exitCode !== undefined) return true;
+        if (!(await ours())) return false;
+        url = (await readFile(join(stateDir, 'hostd.url'), 'utf8').catch(() => '')).trim();
+        return url !== '';
+      },
+      { timeoutMs: 180_000, everyMs: 20 },
+    );
+  } catch (err) {
+    proc.kill('SIGKILL');
+    throw new Error(`${(err as Error).message}:\n${logs.slice(-30).join('\n')}`);
   }
   if (!url && !opts.expectExit) {
     throw new Error(
@@ -219,7 +230,7 @@ export async function reportFailure(hostd: Hostd, id: string): Promise<void> {
 
 /** True when no QEMU process mentions the directory and the directory is gone. */
 export async function nothingLeft(stateDir: string): Promise<{ qemu: number; dirExists: boolean }> {
-  const { findProcessesUsing } = await import('../../src/state-dir.js');
+  const { findProcessesUsing } = await import('../src/state-dir.js');
   return { qemu: (await findProcessesUsing(stateDir)).length, dirExists: existsSync(stateDir) };
 }
 
@@ -239,27 +250,18 @@ export async function readRemainingEvents(
     .map((l) => JSON.parse(l) as ExecEvent);
 }
 
-/**
- * PID of the QEMU behind sandbox `id`, found through hostd's "sandbox ready" log line (which
- * may reach us a moment after the HTTP response, hence the wait).
- */
+/** PID of the QEMU behind sandbox `id`: its record names its VM, whose folder has the pid. */
 export async function sandboxQemuPid(h: Hostd, id: string): Promise<number> {
-  let line: string | undefined;
-  for (let i = 0; i < 100 && !line; i++) {
-    line = h.logs.find((l) => l.includes('"sandbox ready"') && l.includes(id));
-    if (!line) await new Promise((r) => setTimeout(r, 20));
-  }
-  if (!line) throw new Error(`hostd never logged sandbox ${id} as ready`);
-  const vm = (JSON.parse(line) as { vm: string }).vm;
-  const qemu = (await qemuProcesses(h.stateDir)).find((p) => p.cmd.includes(`/${vm}/`));
-  if (!qemu) throw new Error(`no QEMU process found for ${vm}`);
-  return qemu.pid;
+  const record = JSON.parse(
+    await readFile(join(h.stateDir, 'sandboxes', `${id}.json`), 'utf8'),
+  ) as { vm: string };
+  return Number((await readFile(join(h.stateDir, 'vms', record.vm, 'qemu.pid'), 'utf8')).trim());
 }
 
 /** The QEMU processes of a hostd (those using its state directory) and their command lines. */
 export async function qemuProcesses(stateDir: string): Promise<{ pid: number; cmd: string }[]> {
   const { readFile } = await import('node:fs/promises');
-  const { findProcessesUsing } = await import('../../src/state-dir.js');
+  const { findProcessesUsing } = await import('../src/state-dir.js');
   const found: { pid: number; cmd: string }[] = [];
   for (const pid of await findProcessesUsing(stateDir)) {
     const cmd = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => null);
@@ -274,12 +276,13 @@ export async function qemuProcesses(stateDir: string): Promise<{ pid: number; cm
  * how many wait. `metrics` fetches hostd's /metrics text.
  */
 export async function forkStandbySettled(metrics: () => Promise<string>): Promise<number> {
-  for (let i = 0; i < 600; i++) {
-    const text = await metrics();
-    if (/^hostd_fork_standby_filling 0$/m.test(text)) {
-      return Number(/^hostd_fork_standby_vms (\d+)$/m.exec(text)?.[1]);
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error('hostd kept starting fork standby QEMUs for 30 s');
+  const text = await eventually(
+    'the fork standby to settle',
+    async () => {
+      const t = await metrics();
+      return /^hostd_fork_standby_filling 0$/m.test(t) ? t : null;
+    },
+    { timeoutMs: 60_000, everyMs: 50 },
+  );
+  return Number(/^hostd_fork_standby_vms (\d+)$/m.exec(text)?.[1]);
 }

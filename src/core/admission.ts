@@ -1,0 +1,64 @@
+/**
+ * Admission: whether the host can take `n` more VMs now. Two limits, each with its own answer:
+ * the configured cap on sandboxes alive (429, retry later) and the host's free memory and
+ * state-directory space (503): an out-of-memory host kills processes at random (hostd itself or
+ * another sandbox) and a full tmpfs makes QEMU die mid-copy, so failing early gives the client a
+ * clear error instead.
+ */
+import { fail } from '../errors.js';
+import { shortage, type HostFree } from './host-resources.js';
+
+export interface AdmissionLimits {
+  /** Sandboxes alive at once, fork children and pending starts included. */
+  readonly maxSandboxes: number;
+  /** MiB of memory and state-dir space that must stay free after a start. */
+  readonly reserveMib: number;
+  /** Estimated host memory of one idle VM. */
+  readonly perVmMib: number;
+}
+
+export class Admission {
+  /** VMs being started (creates and forks in flight): they count against the cap already. */
+  private pending = 0;
+
+  constructor(
+    private readonly limits: AdmissionLimits,
+    /** Reads the host's free memory and space now. */
+    private readonly hostFree: () => HostFree,
+    /** Sandboxes alive now. */
+    private readonly alive: () => number,
+  ) {}
+
+  /**
+   * Reserves room for `vms` new VMs (whose start writes `imageMib` of image) or throws 429 /
+   * 503. The caller calls the returned function once those VMs are sandboxes or gone.
+   */
+  admit(vms: number, imageMib = 0): () => void {
+    const alive = this.alive() + this.pending;
+    if (alive + vms > this.limits.maxSandboxes) {
+      throw fail('sandboxLimit', alive, vms, this.limits.maxSandboxes);
+    }
+    const why = this.shortage(vms, imageMib);
+    if (why) throw fail('insufficientResources', why);
+    this.pending += vms;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.pending -= vms;
+    };
+  }
+
+  /**
+   * Why the host could not afford `vms` more VMs and `imageMib` of image now, or null. Work
+   * done ahead (pool refills, fork standby) asks this and waits instead of failing.
+   */
+  shortage(vms: number, imageMib = 0): string | null {
+    return shortage(this.hostFree(), {
+      vms,
+      perVmMib: this.limits.perVmMib,
+      imageMib,
+      reserveMib: this.limits.reserveMib,
+    });
+  }
+}

@@ -1,0 +1,116 @@
+/**
+ * Fork standby: the policy of preparing forks ahead (the mechanism is the hypervisor's
+ * ForkTarget). For each template state, one target is kept ready, with as many machines waiting
+ * in it as that template's last fork had children (at most `maxWaiting`): agents tend to fork
+ * the same width again. Waiting machines a fork does not use are bound to that fork's state and
+ * are stopped, so sizing by the largest recent fork would waste a set of starts on every
+ * narrower fork after it. Targets are made one machine at a time, after each fork, in the
+ * background, and only while the host can afford them: they are a speed-up, never worth the
+ * memory a sandbox needs.
+ */
+import type { ForkTarget, FrozenState, Hypervisor } from '../vm/machine.js';
+
+interface Entry {
+  readonly base: FrozenState;
+  /** Children of the last fork of this base: how many machines the next target starts. */
+  lastFork: number;
+  ready: ForkTarget | null;
+  /** The target (and its machines) being made, if any. */
+  making: Promise<void> | null;
+  /** A fork took the target while it was being made: make the next one when this one ends. */
+  again: boolean;
+}
+
+export class ForkStandby {
+  private readonly entries = new Map<FrozenState, Entry>();
+  private closed = false;
+
+  constructor(
+    private readonly hypervisor: Hypervisor,
+    /** Most machines kept waiting per template; 0 keeps only the prepared image. */
+    private readonly maxWaiting: number,
+    /** Why the host cannot afford `vms` more VMs and `imageMib` of image now, or null. */
+    private readonly shortage: (vms: number, imageMib: number) => string | null,
+  ) {}
+
+  /** Keeps a fork target ready for forks of machines restored from `base`, from now on. */
+  register(base: FrozenState): void {
+    this.entries.set(base, { base, lastFork: 1, ready: null, making: null, again: false });
+    this.make(base);
+  }
+
+  /**
+   * The ready target for a fork of a machine restored from `origin` into `children`, or null
+   * (the fork then does the work itself). Call `refill` once the fork is over.
+   */
+  take(origin: FrozenState | null, children: number): ForkTarget | null {
+    const entry = origin ? this.entries.get(origin) : undefined;
+    if (!entry) return null;
+    entry.lastFork = children;
+    const target = entry.ready;
+    entry.ready = null;
+    return target;
+  }
+
+  /** Starts making the targets that forks took. */
+  refill(): void {
+    for (const base of this.entries.keys()) this.make(base);
+  }
+
+  /** Machines waiting in ready targets, over all templates (a metric). */
+  get waiting(): number {
+    let n = 0;
+    for (const e of this.entries.values()) n += e.ready?.waiting ?? 0;
+    return n;
+  }
+
+  /** True while a target or its machines are being made (the benchmark waits for the end). */
+  get filling(): boolean {
+    return [...this.entries.values()].some((e) => e.making !== null);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.all([...this.entries.values()].map((e) => e.making));
+    const ready = [...this.entries.values()].flatMap((e) => (e.ready ? [e.ready] : []));
+    for (const e of this.entries.values()) e.ready = null;
+    await Promise.all(ready.map((t) => t.discard()));
+  }
+
+  private make(base: FrozenState): void {
+    const entry = this.entries.get(base);
+    if (!entry || this.closed || entry.ready) return;
+    if (entry.making) {
+      entry.again = true;
+      return;
+    }
+    entry.making = this.fill(entry)
+      .catch(() => undefined) // a speed-up that failed: the next fork does the work itself
+      .finally(() => {
+        entry.making = null;
+        if (entry.again) {
+          entry.again = false;
+          this.make(base);
+        }
+      });
+  }
+
+  private async fill(entry: Entry): Promise<void> {
+    if (this.shortage(0, this.hypervisor.forkTargetCostMib(entry.base))) return;
+    const target = await this.hypervisor.prepareForkTarget(entry.base);
+    if (this.closed) {
+      await target.discard();
+      return;
+    }
+    entry.ready = target;
+    const want = Math.min(this.maxWaiting, entry.lastFork);
+    while (
+      target.waiting < want &&
+      entry.ready === target &&
+      !this.closed &&
+      !this.shortage(1, 0)
+    ) {
+      await target.addWaiting(); // a failure ends the fill; the image copy is still worth having
+    }
+  }
+}

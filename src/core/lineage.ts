@@ -1,0 +1,149 @@
+/**
+ * Fork and merge: the operations that create and rebind sandboxes from other sandboxes' state.
+ *
+ * A fork waits its turn like an exec, captures the parent (paused only while its device state
+ * and written pages are copied) and restores n children, all or nothing. A merge rebinds the
+ * parent id to the winner's machine; it takes its place in both sandboxes' queues at the moment
+ * it arrives, so anything queued on the parent after it runs on the adopted machine, and joining
+ * both queues in one synchronous step puts any two merges in the same order in every queue: no
+ * deadlock.
+ */
+import type { Logger } from 'pino';
+import { fail, failWith, HostdError } from '../errors.js';
+import type { FrozenState, Hypervisor, Machine } from '../vm/machine.js';
+import type { Admission } from './admission.js';
+import type { ForkStandby } from './fork-standby.js';
+import type { SandboxRegistry } from './registry.js';
+import type { Sandbox, SandboxInfo } from './sandbox.js';
+
+export const MAX_FORK = 32;
+
+export interface LineageDeps {
+  readonly registry: SandboxRegistry;
+  readonly hypervisor: Hypervisor;
+  readonly admission: Admission;
+  readonly standby: ForkStandby;
+  readonly log: Logger;
+  /** True once hostd is stopping: a fork that finishes then destroys its children. */
+  readonly stopping: () => boolean;
+  readonly onForked?: (n: number, seconds: number) => void;
+}
+
+export class Lineage {
+  constructor(private readonly deps: LineageDeps) {}
+
+  /** Forks sandbox `id` into `n` copy-on-write children, all or nothing. */
+  async fork(id: string, n: number): Promise<Sandbox[]> {
+    if (!Number.isInteger(n) || n < 1 || n > MAX_FORK) {
+      throw fail('invalidField', 'n', `an integer from 1 to ${MAX_FORK}`, n);
+    }
+    const { registry, admission, standby, log } = this.deps;
+    const { sandbox, release } = await registry.acquire(id);
+    const started = process.hrtime.bigint();
+    try {
+      const { machine } = sandbox;
+      const admitted = admission.admit(n);
+      try {
+        const target = standby.take(machine.origin, n);
+        // Without a prepared target, the capture copies the parent's base image itself.
+        const short = target ? null : admission.shortage(0, machine.captureCostMib());
+        if (short) throw fail('insufficientResources', short);
+        const state = await this.capture(sandbox, machine, n, target);
+        const children = await this.restoreAll(state, n);
+        const adopted = children.map((m) => registry.adopt(m, sandbox.template, sandbox.id));
+        sandbox.touch();
+        const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+        log.info({ parent: sandbox.id, n, totalMs: Math.round(seconds * 1000) }, 'forked');
+        this.deps.onForked?.(n, seconds);
+        return adopted;
+      } finally {
+        admitted();
+        standby.refill();
+      }
+    } finally {
+      release();
+    }
+  }
+
+  /** The parent id adopts the winner's machine; the old one is destroyed; the winner id goes. */
+  async merge(parentId: string, winnerId: string): Promise<SandboxInfo> {
+    if (parentId === winnerId) throw fail('mergeIntoSelf');
+    const { registry, log } = this.deps;
+    const parent = registry.get(parentId, false);
+    const winner = registry.get(winnerId, false);
+    const turns = await Promise.allSettled([parent.queue.acquire(), winner.queue.acquire()]);
+    const releases = turns.flatMap((t) => (t.status === 'fulfilled' ? [t.value] : []));
+    try {
+      const refused = turns.find((t): t is PromiseRejectedResult => t.status === 'rejected');
+      if (refused) throw refused.reason;
+      if (!registry.holds(parent)) throw fail('sandboxNotFound', parentId);
+      if (!registry.holds(winner)) throw fail('sandboxNotFound', winnerId);
+      if (winner.brokenReason) throw fail('sandboxBroken', winnerId, winner.brokenReason);
+      const old = parent.machine;
+      registry.remove(winner, fail('sandboxMergedAway', winner.id, parent.id));
+      registry.rebind(parent, winner.machine, winner.template);
+      parent.touch();
+      log.info({ parent: parent.id, winner: winner.id }, 'merged');
+      void old.destroy('the sandbox adopted another VM by merge');
+      return parent.info();
+    } finally {
+      releases.forEach((r) => r());
+    }
+  }
+
+  private async capture(
+    sandbox: Sandbox,
+    machine: Machine,
+    n: number,
+    target: Parameters<Machine['capture']>[1],
+  ): Promise<FrozenState> {
+    try {
+      return await machine.capture(n, target);
+    } catch (err) {
+      if (!this.deps.registry.holds(sandbox)) throw fail('sandboxDeleted', sandbox.id);
+      throw asMachineError(err, this.deps.log, 'vmOperationFailed', 'capture the parent state');
+    }
+  }
+
+  /** Restores `n` machines from `state`, or none: on any failure the others are destroyed. */
+  private async restoreAll(state: FrozenState, n: number): Promise<Machine[]> {
+    const { hypervisor, stopping, log } = this.deps;
+    // Each child holds its own reference to the state; the capture's goes when all are started.
+    const results = await Promise.allSettled(
+      Array.from({ length: n }, () => hypervisor.restore(state)),
+    ).finally(() => {
+      state.release();
+      void state.discardPrepared();
+    });
+    const machines = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+    const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failure || stopping()) {
+      await Promise.all(machines.map((m) => m.destroy()));
+      if (stopping()) throw fail('shuttingDown');
+      const why =
+        failure!.reason instanceof Error ? failure!.reason.message : String(failure!.reason);
+      logTail(failure!.reason, log);
+      throw failWith(failure!.reason, 'forkChildrenFailed', n - machines.length, n, why);
+    }
+    return machines;
+  }
+}
+
+/** A machine-layer failure as registry entry `vmStartFailed` or `vmOperationFailed`. */
+export function asMachineError(
+  err: unknown,
+  log: Logger,
+  ...entry: ['vmStartFailed'] | ['vmOperationFailed', string]
+): HostdError {
+  if (err instanceof HostdError) return err;
+  logTail(err, log);
+  const why = err instanceof Error ? err.message : String(err);
+  return entry[0] === 'vmStartFailed'
+    ? failWith(err, 'vmStartFailed', why)
+    : failWith(err, 'vmOperationFailed', entry[1], why);
+}
+
+function logTail(err: unknown, log: Logger): void {
+  const tail = (err as { consoleTail?: string } | null)?.consoleTail;
+  if (tail) log.error({ tail }, 'VM failure log tail');
+}

@@ -1,0 +1,79 @@
+/**
+ * Work done ahead for a fork (vm/machine.ts, ForkTarget), under QEMU. A fork of a sandbox
+ * restored from a template needs a copy of the template image (hundreds of MB, a few hundred ms)
+ * and one new QEMU per child (~35 ms of CPU each, most of it exec and dynamic linking). A target
+ * is that copy made ahead, with QEMUs already started on it and waiting for a device state
+ * (`Vm.standby`): a fork takes it, writes its parent's pages into the copy, and resumes the
+ * waiting QEMUs as its children. How many wait, and when targets are made, is core's policy
+ * (core/fork-standby.ts).
+ */
+import { rename, rm } from 'node:fs/promises';
+import type { ForkTarget } from './machine.js';
+import { MemImage } from './mem-image.js';
+import type { QemuHost } from './qemu-process.js';
+import type { QemuState } from './qemu-state.js';
+import { Vm, type PreparedCopy } from './vm.js';
+
+export class QemuForkTarget implements ForkTarget, PreparedCopy {
+  private readonly vms: Vm[] = [];
+  private taken = false;
+  private discarded = false;
+
+  private constructor(
+    private readonly host: QemuHost,
+    readonly base: QemuState,
+    private readonly image: MemImage,
+  ) {}
+
+  /** Copies `base`'s image; the target holds a reference to `base` until taken or discarded. */
+  static async prepare(host: QemuHost, base: QemuState): Promise<QemuForkTarget> {
+    const image = await MemImage.copyOf(base.image, host.owner, 'spare');
+    return new QemuForkTarget(host, base.retain(), image);
+  }
+
+  get waiting(): number {
+    return this.vms.filter((vm) => vm.standingBy).length;
+  }
+
+  async addWaiting(): Promise<void> {
+    if (this.taken) return;
+    const vm = await Vm.standby(this.host, this.base.spec, this.image.path);
+    if (this.taken) {
+      // Taken while this QEMU started: the fork did not get it.
+      await vm.destroy();
+      // Discarded before QEMU opened the image, it may have created an empty file in its place
+      // (it can when it runs as hostd's own user).
+      if (this.discarded) await rm(this.image.path, { force: true });
+      return;
+    }
+    this.vms.push(vm);
+  }
+
+  /**
+   * The image copy (with its one reference), renamed as a fork's image, and the waiting QEMUs,
+   * for one fork. The QEMUs opened the file already: the rename does not disturb them.
+   */
+  async take(): Promise<{ image: MemImage; waiting: Vm[] }> {
+    if (this.taken) throw new Error('fork target taken twice');
+    this.taken = true;
+    this.base.release();
+    const waiting = this.vms.splice(0);
+    const path = MemImage.sibling(this.image.path, 'fork');
+    try {
+      await rename(this.image.path, path);
+    } catch (err) {
+      await Promise.all(waiting.map((vm) => vm.destroy()));
+      this.image.release();
+      throw err;
+    }
+    return { image: new MemImage(path).retain(), waiting };
+  }
+
+  async discard(): Promise<void> {
+    if (this.taken) return;
+    this.taken = this.discarded = true;
+    this.base.release();
+    await Promise.all(this.vms.splice(0).map((vm) => vm.destroy()));
+    this.image.release(); // its only reference: the file goes
+  }
+}

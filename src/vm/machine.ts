@@ -1,0 +1,119 @@
+/**
+ * What the rest of hostd needs from virtual machines, and nothing more: `core` depends on these
+ * interfaces only, never on QEMU, so its logic (queues, pools, fork and merge bookkeeping,
+ * admission) is unit-tested in milliseconds against a fake (test/helpers/fake-hypervisor.ts),
+ * and `QemuHypervisor` (vm/hypervisor.ts) is the one real implementation.
+ *
+ * The model: every running machine is a restore of an immutable `FrozenState` (a template's
+ * frozen boot, or a fork point). A fork captures a running machine into a new FrozenState and
+ * restores its children from it.
+ */
+
+export type Language = 'python' | 'bash';
+export type OutputStream = 'stdout' | 'stderr';
+/** Why hostd interrupts an exec; decides the exit code the guest reports (124 or 130). */
+export type CancelReason = 'timeout' | 'client';
+
+/** One exec as the guest runs it. */
+export interface ExecSpec {
+  readonly language: Language;
+  readonly code: string;
+}
+
+/** Receives one exec's output; exactly one of onExit / onLost is called, last. */
+export interface ExecSink {
+  onOutput(stream: OutputStream, data: string): void;
+  onExit(code: number): void;
+  /** The machine died or its channel closed before the exec's exit arrived. */
+  onLost(reason: string): void;
+}
+
+/** A running VM, as a sandbox drives it. */
+export interface Machine {
+  /** For logs and metrics; not a sandbox id. */
+  readonly id: string;
+  /** False once it died or was destroyed. */
+  readonly alive: boolean;
+  /** Why it is not alive, for error messages. */
+  readonly deathReason: string;
+  /**
+   * The frozen state this machine was restored from, while it is still running as a pristine
+   * copy-on-write restore of it: forks of it can then use work prepared for that state ahead of
+   * time (`ForkTarget`). Null for machines that are not restores.
+   */
+  readonly origin: FrozenState | null;
+
+  /** `listener` is called once if the machine dies by itself (not on destroy). Replaces any. */
+  onDeath(listener: ((why: string) => void) | null): void;
+  /** Starts an exec; returns its id for `cancel`. */
+  exec(spec: ExecSpec, sink: ExecSink): number;
+  cancel(execId: number, reason: CancelReason): void;
+  /** Stop / resume reading the guest's output: backpressure from a slow client. */
+  pauseOutput(): void;
+  resumeOutput(): void;
+  /** Runs one trivial exec so that a pooled machine's first real exec is not its slowest. */
+  warmUp(): Promise<void>;
+  /**
+   * Captures the machine's whole state at one instant into a new FrozenState for `children`
+   * restores. The machine is paused only for the final copy and keeps running. `target`, when
+   * given, is work prepared ahead for forks of this machine's origin; it is consumed.
+   */
+  capture(children: number, target: ForkTarget | null): Promise<FrozenState>;
+  /** MiB of host memory a capture of this machine writes (an admission estimate). */
+  captureCostMib(): number;
+  /** Kills the machine and frees its files. Idempotent. A running exec is lost with `reason`. */
+  destroy(reason?: string): Promise<void>;
+  /** The guest console and hypervisor log tail, for error reports and failing tests. */
+  logTail(): Promise<string>;
+}
+
+/**
+ * An immutable machine state that machines are restored from. Reference-counted: its files
+ * are freed when the last holder (a pool, a restored machine, a fork in progress) lets go.
+ */
+export interface FrozenState {
+  readonly id: string;
+  /** Takes a reference; returns this for chaining. */
+  retain(): this;
+  release(): void;
+  /**
+   * Stops the machines a capture had prepared for restores of this state and no restore used
+   * (a fork with fewer children than machines waiting). Call once the restores are over.
+   */
+  discardPrepared(): Promise<void>;
+}
+
+/**
+ * Work done ahead for the next fork of a machine restored from `base`: for QEMU, a copy of the
+ * base image and hypervisor processes already started on it. Made and sized by core's fork
+ * standby policy; consumed by `Machine.capture`.
+ */
+export interface ForkTarget {
+  readonly base: FrozenState;
+  /** Started machines waiting in this target. */
+  readonly waiting: number;
+  /** Starts one more waiting machine. */
+  addWaiting(): Promise<void>;
+  /** Frees what was prepared, when no fork took it. */
+  discard(): Promise<void>;
+}
+
+/** The resources of one template's machines. */
+export interface MachineShape {
+  readonly memoryMib: number;
+  readonly vcpus: number;
+}
+
+/** Makes machines. */
+export interface Hypervisor {
+  /** Cold-boots a template machine, prepares and freezes it: the state its sandboxes restore. */
+  bootTemplate(template: string, shape: MachineShape): Promise<FrozenState>;
+  /** A new running machine in `state` (copy-on-write: it costs only what it writes). */
+  restore(state: FrozenState): Promise<Machine>;
+  /** Starts preparing the next fork of machines restored from `base`. */
+  prepareForkTarget(base: FrozenState): Promise<ForkTarget>;
+  /** Estimated host memory (MiB) of one idle machine: what admission reserves per VM. */
+  readonly machineOverheadMib: number;
+  /** MiB of host memory a prepared fork target for `base` costs (its image copy). */
+  forkTargetCostMib(base: FrozenState): number;
+}

@@ -1,0 +1,212 @@
+/**
+ * One QEMU process: its folder of sockets and logs, its QMP session, its exit, and the two
+ * device-state operations every snapshot and restore is made of. It knows nothing of the guest
+ * agent or of images: vm.ts builds machines on top of it.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { EventEmitter } from 'node:events';
+import { chown, mkdir, open, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { QmpClient } from './qmp.js';
+import { qemuArgs, type MachineSpec, type RamMode, type VmPaths } from './qemu-args.js';
+import { readBounded, readTail, truncateIfOver } from './safe-files.js';
+import { sendAll } from './unix-socket.js';
+
+/** Where and how QEMU processes run on this host. */
+export interface QemuHost {
+  readonly qemuBinary: string;
+  /** Directory under which each VM gets its own folder of sockets and logs. */
+  readonly vmsDir: string;
+  /** Extra argv put before QEMU (e.g. setpriv dropping privileges); always includes pdeathsig. */
+  readonly launcher: readonly string[];
+  /** When QEMU runs as another user: that user owns each VM's directory and its RAM images. */
+  readonly owner?: { uid: number; gid: number };
+}
+
+/** Raised for anything that makes a VM unusable: QEMU failed, died, or the agent is silent. */
+export class VmError extends Error {
+  constructor(
+    message: string,
+    readonly consoleTail = '',
+  ) {
+    super(message);
+    this.name = 'VmError';
+  }
+}
+
+/** A guest writing to its console without end must not fill host memory (tmpfs). */
+const CONSOLE_CAP_BYTES = 1024 * 1024;
+/** Device states are ~8 KB; anything near this is a broken or hostile QEMU. */
+const MAX_DEVICE_STATE = 64 * 1024 * 1024;
+
+let counter = 0;
+
+/** Emits `exit` (with a description such as `signal SIGKILL`) once, when QEMU exits. */
+export class QemuProcess extends EventEmitter {
+  readonly id: string;
+  readonly dir: string;
+  readonly paths: VmPaths;
+  private proc: ChildProcess | null = null;
+  private qmpClient: QmpClient | null = null;
+  private consoleCap: NodeJS.Timeout | undefined;
+  private exitInfo: string | null = null;
+  private killed = false;
+  private readonly exitPromise: Promise<void>;
+  private resolveExit!: () => void;
+
+  private constructor(readonly host: QemuHost) {
+    super();
+    this.id = `vm${process.pid.toString(36)}-${(++counter).toString(36)}`;
+    this.dir = join(host.vmsDir, this.id);
+    this.paths = {
+      qmpSocket: join(this.dir, 'qmp.sock'),
+      agentSocket: join(this.dir, 'agent.sock'),
+      replSocket: join(this.dir, 'repl.sock'),
+      consoleLog: join(this.dir, 'console.log'),
+    };
+    this.exitPromise = new Promise((r) => (this.resolveExit = r));
+  }
+
+  /**
+   * Spawns QEMU for `spec` with guest RAM backed as `ram` says, and connects QMP. On failure
+   * everything it made is removed and a VmError carries the log tail.
+   */
+  static async start(
+    host: QemuHost,
+    spec: MachineSpec,
+    ram: RamMode,
+    deadline: number,
+  ): Promise<QemuProcess> {
+    const p = new QemuProcess(host);
+    try {
+      await p.spawn(spec, ram, deadline);
+      return p;
+    } catch (err) {
+      throw await p.failed(err);
+    }
+  }
+
+  get exited(): boolean {
+    return this.exitInfo !== null;
+  }
+
+  /** How it exited, e.g. `code 1` or `signal SIGKILL`; null while it runs. */
+  get exitDescription(): string | null {
+    return this.exitInfo;
+  }
+
+  get pid(): number | undefined {
+    return this.proc?.pid;
+  }
+
+  get qmp(): QmpClient {
+    if (!this.qmpClient) throw new VmError('VM has no QMP connection');
+    return this.qmpClient;
+  }
+
+  /** Resolves when QEMU has exited. */
+  whenExited(): Promise<void> {
+    return this.exitPromise;
+  }
+
+  /** Saves the (stopped) VM's device state, without RAM, through a file in its directory. */
+  async saveDeviceState(): Promise<Buffer> {
+    const file = join(this.dir, 'device.state');
+    await this.qmp.execute('xen-save-devices-state', { filename: file, live: false });
+    const state = await readBounded(file, MAX_DEVICE_STATE);
+    await rm(file, { force: true });
+    return state;
+  }
+
+  /**
+   * Restores `deviceState` into a QEMU started with `-incoming defer`, which then runs the
+   * guest by itself (no `-S`): its RESUME event ends the wait. The stream has no RAM section
+   * (xen-save-devices-state writes none), so RAM stays what the image file holds. A failed load
+   * makes QEMU exit, which closes QMP and ends the wait too.
+   */
+  async loadDeviceState(deviceState: Buffer, deadline: number): Promise<void> {
+    const sock = join(this.dir, 'in.sock');
+    const running = this.qmp.waitEvent('RESUME', () => true, Math.max(1, deadline - Date.now()));
+    running.catch(() => undefined); // awaited below, unless an earlier step throws
+    await this.qmp.execute('migrate-incoming', { uri: `unix:${sock}` });
+    await sendAll(sock, deviceState, deadline);
+    await running;
+  }
+
+  /** Kills QEMU (if it runs) and removes its folder. Idempotent. */
+  async kill(): Promise<void> {
+    if (!this.killed) {
+      this.killed = true;
+      this.qmpClient?.close();
+      clearInterval(this.consoleCap);
+      if (this.proc && !this.exited) this.proc.kill('SIGKILL');
+      else if (!this.proc) this.resolveExit();
+    }
+    await this.exitPromise;
+    await rm(this.dir, { recursive: true, force: true });
+  }
+
+  /** Last lines of the guest console (kernel and init messages) plus QEMU's stderr. */
+  async logTail(lines = 30): Promise<string> {
+    const read = async (p: string): Promise<string> =>
+      (await readTail(p, 64 * 1024)).toString('utf8').split('\n').slice(-lines).join('\n');
+    const [consoleTail, qemuTail] = await Promise.all([
+      read(this.paths.consoleLog),
+      read(join(this.dir, 'qemu.log')),
+    ]);
+    return `--- guest console (${this.id}) ---\n${consoleTail}\n--- qemu stderr ---\n${qemuTail}`;
+  }
+
+  /** Kills it and returns `err` as a VmError with the log tail. */
+  async failed(err: unknown): Promise<VmError> {
+    const tail = await this.logTail(20);
+    await this.kill();
+    if (err instanceof VmError) return new VmError(err.message, err.consoleTail || tail);
+    return new VmError(err instanceof Error ? err.message : String(err), tail);
+  }
+
+  private async spawn(spec: MachineSpec, ram: RamMode, deadline: number): Promise<void> {
+    const { host } = this;
+    await mkdir(this.dir, { recursive: true, mode: 0o700 });
+    if (host.owner) await chown(this.dir, host.owner.uid, host.owner.gid);
+    if (ram.kind === 'template' && host.owner) {
+      // hostd creates the template's RAM file, so QEMU's account needs no right to create
+      // files among the images (where it could plant links for hostd to follow).
+      const fh = await open(ram.memPath, 'wx', 0o600);
+      await fh.chown(host.owner.uid, host.owner.gid);
+      await fh.close();
+    }
+    this.consoleCap = setInterval(
+      () => void truncateIfOver(this.paths.consoleLog, CONSOLE_CAP_BYTES),
+      10_000,
+    );
+    this.consoleCap.unref();
+    const log = await open(join(this.dir, 'qemu.log'), 'w');
+    const [cmd, ...pre] = [...host.launcher, host.qemuBinary];
+    try {
+      this.proc = spawn(cmd!, [...pre, ...qemuArgs(spec, this.paths, ram)], {
+        stdio: ['ignore', 'ignore', log.fd],
+      });
+    } finally {
+      await log.close();
+    }
+    this.proc.once('exit', (code, signal) => {
+      this.exitInfo = signal ? `signal ${signal}` : `code ${code}`;
+      this.resolveExit();
+      this.emit('exit', this.exitInfo);
+    });
+    this.proc.once('error', () => undefined);
+    // For operators and tests: which process is this VM (the launcher execs QEMU in place).
+    if (this.proc.pid !== undefined) {
+      await writeFile(join(this.dir, 'qemu.pid'), `${this.proc.pid}\n`).catch(() => undefined);
+    }
+    const exitedEarly = this.exitPromise.then(() => {
+      throw new VmError(`QEMU exited during start-up (${this.exitInfo})`);
+    });
+    this.qmpClient = await Promise.race([
+      QmpClient.connect(this.paths.qmpSocket, deadline),
+      exitedEarly,
+    ]);
+    this.qmpClient.on('close', () => undefined);
+  }
+}

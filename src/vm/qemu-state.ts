@@ -1,0 +1,34 @@
+/**
+ * A frozen machine state under QEMU: an immutable guest RAM image plus the device state that
+ * goes with it (vm/machine.ts, FrozenState). Its references are its image's.
+ */
+import type { FrozenState } from './machine.js';
+import type { MemImage } from './mem-image.js';
+import type { MachineSpec } from './qemu-args.js';
+import type { Vm } from './vm.js';
+
+export class QemuState implements FrozenState {
+  constructor(
+    readonly id: string,
+    readonly spec: MachineSpec,
+    /** tmpfs file holding guest RAM; never written after the state is made. */
+    readonly image: MemImage,
+    /** QEMU device state without RAM (xen-save-devices-state): about 8 KB. */
+    readonly deviceState: Buffer,
+    /** QEMUs already started on `image`, waiting for this device state; restores take them. */
+    readonly waiting: Vm[] = [],
+  ) {}
+
+  retain(): this {
+    this.image.retain();
+    return this;
+  }
+
+  release(): void {
+    this.image.release();
+  }
+
+  async discardPrepared(): Promise<void> {
+    await Promise.all(this.waiting.splice(0).map((vm) => vm.destroy()));
+  }
+}

@@ -1,0 +1,247 @@
+/**
+ * An in-memory Hypervisor (src/vm/machine.ts) for unit tests of core: machines are plain
+ * objects with a key-value "memory", execs are a tiny command language, and every step a test
+ * needs to order (a restore, an exec's end) can be held until the test lets it go. No QEMU, no
+ * timing: core's queues, pools, fork and merge bookkeeping and admission run in milliseconds.
+ *
+ * Exec language (one command per exec):
+ *   `set K V`  stores V under K, prints nothing      `get K`  prints the value of K (or `None`)
+ *   `print T`  prints T                                `fail`   exits 1
+ *   `hang`     never ends by itself: only a cancel (124/130) or the machine's death ends it
+ *   `die`      the machine dies while running it
+ */
+import type {
+  CancelReason,
+  ExecSink,
+  ExecSpec,
+  ForkTarget,
+  FrozenState,
+  Hypervisor,
+  Machine,
+  MachineShape,
+} from '../../src/vm/machine.js';
+
+let ids = 0;
+
+export class FakeState implements FrozenState {
+  refs = 0;
+  constructor(
+    readonly id: string,
+    readonly memory: ReadonlyMap<string, string>,
+    readonly template: string,
+  ) {}
+
+  retain(): this {
+    this.refs++;
+    return this;
+  }
+
+  release(): void {
+    this.refs--;
+  }
+
+  async discardPrepared(): Promise<void> {}
+}
+
+export class FakeMachine implements Machine {
+  readonly id = `fake-${++ids}`;
+  readonly memory: Map<string, string>;
+  private dead: string | null = null;
+  destroyed = false;
+  private listener: ((why: string) => void) | null = null;
+  private nextExec = 1;
+  /** Execs that have not ended: id -> sink. */
+  readonly running = new Map<number, ExecSink>();
+  /** Every exec this machine was given, in order. */
+  readonly execLog: string[] = [];
+  outputPaused = false;
+
+  constructor(
+    private readonly hv: FakeHypervisor,
+    readonly origin: FakeState,
+  ) {
+    this.memory = new Map(origin.memory);
+    origin.retain();
+  }
+
+  get alive(): boolean {
+    return this.dead === null && !this.destroyed;
+  }
+
+  get deathReason(): string {
+    return this.dead ?? (this.destroyed ? 'destroyed' : 'running');
+  }
+
+  onDeath(listener: ((why: string) => void) | null): void {
+    this.listener = listener;
+  }
+
+  exec(spec: ExecSpec, sink: ExecSink): number {
+    const id = this.nextExec++;
+    this.execLog.push(spec.code);
+    if (!this.alive) {
+      queueMicrotask(() => sink.onLost(this.deathReason));
+      return id;
+    }
+    this.running.set(id, sink);
+    const [cmd, ...args] = spec.code.split(' ');
+    queueMicrotask(() => {
+      const end = (code: number): void => {
+        if (this.running.delete(id)) sink.onExit(code);
+      };
+      if (cmd === 'set') {
+        this.memory.set(args[0]!, args.slice(1).join(' '));
+        end(0);
+      } else if (cmd === 'get') {
+        sink.onOutput('stdout', this.memory.get(args[0]!) ?? 'None');
+        end(0);
+      } else if (cmd === 'print') {
+        sink.onOutput('stdout', args.join(' '));
+        end(0);
+      } else if (cmd === 'fail') {
+        end(1);
+      } else if (cmd === 'die') {
+        this.die('the VM exited (signal SIGKILL)');
+      } else if (cmd !== 'hang') {
+        sink.onOutput('stderr', `unknown command ${spec.code}`);
+        end(2);
+      }
+    });
+    return id;
+  }
+
+  cancel(execId: number, reason: CancelReason): void {
+    const sink = this.running.get(execId);
+    if (!sink) return;
+    this.running.delete(execId);
+    queueMicrotask(() => sink.onExit(reason === 'timeout' ? 124 : 130));
+  }
+
+  pauseOutput(): void {
+    this.outputPaused = true;
+  }
+
+  resumeOutput(): void {
+    this.outputPaused = false;
+  }
+
+  async warmUp(): Promise<void> {
+    if (!this.alive) throw new Error(this.deathReason);
+  }
+
+  async capture(children: number, target: ForkTarget | null): Promise<FrozenState> {
+    await this.hv.gate('capture');
+    if (!this.alive) throw new Error(`cannot capture: ${this.deathReason}`);
+    this.hv.captures.push({ machine: this.id, children, target: target !== null });
+    if (target) await target.discard();
+    return new FakeState(`fork-${++ids}`, this.memory, this.origin.template).retain();
+  }
+
+  captureCostMib(): number {
+    return 10;
+  }
+
+  /** The machine dies by itself, as a crashed QEMU would. */
+  die(why: string): void {
+    if (!this.alive) return;
+    this.dead = why;
+    const sinks = [...this.running.values()];
+    this.running.clear();
+    for (const s of sinks) s.onLost(why);
+    this.listener?.(why);
+  }
+
+  async destroy(reason = 'destroyed'): Promise<void> {
+    if (this.destroyed) return;
+    this.destroyed = true;
+    const sinks = [...this.running.values()];
+    this.running.clear();
+    for (const s of sinks) s.onLost(reason);
+    this.origin.release();
+    this.hv.destroyedIds.push(this.id);
+  }
+
+  async logTail(): Promise<string> {
+    return `log of ${this.id}`;
+  }
+}
+
+class FakeTarget implements ForkTarget {
+  waiting = 0;
+  discarded = false;
+  constructor(readonly base: FrozenState) {}
+
+  async addWaiting(): Promise<void> {
+    this.waiting++;
+  }
+
+  async discard(): Promise<void> {
+    this.discarded = true;
+  }
+}
+
+type Step = 'restore' | 'capture' | 'boot';
+
+export class FakeHypervisor implements Hypervisor {
+  readonly machineOverheadMib = 50;
+  readonly machines: FakeMachine[] = [];
+  readonly destroyedIds: string[] = [];
+  readonly captures: { machine: string; children: number; target: boolean }[] = [];
+  readonly targets: FakeTarget[] = [];
+  /** Restores that throw instead of starting, counted down. */
+  failNextRestores = 0;
+  private readonly held = new Map<Step, { waiters: (() => void)[] }>();
+
+  async bootTemplate(template: string, _shape: MachineShape): Promise<FrozenState> {
+    await this.gate('boot');
+    return new FakeState(`template-${template}`, new Map(), template).retain();
+  }
+
+  async restore(state: FrozenState): Promise<FakeMachine> {
+    await this.gate('restore');
+    if (this.failNextRestores > 0) {
+      this.failNextRestores--;
+      throw new Error('the VM failed to start (fake)');
+    }
+    const m = new FakeMachine(this, state as FakeState);
+    this.machines.push(m);
+    return m;
+  }
+
+  async prepareForkTarget(base: FrozenState): Promise<ForkTarget> {
+    const t = new FakeTarget(base);
+    this.targets.push(t);
+    return t;
+  }
+
+  forkTargetCostMib(): number {
+    return 10;
+  }
+
+  /** Makes every later `step` wait until `release(step)`. */
+  hold(step: Step): void {
+    if (!this.held.has(step)) this.held.set(step, { waiters: [] });
+  }
+
+  /** Lets held `step`s go, and later ones pass. */
+  release(step: Step): void {
+    const h = this.held.get(step);
+    this.held.delete(step);
+    h?.waiters.forEach((w) => w());
+  }
+
+  /** How many `step`s wait for `release`. */
+  waitingAt(step: Step): number {
+    return this.held.get(step)?.waiters.length ?? 0;
+  }
+
+  async gate(step: Step): Promise<void> {
+    const h = this.held.get(step);
+    if (h) await new Promise<void>((r) => h.waiters.push(r));
+  }
+
+  /** Live (not destroyed) machines. */
+  get live(): FakeMachine[] {
+    return this.machines.filter((m) => m.alive);
+  }
+}
