@@ -1,6 +1,6 @@
 /**
  * Server configuration, read once from `SERVICE_*` environment variables at start-up.
- * Every variable is documented in docs/configuration.md; a bad value stops hostd with a
+ * Every variable is documented in docs/operations.md; a bad value stops hostd with a
  * message naming the variable, before anything is started.
  */
 import { homedir } from 'node:os';
@@ -59,11 +59,16 @@ type Env = Record<string, string | undefined>;
 function intVar(env: Env, name: string, fallback: number, min: number, max: number): number {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
+  return wholeNumber(name, raw, min, max);
+}
+
+/** `raw` as a whole number in [min, max], or a ConfigError naming `what`. */
+function wholeNumber(what: string, raw: string, min: number, max: number): number {
   if (!/^\d+$/.test(raw.trim()))
-    throw new ConfigError(`${name} must be a whole number, got "${raw}"`);
+    throw new ConfigError(`${what} must be a whole number, got "${raw}"`);
   const value = Number(raw.trim());
   if (value < min || value > max) {
-    throw new ConfigError(`${name} must be between ${min} and ${max}, got ${value}`);
+    throw new ConfigError(`${what} must be between ${min} and ${max}, got ${value}`);
   }
   return value;
 }
@@ -103,11 +108,12 @@ export function parseTemplates(
     seen.add(name);
     const t = { name, ...defaults };
     for (const opt of opts) {
-      const [key, value = ''] = opt.split('=');
-      const env = { V: value };
-      if (key === 'mem') t.memoryMib = intVar(env, 'V', 0, 128, 65536);
-      else if (key === 'cpus') t.vcpus = intVar(env, 'V', 0, 1, 16);
-      else if (key === 'pool') t.poolSize = intVar(env, 'V', 0, 0, 64);
+      const eq = opt.indexOf('=');
+      const [key, value] = eq < 0 ? [opt, ''] : [opt.slice(0, eq), opt.slice(eq + 1)];
+      const what = `SERVICE_TEMPLATES: ${name}:${key}`;
+      if (key === 'mem') t.memoryMib = wholeNumber(what, value, 128, 65536);
+      else if (key === 'cpus') t.vcpus = wholeNumber(what, value, 1, 16);
+      else if (key === 'pool') t.poolSize = wholeNumber(what, value, 0, 64);
       else throw new ConfigError(`SERVICE_TEMPLATES: unknown option "${opt}" for "${name}"`);
     }
     return t;

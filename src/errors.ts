@@ -239,7 +239,7 @@ export class HostdError extends Error {
     return this.def.retryAfterS;
   }
 
-  /** The JSON body of the HTTP answer: the contract's `error` plus the registry's `code`. */
+  /** The JSON body of the HTTP answer: the human-readable `error` plus the stable `code`. */
   toBody(): { error: string; code: string } {
     return { error: this.message, code: this.code };
   }

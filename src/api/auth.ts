@@ -1,5 +1,5 @@
 /**
- * Bearer-key authentication exactly as the contract's section 5. Keys are compared through
+ * Bearer-key authentication as docs/api.md (Authentication) specifies. Keys are compared through
  * their SHA-256 digests with timingSafeEqual, against every configured key without an early
  * exit, so neither the key length nor which key matched shows in the response time.
  */

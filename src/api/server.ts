@@ -4,6 +4,7 @@
  * failures (bad JSON, body too large, unknown route), mapped through the error registry.
  */
 import Fastify, {
+  LogController,
   type FastifyBaseLogger,
   type FastifyInstance,
   type FastifyReply,
@@ -65,7 +66,8 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   const app = Fastify({
     loggerInstance: opts.logger as unknown as FastifyBaseLogger,
     bodyLimit: opts.maxBodyBytes,
-    disableRequestLogging: true,
+    // One log line per request would drown the sandbox lifecycle logs at exec rates.
+    logController: new LogController({ disableRequestLogging: true }),
     // Sandbox ids are validated by the manager; this only stops absurd URLs early.
     routerOptions: { maxParamLength: 200 },
     return503OnClosing: false,

@@ -27,8 +27,8 @@ export class ForkStandby {
 
   constructor(
     private readonly hypervisor: Hypervisor,
-    /** Most machines kept waiting per template; 0 keeps only the prepared image. */
-    private readonly maxWaiting: number,
+    /** Most standby machines per template; 0 keeps only the prepared image. */
+    private readonly maxStandby: number,
     /** Why the host cannot afford `vms` more VMs and `imageMib` of image now, or null. */
     private readonly shortage: (vms: number, imageMib: number) => string | null,
   ) {}
@@ -57,10 +57,10 @@ export class ForkStandby {
     for (const base of this.entries.keys()) this.make(base);
   }
 
-  /** Machines waiting in ready targets, over all templates (a metric). */
-  get waiting(): number {
+  /** Standby machines in ready targets, over all templates (a metric). */
+  get standby(): number {
     let n = 0;
-    for (const e of this.entries.values()) n += e.ready?.waiting ?? 0;
+    for (const e of this.entries.values()) n += e.ready?.standby ?? 0;
     return n;
   }
 
@@ -103,14 +103,14 @@ export class ForkStandby {
       return;
     }
     entry.ready = target;
-    const want = Math.min(this.maxWaiting, entry.lastFork);
+    const want = Math.min(this.maxStandby, entry.lastFork);
     while (
-      target.waiting < want &&
+      target.standby < want &&
       entry.ready === target &&
       !this.closed &&
       !this.shortage(1, 0)
     ) {
-      await target.addWaiting(); // a failure ends the fill; the image copy is still worth having
+      await target.addStandby(); // a failure ends the fill; the image copy is still worth having
     }
   }
 }

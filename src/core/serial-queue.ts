@@ -1,5 +1,5 @@
 /**
- * A FIFO mutex: the contract serializes execs on one sandbox in arrival order, and fork and
+ * A FIFO mutex: execs on one sandbox run one at a time in arrival order (docs/api.md), and fork and
  * merge wait their turn in the same line. Waiters can leave (client gone) and the whole queue
  * can be closed (sandbox deleted or merged away), which rejects every waiter.
  */

@@ -1,7 +1,8 @@
 /**
  * Chooses KVM or TCG. KVM is what a real host should use; TCG is the fallback that always
  * works. These development machines expose a nested paravirtual KVM (`kvm_pvm`) that cannot run
- * a stock Debian kernel (NOTES.md), so its presence forces TCG. The reason is logged at start.
+ * a stock Debian kernel (QEMU stops with a KVM emulation failure), so its presence forces TCG.
+ * The reason is logged at start.
  */
 import { accessSync, constants, existsSync, readFileSync } from 'node:fs';
 import type { Accel } from './qemu-args.js';

@@ -31,11 +31,11 @@ export class QemuForkTarget implements ForkTarget, PreparedCopy {
     return new QemuForkTarget(host, base.retain(), image);
   }
 
-  get waiting(): number {
-    return this.vms.filter((vm) => vm.standingBy).length;
+  get standby(): number {
+    return this.vms.filter((vm) => vm.isStandby).length;
   }
 
-  async addWaiting(): Promise<void> {
+  async addStandby(): Promise<void> {
     if (this.taken) return;
     const vm = await Vm.standby(this.host, this.base.spec, this.image.path);
     if (this.taken) {
@@ -50,23 +50,23 @@ export class QemuForkTarget implements ForkTarget, PreparedCopy {
   }
 
   /**
-   * The image copy (with its one reference), renamed as a fork's image, and the waiting QEMUs,
+   * The image copy (with its one reference), renamed as a fork's image, and the standby QEMUs,
    * for one fork. The QEMUs opened the file already: the rename does not disturb them.
    */
-  async take(): Promise<{ image: MemImage; waiting: Vm[] }> {
+  async take(): Promise<{ image: MemImage; standby: Vm[] }> {
     if (this.taken) throw new Error('fork target taken twice');
     this.taken = true;
     this.base.release();
-    const waiting = this.vms.splice(0);
+    const standby = this.vms.splice(0);
     const path = MemImage.sibling(this.image.path, 'fork');
     try {
       await rename(this.image.path, path);
     } catch (err) {
-      await Promise.all(waiting.map((vm) => vm.destroy()));
+      await Promise.all(standby.map((vm) => vm.destroy()));
       this.image.release();
       throw err;
     }
-    return { image: new MemImage(path).retain(), waiting };
+    return { image: new MemImage(path).retain(), standby };
   }
 
   async discard(): Promise<void> {

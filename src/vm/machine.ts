@@ -77,8 +77,8 @@ export interface FrozenState {
   retain(): this;
   release(): void;
   /**
-   * Stops the machines a capture had prepared for restores of this state and no restore used
-   * (a fork with fewer children than machines waiting). Call once the restores are over.
+   * Stops the standby machines a capture brought for restores of this state and no restore
+   * used (a fork with fewer children than standby machines). Call once the restores are over.
    */
   discardPrepared(): Promise<void>;
 }
@@ -90,10 +90,10 @@ export interface FrozenState {
  */
 export interface ForkTarget {
   readonly base: FrozenState;
-  /** Started machines waiting in this target. */
-  readonly waiting: number;
-  /** Starts one more waiting machine. */
-  addWaiting(): Promise<void>;
+  /** Standby machines: started, waiting in this target for a fork's state. */
+  readonly standby: number;
+  /** Starts one more standby machine. */
+  addStandby(): Promise<void>;
   /** Frees what was prepared, when no fork took it. */
   discard(): Promise<void>;
 }

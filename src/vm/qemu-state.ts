@@ -15,8 +15,8 @@ export class QemuState implements FrozenState {
     readonly image: MemImage,
     /** QEMU device state without RAM (xen-save-devices-state): about 8 KB. */
     readonly deviceState: Buffer,
-    /** QEMUs already started on `image`, waiting for this device state; restores take them. */
-    readonly waiting: Vm[] = [],
+    /** Standby QEMUs already started on `image`, for this device state; restores take them. */
+    readonly standby: Vm[] = [],
   ) {}
 
   retain(): this {
@@ -29,6 +29,6 @@ export class QemuState implements FrozenState {
   }
 
   async discardPrepared(): Promise<void> {
-    await Promise.all(this.waiting.splice(0).map((vm) => vm.destroy()));
+    await Promise.all(this.standby.splice(0).map((vm) => vm.destroy()));
   }
 }

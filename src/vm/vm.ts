@@ -28,9 +28,9 @@ const WARM_UP_TIMEOUT_MS = 30_000;
 
 let stateCounter = 0;
 
-/** A copy of a VM's base image made ahead, with QEMUs waiting on it (vm/fork-target.ts). */
+/** A copy of a VM's base image made ahead, with standby QEMUs on it (vm/fork-target.ts). */
 export interface PreparedCopy {
-  take(): Promise<{ image: MemImage; waiting: Vm[] }>;
+  take(): Promise<{ image: MemImage; standby: Vm[] }>;
 }
 
 function isPreparedCopy(target: unknown): target is PreparedCopy {
@@ -105,7 +105,7 @@ export class Vm implements Machine {
   }
 
   /**
-   * A running machine in `state`: one of the QEMUs waiting on its image when there is one, else
+   * A running machine in `state`: one of the standby QEMUs on its image when there is one, else
    * a new one. Holds a reference to the state's image from before QEMU opens the file, so that
    * the image cannot be deleted under it.
    */
@@ -113,7 +113,7 @@ export class Vm implements Machine {
     state.retain();
     let vm: Vm | undefined;
     try {
-      while ((vm = state.waiting.pop()) && !vm.standingBy) void vm.destroy();
+      while ((vm = state.standby.pop()) && !vm.isStandby) void vm.destroy();
       vm ??= await Vm.standby(host, state.spec, state.image.path);
     } catch (err) {
       state.release();
@@ -124,7 +124,7 @@ export class Vm implements Machine {
   }
 
   /** True while this VM (made by `standby`) waits, alive and unused, for a device state. */
-  get standingBy(): boolean {
+  get isStandby(): boolean {
     return this.state === null && this.alive;
   }
 
@@ -222,11 +222,11 @@ export class Vm implements Machine {
    * Captures this clone's whole state as a new QemuState whose RAM image is a copy of its base
    * image (made while the guest runs, or taken ready-made from `target`) plus the pages it has
    * written (copied while it is paused, together with the device state). The guest is paused for
-   * milliseconds. The state comes with the QEMUs `target` had waiting (maybe more or fewer than
+   * milliseconds. The state comes with `target`'s standby QEMUs (maybe more or fewer than
    * `children`); `restore` uses them first and the caller destroys the rest.
    */
   async capture(children: number, target: ForkTarget | null): Promise<QemuState> {
-    void children; // the waiting QEMUs were sized by core's fork standby policy
+    void children; // the standby QEMUs were sized by core's fork standby policy
     const { base } = this;
     const pid = this.process.pid;
     if (!base || pid === undefined) throw new VmError('only a running clone can be captured');
@@ -234,19 +234,19 @@ export class Vm implements Machine {
     // A target that cannot be taken is only a lost speed-up: copy the base here instead.
     const taken = target ? await target.take().catch(() => null) : null;
     const image = taken?.image ?? (await MemImage.copyOf(base, this.process.host.owner));
-    const waiting = taken?.waiting ?? [];
+    const standby = taken?.standby ?? [];
     try {
       const qmp = this.process.qmp;
       await qmp.execute('stop');
       try {
         const deviceState = await this.process.saveDeviceState();
         await copyWrittenPages(pid, base.path, this.spec.memoryMib * 1024 * 1024, image.path);
-        return new QemuState(`fork-${++stateCounter}`, this.spec, image, deviceState, waiting);
+        return new QemuState(`fork-${++stateCounter}`, this.spec, image, deviceState, standby);
       } finally {
         await qmp.execute('cont');
       }
     } catch (err) {
-      for (const vm of waiting) void vm.destroy();
+      for (const vm of standby) void vm.destroy();
       image.release();
       throw err;
     }

@@ -167,12 +167,12 @@ export class FakeMachine implements Machine {
 }
 
 class FakeTarget implements ForkTarget {
-  waiting = 0;
+  standby = 0;
   discarded = false;
   constructor(readonly base: FrozenState) {}
 
-  async addWaiting(): Promise<void> {
-    this.waiting++;
+  async addStandby(): Promise<void> {
+    this.standby++;
   }
 
   async discard(): Promise<void> {

@@ -1,5 +1,5 @@
 /**
- * Authentication exactly as the contract's section 5, against real hostd processes.
+ * Authentication as docs/api.md specifies it, against real hostd processes.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -18,7 +18,7 @@ describe('with SERVICE_API_KEYS set', () => {
     await hostd.stop();
   });
 
-  test('a request without a key is 401 with the contract message and its code', async () => {
+  test('a request without a key is 401 with the fixed message and its code', async () => {
     const res = await hostd.request('GET', '/v1/sandboxes');
     assert.equal(res.status, 401);
     assert.deepEqual(await res.json(), {

@@ -62,3 +62,20 @@ test('templates: the first listed is the default; options override the global si
     /unknown option/,
   );
 });
+
+test('templates: a bad or empty option value is refused, naming the template and the option', () => {
+  const defaults = { memoryMib: 512, vcpus: 1, poolSize: 2 };
+  for (const [spec, named] of [
+    ['python:mem', 'SERVICE_TEMPLATES: python:mem'],
+    ['python:mem=', 'SERVICE_TEMPLATES: python:mem'],
+    ['python:mem=64', 'SERVICE_TEMPLATES: python:mem'],
+    ['big:cpus=x', 'SERVICE_TEMPLATES: big:cpus'],
+    ['big:pool=-1', 'SERVICE_TEMPLATES: big:pool'],
+  ]) {
+    assert.throws(
+      () => parseTemplates(spec!, defaults),
+      (err: unknown) => err instanceof ConfigError && err.message.startsWith(named!),
+      spec,
+    );
+  }
+});
