@@ -34,9 +34,10 @@ npx --no-install prettier --check . >/dev/null || { npx --no-install prettier --
 if [ -f sdk/test.sh ]; then
   step "SDKs and CLI against a real hostd"
   sdk_state=$(mktemp -d /dev/shm/hostd-sdk-XXXXXX)
+  sdk_data=$(mktemp -d /var/tmp/hostd-sdk-data-XXXXXX)
   sdk_log=$(mktemp)
   sdk_key="sdk-test-$RANDOM$RANDOM"
-  SERVICE_HOSTD_ADDR=127.0.0.1:0 SERVICE_STATE_DIR="$sdk_state" SERVICE_API_KEYS="$sdk_key" \
+  SERVICE_HOSTD_ADDR=127.0.0.1:0 SERVICE_STATE_DIR="$sdk_state" SERVICE_DATA_DIR="$sdk_data" SERVICE_API_KEYS="$sdk_key" \
     node dist/src/main.js >"$sdk_log" 2>&1 &
   sdk_pid=$!
   url=""
@@ -56,7 +57,7 @@ if [ -f sdk/test.sh ]; then
   fi
   kill -TERM "$sdk_pid" 2>/dev/null; wait "$sdk_pid" 2>/dev/null
   if [ -d "$sdk_state" ]; then echo "SDK hostd left $sdk_state behind"; failures+=("sdk cleanup"); rm -rf "$sdk_state"; fi
-  rm -f "$sdk_log"
+  rm -rf "$sdk_log" "$sdk_data"
 fi
 
 step "hostd unit and integration tests (node:test)"

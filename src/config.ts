@@ -21,8 +21,10 @@ export interface Config {
   readonly port: number;
   readonly apiKeys: readonly string[];
   readonly authDisabled: boolean;
+  /** Runtime files (tmpfs): VM sockets and logs, pid files. Survives a crash, not a reboot. */
   readonly stateDir: string;
-  readonly cacheDir: string;
+  /** Durable state (disk): frozen templates, VM memory images, snapshots, paused sandboxes. */
+  readonly dataDir: string;
   /** Directory holding vmlinux, initrd.cpio and manifest.json (built by guest/image/build.sh). */
   readonly imageDir: string;
   readonly accel: AccelChoice;
@@ -32,8 +34,14 @@ export interface Config {
   readonly maxSandboxes: number;
   readonly maxBodyBytes: number;
   readonly maxQueuedExecs: number;
-  /** Seconds without any request after which a sandbox is deleted; 0 disables. */
+  /** Seconds without any request after which a sandbox is paused or deleted; 0 disables. */
   readonly idleTimeoutS: number;
+  /** What the idle timeout does to a sandbox. */
+  readonly idleAction: 'pause' | 'delete';
+  /** Seconds a paused sandbox is kept before it is deleted; 0 keeps it until deleted. */
+  readonly pausedTtlS: number;
+  /** MiB snapshots and paused sandboxes may take on disk; past it they get 507. 0: no cap. */
+  readonly maxStorageMib: number;
   /** Memory and state-dir space (MiB) that must stay free after starting a VM. */
   readonly minFreeMib: number;
   /** Output (bytes of event data) one exec may produce before it is interrupted. */
@@ -71,6 +79,16 @@ function wholeNumber(what: string, raw: string, min: number, max: number): numbe
     throw new ConfigError(`${what} must be between ${min} and ${max}, got ${value}`);
   }
   return value;
+}
+
+/** One of `allowed`, or a ConfigError naming the variable. */
+function choice<T extends string>(env: Env, name: string, allowed: readonly T[], fallback: T): T {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  if (!(allowed as readonly string[]).includes(raw)) {
+    throw new ConfigError(`${name} must be one of ${allowed.join(', ')}, got "${raw}"`);
+  }
+  return raw as T;
 }
 
 /** Splits "host:port" and "[v6]:port"; a bare port binds loopback. */
@@ -131,8 +149,10 @@ export function loadConfig(env: Env = process.env): Config {
   if (!['auto', 'kvm', 'tcg'].includes(accel)) {
     throw new ConfigError(`SERVICE_ACCEL must be auto, kvm or tcg, got "${accel}"`);
   }
-  const cacheDir = env.SERVICE_CACHE_DIR || join(homedir(), '.cache', 'hostd');
   const uid = typeof process.getuid === 'function' ? process.getuid() : 0;
+  const dataDir =
+    env.SERVICE_DATA_DIR ||
+    (uid === 0 ? '/var/lib/hostd' : join(homedir(), '.local', 'share', 'hostd'));
   const templates = parseTemplates(env.SERVICE_TEMPLATES, {
     memoryMib: intVar(env, 'SERVICE_VM_MEMORY_MIB', 512, 128, 65536),
     vcpus: intVar(env, 'SERVICE_VM_VCPUS', 1, 1, 16),
@@ -144,7 +164,7 @@ export function loadConfig(env: Env = process.env): Config {
     apiKeys,
     authDisabled,
     stateDir: env.SERVICE_STATE_DIR || `/dev/shm/hostd-${uid}`,
-    cacheDir,
+    dataDir,
     imageDir: env.SERVICE_IMAGE_DIR || '',
     accel,
     tcgTbMib: intVar(env, 'SERVICE_TCG_TB_MIB', 32, 4, 1024),
@@ -154,6 +174,9 @@ export function loadConfig(env: Env = process.env): Config {
     maxBodyBytes: intVar(env, 'SERVICE_MAX_BODY_BYTES', 4 * 1024 * 1024, 1024, 256 * 1024 * 1024),
     maxQueuedExecs: intVar(env, 'SERVICE_MAX_QUEUED_EXECS', 64, 1, 100000),
     idleTimeoutS: intVar(env, 'SERVICE_IDLE_TIMEOUT_S', 3600, 0, 30 * 24 * 3600),
+    idleAction: choice(env, 'SERVICE_IDLE_ACTION', ['pause', 'delete'] as const, 'pause'),
+    pausedTtlS: intVar(env, 'SERVICE_PAUSED_TTL_S', 7 * 24 * 3600, 0, 365 * 24 * 3600),
+    maxStorageMib: intVar(env, 'SERVICE_MAX_STORAGE_MIB', 51200, 0, 1 << 30),
     minFreeMib: intVar(env, 'SERVICE_MIN_FREE_MIB', 256, 0, 1 << 30),
     forkStandbyMax: intVar(env, 'SERVICE_FORK_STANDBY_MAX', 32, 0, 32),
     maxExecOutputBytes: intVar(

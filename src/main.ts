@@ -8,12 +8,12 @@ import { authMode } from './api/auth.js';
 import { createMetrics } from './api/metrics.js';
 import { buildServer } from './api/server.js';
 import { hostFree } from './core/host-resources.js';
-import { FileJournal } from './core/journal.js';
+import { FileRecords } from './core/journal.js';
 import { SandboxManager } from './core/sandbox-manager.js';
 import { chooseAccel, hostTscKhz } from './vm/accel.js';
 import { QemuHypervisor } from './vm/hypervisor.js';
 import { loadImage } from './vm/image.js';
-import { claimStateDir, releaseStateDir } from './state-dir.js';
+import { claimDataDir, claimStateDir, releaseDataDir, releaseStateDir } from './state-dir.js';
 import { canRead, launcher, lookupUser, type VmUser } from './vm/vm-user.js';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -68,10 +68,8 @@ async function main(): Promise<void> {
   process.on('unhandledRejection', (err) =>
     log.fatal({ err }, 'unhandled rejection; still serving'),
   );
-  const cleaned = await claimStateDir(config.stateDir, vmUser?.gid);
-  if (cleaned.killedProcesses || cleaned.removedEntries) {
-    log.warn({ ...cleaned, stateDir: config.stateDir }, 'cleaned up after a previous run');
-  }
+  await claimStateDir(config.stateDir, vmUser?.gid);
+  await claimDataDir(config.dataDir, vmUser?.gid);
   const accel = chooseAccel(config.accel);
   log.info({ accel: accel.accel, reason: accel.reason }, 'accelerator chosen');
   const tscKhz = hostTscKhz();
@@ -90,7 +88,7 @@ async function main(): Promise<void> {
       launcher: launcher(vmUser),
       ...(vmUser ? { owner: { uid: vmUser.uid, gid: vmUser.gid } } : {}),
     },
-    join(config.stateDir, 'images'),
+    config.dataDir,
     (_template, shape) => ({
       image,
       memoryMib: shape.memoryMib,
@@ -102,6 +100,7 @@ async function main(): Promise<void> {
     // QEMU's heap and device state, plus the TCG translation buffer under TCG.
     (accel.accel === 'tcg' ? config.tcgTbMib : 0) + 48,
   );
+  await hypervisor.init();
   const metrics = createMetrics({ accel: accel.accel, version: HOSTD_VERSION });
   const manager = new SandboxManager(
     {
@@ -112,8 +111,14 @@ async function main(): Promise<void> {
       minFreeMib: config.minFreeMib,
       maxExecOutputBytes: config.maxExecOutputBytes,
       forkStandbyMax: config.forkStandbyMax,
-      hostFree: () => hostFree(config.stateDir),
-      journal: new FileJournal(join(config.stateDir, 'sandboxes')),
+      hostFree: () => hostFree(config.dataDir),
+      records: {
+        sandboxes: new FileRecords(join(config.dataDir, 'sandboxes')),
+        snapshots: new FileRecords(join(config.dataDir, 'snapshots')),
+      },
+      idleAction: config.idleAction,
+      pausedTtlS: config.pausedTtlS,
+      maxStorageMib: config.maxStorageMib,
     },
     hypervisor,
     log,
@@ -135,6 +140,7 @@ async function main(): Promise<void> {
       await manager.shutdown();
       await app.close().catch(() => undefined);
       await releaseStateDir(config.stateDir);
+      await releaseDataDir(config.dataDir);
       log.info('stopped');
     })());
   for (const sig of ['SIGTERM', 'SIGINT'] as const) {

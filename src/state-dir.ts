@@ -1,8 +1,10 @@
 /**
- * hostd's private runtime directory (tmpfs by default): VM sockets, console logs and guest RAM
- * images. One hostd owns it at a time (a pid lock). A start after a crash kills the QEMU
- * processes the crashed run left (found by their command line naming this directory) and
- * empties it; a clean shutdown leaves nothing in it.
+ * hostd's two directories. The runtime directory (SERVICE_STATE_DIR, tmpfs by default) holds VM
+ * sockets, console logs and pid files; after a crash it still holds the folders of the VMs that
+ * outlived hostd, which the next start re-adopts (the hypervisor's `sweep` then stops and removes
+ * the rest); a clean shutdown removes it. The data directory (SERVICE_DATA_DIR, on disk) holds
+ * what must outlive hostd: records, frozen templates, memory images, paused sandboxes; it is
+ * kept. One hostd owns each at a time (a pid lock).
  */
 import { chmod, chown, mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -28,54 +30,54 @@ export async function findProcessesUsing(dir: string): Promise<number[]> {
   return pids;
 }
 
-export interface StateDirReport {
-  killedProcesses: number;
-  removedEntries: number;
-}
-
 /**
- * Claims `dir` for this process. Fails when another live hostd holds it; otherwise cleans up
- * whatever a crashed run left and returns what it removed.
+ * Claims the runtime directory `dir` for this process. Fails when another live hostd holds it.
+ * The VM folders an earlier run left stay for re-adoption; everything else of that run goes.
  */
-export async function claimStateDir(dir: string, vmGroup?: number): Promise<StateDirReport> {
+export async function claimStateDir(dir: string, vmGroup?: number): Promise<void> {
   await mkdir(dir, { recursive: true, mode: 0o700 });
   await chmod(dir, 0o700);
-  const lock = join(dir, 'hostd.pid');
-  const holder = Number((await readFile(lock, 'utf8').catch(() => '')).trim());
-  if (holder && holder !== process.pid) {
-    const cmd = await cmdlineOf(holder);
-    if (cmd && /node|hostd/.test(cmd)) {
-      throw new Error(
-        `another hostd (pid ${holder}) is using ${dir}; stop it or set SERVICE_STATE_DIR`,
-      );
-    }
+  await ensureNoOtherHostd(dir, 'SERVICE_STATE_DIR');
+  for (const entry of await readdir(dir)) {
+    if (entry !== 'vms') await rm(join(dir, entry), { recursive: true, force: true });
   }
-  const stale = await findProcessesUsing(dir);
-  for (const pid of stale) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      /* already gone */
-    }
-  }
-  const entries = await readdir(dir);
-  await Promise.all(entries.map((e) => rm(join(dir, e), { recursive: true, force: true })));
-  await writeFile(lock, `${process.pid}\n`, { mode: 0o600 });
-  await mkdir(join(dir, 'vms'), { mode: 0o700 });
-  await mkdir(join(dir, 'images'), { mode: 0o700 });
+  await writeFile(join(dir, 'hostd.pid'), `${process.pid}\n`, { mode: 0o600 });
+  await mkdir(join(dir, 'vms'), { recursive: true, mode: 0o700 });
   if (vmGroup !== undefined) {
     // QEMU runs as an unprivileged user: it may enter (not list) the directory and the VM
-    // area, and owns only its own VM's folder and the RAM images.
+    // area, and owns only its own VM's folder.
     for (const d of [dir, join(dir, 'vms')]) {
       await chown(d, 0, vmGroup);
       await chmod(d, 0o710);
     }
-    // Readable, not writable: QEMU opens the images hostd made for it, but cannot create,
-    // rename or replace anything there.
-    await chown(join(dir, 'images'), 0, vmGroup);
-    await chmod(join(dir, 'images'), 0o750);
   }
-  return { killedProcesses: stale.length, removedEntries: entries.length };
+}
+
+/**
+ * Claims the data directory: fails when another live hostd holds it. Nothing in it is removed
+ * here; what no record needs any more is collected once the records are read.
+ */
+export async function claimDataDir(dir: string, vmGroup?: number): Promise<void> {
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  await ensureNoOtherHostd(dir, 'SERVICE_DATA_DIR');
+  await writeFile(join(dir, 'hostd.pid'), `${process.pid}\n`, { mode: 0o600 });
+  // QEMU's account may pass through to the images it maps, never list or change this folder.
+  await chown(dir, 0, vmGroup ?? 0);
+  await chmod(dir, vmGroup === undefined ? 0o700 : 0o710);
+}
+
+async function ensureNoOtherHostd(dir: string, variable: string): Promise<void> {
+  const holder = Number((await readFile(join(dir, 'hostd.pid'), 'utf8').catch(() => '')).trim());
+  if (!holder || holder === process.pid) return;
+  const cmd = await cmdlineOf(holder);
+  if (cmd && /node|hostd/.test(cmd)) {
+    throw new Error(`another hostd (pid ${holder}) is using ${dir}; stop it or set ${variable}`);
+  }
+}
+
+/** Lets go of the data directory's lock; its content stays. */
+export async function releaseDataDir(dir: string): Promise<void> {
+  await rm(join(dir, 'hostd.pid'), { force: true });
 }
 
 /** Removes everything, the directory itself included. */

@@ -2,12 +2,13 @@
  * The testing module shared by the integration tests and the benchmark: starts a real hostd
  * (the compiled dist/src/main.js) as a child process on an ephemeral port with its own state
  * directory, talks to it, and finds its QEMU processes. Everything is read from hostd's API and
- * its state directory (`hostd.url`, `sandboxes/<id>.json`, `vms/<vm>/qemu.pid`), never from the
- * wording of its logs; the logs are kept only to print when a test fails.
+ * its directories (`hostd.url` and `vms/<vm>/qemu.pid` in the state directory, the sandbox
+ * records `sandboxes/<id>.json` in the data directory), never from the wording of its logs; the
+ * logs are kept only to print when a test fails.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { eventually } from './eventually.js';
 
@@ -16,6 +17,7 @@ export const ROOT = resolve(import.meta.dirname, '..', '..');
 export interface Hostd {
   url: string;
   stateDir: string;
+  dataDir: string;
   proc: ChildProcess;
   /** Every log line hostd printed (JSON from pino), for assertions and failure reports. */
   logs: string[];
@@ -40,6 +42,11 @@ export interface StartOptions {
   /** Resolve as soon as the process exits instead of waiting for "listening" (start-up failures). */
   expectExit?: boolean;
   stateDir?: string;
+  /**
+   * The data directory (frozen templates, memory images): by default a fresh one, removed by
+   * `stop()`; given, it is kept (a restart test starts a second hostd on the first's).
+   */
+  dataDir?: string;
 }
 
 /** Resolves once hostd serves (it has written `hostd.url` into its state directory). */
@@ -48,11 +55,14 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
     throw new Error('SERVICE_IMAGE_DIR is not set: run the tests through `npm test`');
   }
   const stateDir = opts.stateDir ?? (await mkdtemp('/dev/shm/hostd-test-'));
+  const ownDataDir = opts.dataDir === undefined;
+  const dataDir = opts.dataDir ?? (await mkdtemp('/var/tmp/hostd-test-data-'));
   const proc = spawn(process.execPath, [join(ROOT, 'dist', 'src', 'main.js')], {
     env: {
       ...process.env,
       SERVICE_HOSTD_ADDR: '127.0.0.1:0',
       SERVICE_STATE_DIR: stateDir,
+      SERVICE_DATA_DIR: dataDir,
       SERVICE_POOL_SIZE: '2',
       SERVICE_LOG_LEVEL: 'info',
       ...opts.env,
@@ -126,6 +136,7 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
   return {
     url,
     stateDir,
+    dataDir,
     proc,
     logs,
     request,
@@ -135,11 +146,14 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
       return { status: res.status, body: (text ? JSON.parse(text) : undefined) as T };
     },
     async stop(signal: NodeJS.Signals = 'SIGTERM') {
-      if (exitCode !== undefined) return exitCode;
-      proc.kill(signal);
-      const timer = setTimeout(() => proc.kill('SIGKILL'), 60_000);
-      const code = await exited;
-      clearTimeout(timer);
+      let code = exitCode;
+      if (code === undefined) {
+        proc.kill(signal);
+        const timer = setTimeout(() => proc.kill('SIGKILL'), 60_000);
+        code = await exited;
+        clearTimeout(timer);
+      }
+      if (ownDataDir) await rm(dataDir, { recursive: true, force: true });
       return code;
     },
   };
@@ -253,7 +267,7 @@ export async function readRemainingEvents(
 /** PID of the QEMU behind sandbox `id`: its record names its VM, whose folder has the pid. */
 export async function sandboxQemuPid(h: Hostd, id: string): Promise<number> {
   const record = JSON.parse(
-    await readFile(join(h.stateDir, 'sandboxes', `${id}.json`), 'utf8'),
+    await readFile(join(h.dataDir, 'sandboxes', `${id}.json`), 'utf8'),
   ) as { vm: string };
   return Number((await readFile(join(h.stateDir, 'vms', record.vm, 'qemu.pid'), 'utf8')).trim());
 }

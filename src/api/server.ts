@@ -1,7 +1,7 @@
 /**
- * The HTTP surface: fastify routes that parse and validate requests, call the SandboxManager,
- * and render results. Every non-2xx response is `{"error": message}`, including fastify's own
- * failures (bad JSON, body too large, unknown route), mapped through the error registry.
+ * The HTTP server: body parsing, authentication, error rendering and the routes (one module
+ * per concept in api/routes/). Every non-2xx response is `{"error", "code"}` from the error
+ * registry, including fastify's own failures (bad JSON, body too large, unknown route).
  */
 import Fastify, {
   LogController,
@@ -13,10 +13,13 @@ import Fastify, {
 import type { Logger } from 'pino';
 import { HostdError, fail, isError, toHostdError } from '../errors.js';
 import type { SandboxManager } from '../core/sandbox-manager.js';
-import type { ExecRun } from '../core/exec-run.js';
 import { makeAuthChecker, type AuthMode } from './auth.js';
 import type { Metrics } from './metrics.js';
-import { parseCreate, parseExec, parseFork } from './validate.js';
+import { registerExecRoutes } from './routes/exec.js';
+import { registerLineageRoutes } from './routes/lineage.js';
+import { registerSandboxRoutes } from './routes/sandboxes.js';
+import { registerServiceRoutes } from './routes/service.js';
+import { registerSnapshotRoutes } from './routes/snapshots.js';
 
 export interface ServerOptions {
   manager: SandboxManager;
@@ -25,8 +28,6 @@ export interface ServerOptions {
   logger: Logger;
   metrics: Metrics;
 }
-
-type IdParams = { id: string };
 
 /** Fastify's own error codes that are the client's fault, mapped onto registry kinds. */
 function classifyFrameworkError(
@@ -114,119 +115,11 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     sendError(reply, fail('routeNotFound', req.method, req.url.split('?')[0] ?? '')),
   );
 
-  app.get('/v1/healthz', async (_req, reply) => reply.type('text/plain').send('ok'));
-
-  app.get('/metrics', async (_req, reply) =>
-    reply.type(opts.metrics.registry.contentType).send(await opts.metrics.registry.metrics()),
-  );
-
-  app.post('/v1/sandboxes', async (req) => {
-    const { template } = parseCreate(req.body);
-    const sandbox = await manager.create(template);
-    return { id: sandbox.id, state: 'ready' };
-  });
-
-  app.get('/v1/sandboxes', async () => ({ sandboxes: manager.list() }));
-
-  app.get<{ Params: IdParams }>('/v1/sandboxes/:id', async (req) =>
-    manager.describe(req.params.id),
-  );
-
-  // The VM's console and QEMU log tail: what a user needs when a guest misbehaves.
-  app.get<{ Params: IdParams }>('/v1/sandboxes/:id/logs', async (req, reply) =>
-    reply.type('text/plain; charset=utf-8').send(await manager.logTail(req.params.id)),
-  );
-
-  app.delete<{ Params: IdParams }>('/v1/sandboxes/:id', async (req, reply) => {
-    if (req.body !== undefined) throw fail('bodyNotAllowed', 'delete');
-    await manager.delete(req.params.id);
-    return reply.code(204).send();
-  });
-
-  app.post<{ Params: IdParams }>('/v1/sandboxes/:id/exec', async (req, reply) => {
-    const body = parseExec(req.body);
-    const abort = new AbortController();
-    // 'close' on the response fires when the client goes away (or when we finish).
-    reply.raw.on('close', () => {
-      if (!reply.raw.writableFinished) abort.abort();
-    });
-    const run = await manager.exec(req.params.id, { ...body, signal: abort.signal });
-    await streamExec(req, reply, run);
-  });
-
-  app.post<{ Params: IdParams }>('/v1/sandboxes/:id/fork', async (req) => {
-    const { n } = parseFork(req.body);
-    const children = await manager.fork(req.params.id, n);
-    return {
-      parent_id: req.params.id,
-      children: children.map((c) => ({ id: c.id, state: 'ready' })),
-    };
-  });
-
-  app.post<{ Params: { parent: string; winner: string } }>(
-    '/v1/sandboxes/:parent/merge_into/:winner',
-    async (req) => {
-      if (req.body !== undefined) throw fail('bodyNotAllowed', 'merge');
-      const info = await manager.merge(req.params.parent, req.params.winner);
-      return { id: info.id, state: 'ready', merged: req.params.winner };
-    },
-  );
+  registerServiceRoutes(app, opts.metrics);
+  registerSandboxRoutes(app, manager);
+  registerExecRoutes(app, manager);
+  registerLineageRoutes(app, manager);
+  registerSnapshotRoutes(app, manager);
 
   return app;
-}
-
-/** How long a running exec with no event yet may hold back its status and headers. */
-const HEADERS_AFTER_MS = 20;
-
-/**
- * Writes exec events as NDJSON, flushed as produced, and waits for 'drain' when the client
- * reads slowly: that wait is what pauses the VM's output. Events that arrive in the same turn
- * of the event loop (a quick exec's output and exit come in one read) leave in one write, with
- * the headers and the end of the response: one wake-up of the client instead of three.
- */
-async function streamExec(req: FastifyRequest, reply: FastifyReply, run: ExecRun): Promise<void> {
-  reply.hijack();
-  const res = reply.raw;
-  res.socket?.setNoDelay(true);
-  res.writeHead(200, {
-    'content-type': 'application/x-ndjson',
-    'cache-control': 'no-store',
-    'x-content-type-options': 'nosniff',
-  });
-  // A quick exec's headers leave with its events; a silent one's after HEADERS_AFTER_MS, so
-  // that its client knows it runs (it is no longer queued).
-  const headers = setTimeout(() => res.flushHeaders(), HEADERS_AFTER_MS);
-  let corked = false;
-  const uncork = (): void => {
-    corked = false;
-    res.uncork();
-  };
-  try {
-    for await (const event of run) {
-      clearTimeout(headers);
-      if (res.destroyed) break;
-      if (!corked) {
-        corked = true;
-        res.cork();
-        setImmediate(uncork);
-      }
-      if (!res.write(JSON.stringify(event) + '\n')) {
-        await new Promise<void>((resolve) => {
-          const done = (): void => {
-            res.off('drain', done);
-            res.off('close', done);
-            resolve();
-          };
-          res.on('drain', done);
-          res.on('close', done);
-        });
-      }
-    }
-  } catch (err) {
-    req.log.error({ err }, 'exec stream failed');
-  } finally {
-    clearTimeout(headers);
-    run.discard();
-    if (!res.destroyed) res.end();
-  }
 }

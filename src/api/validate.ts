@@ -27,14 +27,31 @@ function onlyFields(body: Body, allowed: readonly string[]): void {
   }
 }
 
-export function parseCreate(body: unknown): { template?: string } {
+/** An optional non-empty string field. */
+function optionalName(b: Body, field: string): string | undefined {
+  const v = b[field];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'string' || v === '') throw fail('invalidField', field, 'a non-empty string', v);
+  return v;
+}
+
+export function parseCreate(body: unknown): { template?: string; snapshot?: string } {
   const b = objectBody(body, true);
-  onlyFields(b, ['template']);
-  if (b.template === undefined || b.template === null) return {};
-  if (typeof b.template !== 'string' || b.template === '') {
-    throw fail('invalidField', 'template', 'a non-empty string', b.template);
+  onlyFields(b, ['template', 'snapshot']);
+  const template = optionalName(b, 'template');
+  const snapshot = optionalName(b, 'snapshot');
+  if (template !== undefined && snapshot !== undefined) {
+    throw fail('conflictingFields', 'template', 'snapshot');
   }
-  return { template: b.template };
+  return {
+    ...(template === undefined ? {} : { template }),
+    ...(snapshot === undefined ? {} : { snapshot }),
+  };
+}
+
+/** Routes that take no body: anything sent is a mistake worth a 400. */
+export function parseNoBody(body: unknown, op: string): void {
+  if (body !== undefined) throw fail('bodyNotAllowed', op);
 }
 
 /** Longest accepted exec timeout: a day. */

@@ -53,6 +53,8 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
   private outputBytes = 0;
   private readonly maxOutputBytes: number;
   private limitNotice: string | null = null;
+  /** Why hostd itself interrupted the exec (not the client, not its timeout), told last. */
+  private interruptNotice: string | null = null;
   private readonly signal: AbortSignal | undefined;
   /** Resolves once the exec is over on the VM side (not when the consumer has read it all). */
   readonly done: Promise<void>;
@@ -138,6 +140,16 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
     if (this.paused) this.resumeOutput();
   }
 
+  /**
+   * Interrupts the exec for a reason of hostd's own (it is shutting down): the client, if it is
+   * still there, gets a stderr line saying so before the exit.
+   */
+  interrupt(why: string): void {
+    if (this.finished || this.interruptNotice) return;
+    this.interruptNotice = `hostd: execution interrupted: ${why}`;
+    this.cancel('client');
+  }
+
   /** Counts output against the cap; past it, drops the rest and interrupts the code. */
   private output(stream: 'stdout' | 'stderr', data: string): void {
     if (this.limitNotice) return;
@@ -168,6 +180,7 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
       // The guest ended it as a cancel; the cause was the cap, not a client.
       if (event.error === undefined) event = { ...event, data: OUTPUT_LIMIT_EXIT };
     }
+    if (this.interruptNotice) this.push({ type: 'stderr', data: this.interruptNotice });
     this.push(event);
     this.finished = true;
     clearTimeout(this.timer);

@@ -1,22 +1,23 @@
 /**
  * Checks that the host can afford another VM before starting one: an out-of-memory host
- * kills processes at random (hostd itself, or another sandbox), and a full tmpfs makes QEMU
- * die mid-copy. Failing early gives the client a clear error instead.
+ * kills processes at random (hostd itself, or another sandbox), and a full disk makes a fork's
+ * image copy fail midway. Failing early gives the client a clear error instead.
  */
 import { readFileSync, statfsSync } from 'node:fs';
 
 export interface HostFree {
   memAvailableMib: number;
-  stateDirFreeMib: number;
+  dataDirFreeMib: number;
 }
 
-export function hostFree(stateDir: string): HostFree {
+/** Free memory, and free space where memory images are written (the data directory). */
+export function hostFree(dataDir: string): HostFree {
   const meminfo = readFileSync('/proc/meminfo', 'utf8');
   const m = /^MemAvailable:\s+(\d+) kB/m.exec(meminfo);
-  const fs = statfsSync(stateDir);
+  const fs = statfsSync(dataDir);
   return {
     memAvailableMib: m ? Number(m[1]) / 1024 : Infinity,
-    stateDirFreeMib: (fs.bavail * fs.bsize) / 1024 / 1024,
+    dataDirFreeMib: (fs.bavail * fs.bsize) / 1024 / 1024,
   };
 }
 
@@ -33,8 +34,8 @@ export function shortage(
     return `not enough host memory: ${Math.round(free.memAvailableMib)} MiB available, ${Math.round(mem)} MiB needed (including the ${need.reserveMib} MiB reserve, SERVICE_MIN_FREE_MIB)`;
   }
   const disk = need.imageMib + need.reserveMib;
-  if (free.stateDirFreeMib < disk) {
-    return `not enough space in the state directory: ${Math.round(free.stateDirFreeMib)} MiB free, ${Math.round(disk)} MiB needed`;
+  if (free.dataDirFreeMib < disk) {
+    return `not enough disk space in the data directory: ${Math.round(free.dataDirFreeMib)} MiB free, ${Math.round(disk)} MiB needed`;
   }
   return null;
 }

@@ -1,22 +1,32 @@
 /**
- * Deletes sandboxes nobody has used for `idleTimeoutS`: an agent that forgets a sandbox must not
- * hold a VM forever. A sandbox that is running something is never idle.
+ * Frees what nobody uses: a sandbox idle for `idleTimeoutS` is paused or deleted (an agent that
+ * forgets a sandbox must not hold a VM forever), and a sandbox paused for `pausedTtlS` is
+ * deleted (nor its disk). A sandbox that is running something is never idle.
  */
 import type { Sandbox } from './sandbox.js';
+
+export interface ReaperActions {
+  /** A running sandbox nobody used for the idle timeout. */
+  idle(sandbox: Sandbox): Promise<void>;
+  /** A paused sandbox past its time to live. */
+  expired(sandbox: Sandbox): Promise<void>;
+}
 
 export class IdleReaper {
   private timer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly idleTimeoutS: number,
+    private readonly pausedTtlS: number,
     private readonly sandboxes: () => Sandbox[],
-    private readonly reap: (sandbox: Sandbox) => Promise<void>,
+    private readonly actions: ReaperActions,
   ) {}
 
-  /** Checks every half timeout (at most every 30 s); a 0 timeout never reaps. */
+  /** Checks every half of the shorter period (at most every 30 s); 0 disables either. */
   start(): void {
-    if (this.idleTimeoutS <= 0) return;
-    const every = Math.min(30_000, this.idleTimeoutS * 500);
+    const periods = [this.idleTimeoutS, this.pausedTtlS].filter((s) => s > 0);
+    if (periods.length === 0) return;
+    const every = Math.min(30_000, Math.min(...periods) * 500);
     this.timer = setInterval(() => void this.sweep(), every);
     this.timer.unref();
   }
@@ -25,16 +35,21 @@ export class IdleReaper {
     clearInterval(this.timer);
   }
 
-  /** Reaps every sandbox idle since before `now - timeout`; returns how many. */
+  /** Handles every sandbox idle or expired at `now`; returns how many. */
   async sweep(now = Date.now()): Promise<number> {
-    const cutoff = now - this.idleTimeoutS * 1000;
-    let reaped = 0;
+    let handled = 0;
     for (const s of this.sandboxes()) {
-      if (s.lastUsedAt < cutoff && !s.queue.running) {
-        await this.reap(s).catch(() => undefined);
-        reaped++;
-      }
+      if (s.queue.running || s.brokenReason) continue;
+      const expired =
+        s.paused &&
+        this.pausedTtlS > 0 &&
+        (s.pausedAt?.getTime() ?? now) < now - this.pausedTtlS * 1000;
+      const idle =
+        !s.paused && this.idleTimeoutS > 0 && s.lastUsedAt < now - this.idleTimeoutS * 1000;
+      if (!expired && !idle) continue;
+      await (expired ? this.actions.expired(s) : this.actions.idle(s)).catch(() => undefined);
+      handled++;
     }
-    return reaped;
+    return handled;
   }
 }

@@ -1,41 +1,100 @@
 /**
- * A record of every sandbox outside hostd's memory: one small JSON file per sandbox, rewritten
- * whenever what it records changes. Operators and tests read it to find a sandbox's machine
- * (`vm` names its folder under the state directory's `vms/`, which holds `qemu.pid`).
+ * hostd's records, outside its memory and durable: one small JSON file per sandbox and per
+ * snapshot in the data directory, rewritten (atomically, and synced to disk) whenever what it
+ * records changes. A restart reads them back: paused sandboxes, snapshots, and the sandboxes
+ * whose VMs outlived a crash (docs/api.md, "Restarts and crashes"). Operators and tests read
+ * them too: a running sandbox's `vm` names its folder under the state directory's `vms/`,
+ * which holds `qemu.pid`.
  */
-import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync } from 'node:fs';
+import { renameSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import type { MachineDescriptor, PausedDescriptor, StateDescriptor } from '../vm/machine.js';
 
 export interface SandboxRecord {
   readonly id: string;
   readonly template: string;
   readonly parent_id: string | null;
+  readonly snapshot_id: string | null;
   readonly created_at: string;
-  /** The machine's id: its folder under `vms/`. */
-  readonly vm: string;
+  readonly state: 'running' | 'paused' | 'lost';
+  /** A running sandbox's machine id: its folder under `vms/`. */
+  readonly vm?: string;
+  /** A running sandbox's machine, for its re-adoption after a crash of hostd. */
+  readonly running?: MachineDescriptor;
+  /** A paused sandbox's machine on disk. */
+  readonly paused?: PausedDescriptor;
+  readonly paused_at?: string;
+  /** Why a lost sandbox was lost. */
+  readonly error?: string;
 }
 
-export interface SandboxJournal {
-  write(record: SandboxRecord): void;
+export interface SnapshotRecord {
+  readonly id: string;
+  readonly source_sandbox_id: string;
+  readonly template: string;
+  readonly created_at: string;
+  readonly size_bytes: number;
+  readonly state: StateDescriptor;
+}
+
+/** A folder of `<id>.json` records. */
+export interface RecordStore<R extends { id: string }> {
+  write(record: R): void;
   remove(id: string): void;
+  /** Every record, as written; unreadable files are skipped (reported through `onBad`). */
+  readAll(onBad?: (file: string, err: unknown) => void): R[];
 }
 
 /** Keeps nothing: for unit tests and tools that need no record. */
-export const noJournal: SandboxJournal = { write: () => undefined, remove: () => undefined };
+export function memoryRecords<R extends { id: string }>(): RecordStore<R> & {
+  map: Map<string, R>;
+} {
+  const map = new Map<string, R>();
+  return {
+    map,
+    write: (r) => void map.set(r.id, r),
+    remove: (id) => void map.delete(id),
+    readAll: () => [...map.values()],
+  };
+}
 
-/** One `<id>.json` per sandbox in `dir`, replaced atomically (write, then rename). */
-export class FileJournal implements SandboxJournal {
+/** One `<id>.json` per record in `dir`, replaced atomically and synced (a crash loses none). */
+export class FileRecords<R extends { id: string }> implements RecordStore<R> {
   constructor(private readonly dir: string) {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
   }
 
-  write(record: SandboxRecord): void {
+  write(record: R): void {
     const path = join(this.dir, `${record.id}.json`);
-    writeFileSync(`${path}.tmp`, JSON.stringify(record) + '\n', { mode: 0o600 });
+    const fd = openSync(`${path}.tmp`, 'w', 0o600);
+    try {
+      writeSync(fd, JSON.stringify(record) + '\n');
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
     renameSync(`${path}.tmp`, path);
   }
 
   remove(id: string): void {
     rmSync(join(this.dir, `${id}.json`), { force: true });
+  }
+
+  readAll(onBad: (file: string, err: unknown) => void = () => undefined): R[] {
+    const records: R[] = [];
+    for (const name of readdirSync(this.dir)) {
+      const path = join(this.dir, name);
+      if (!name.endsWith('.json')) {
+        rmSync(path, { force: true }); // a write a crash interrupted
+        continue;
+      }
+      try {
+        records.push(JSON.parse(readFileSync(path, 'utf8')) as R);
+      } catch (err) {
+        onBad(name, err);
+      }
+    }
+    return records;
   }
 }

@@ -15,6 +15,7 @@ import type { Admission } from './admission.js';
 import type { ForkStandby } from './fork-standby.js';
 import type { SandboxRegistry } from './registry.js';
 import type { Sandbox, SandboxInfo } from './sandbox.js';
+import type { RunningSandbox } from './registry.js';
 
 export const MAX_FORK = 32;
 
@@ -50,7 +51,9 @@ export class Lineage {
         if (short) throw fail('insufficientResources', short);
         const state = await this.capture(sandbox, machine, n, target);
         const children = await this.restoreAll(state, n);
-        const adopted = children.map((m) => registry.adopt(m, sandbox.template, sandbox.id));
+        const adopted = children.map((m) =>
+          registry.adopt(m, { template: sandbox.template, parentId: sandbox.id, snapshotId: null }),
+        );
         sandbox.touch();
         const seconds = Number(process.hrtime.bigint() - started) / 1e9;
         log.info({ parent: sandbox.id, n, totalMs: Math.round(seconds * 1000) }, 'forked');
@@ -79,12 +82,14 @@ export class Lineage {
       if (!registry.holds(parent)) throw fail('sandboxNotFound', parentId);
       if (!registry.holds(winner)) throw fail('sandboxNotFound', winnerId);
       if (winner.brokenReason) throw fail('sandboxBroken', winnerId, winner.brokenReason);
-      const old = parent.machine;
+      await registry.wake(winner); // a paused winner runs again first
+      const { machine: old, paused: oldPaused } = parent;
       registry.remove(winner, fail('sandboxMergedAway', winner.id, parent.id));
-      registry.rebind(parent, winner.machine, winner.template);
+      registry.rebind(parent, winner.machine!, winner.template);
       parent.touch();
       log.info({ parent: parent.id, winner: winner.id }, 'merged');
-      void old.destroy('the sandbox adopted another VM by merge');
+      void old?.destroy('the sandbox adopted another VM by merge');
+      void oldPaused?.discard();
       return parent.info();
     } finally {
       releases.forEach((r) => r());
@@ -92,7 +97,7 @@ export class Lineage {
   }
 
   private async capture(
-    sandbox: Sandbox,
+    sandbox: RunningSandbox,
     machine: Machine,
     n: number,
     target: Parameters<Machine['capture']>[1],

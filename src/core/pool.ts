@@ -28,7 +28,7 @@ export interface RefillPauses {
 export class TemplatePool {
   private readonly ready: Machine[] = [];
   private frozen: FrozenState | null = null;
-  private refilling = false;
+  private refilling: Promise<void> | null = null;
   private closed = false;
   /** Milliseconds the template took to boot and freeze (reported by the benchmark). */
   bootMs = 0;
@@ -88,6 +88,8 @@ export class TemplatePool {
   /** Destroys pooled machines and lets go of the template state. Sandboxes keep theirs. */
   async close(): Promise<void> {
     this.closed = true;
+    // A restore in flight must end (and be destroyed) before hostd exits, or its VM outlives it.
+    await this.refilling;
     await Promise.all(this.ready.splice(0).map((m) => m.destroy()));
     this.frozen?.release();
     this.frozen = null;
@@ -105,8 +107,7 @@ export class TemplatePool {
 
   private refill(): void {
     if (this.refilling || this.closed) return;
-    this.refilling = true;
-    void this.fill().finally(() => (this.refilling = false));
+    this.refilling = this.fill().finally(() => (this.refilling = null));
   }
 
   private async fill(): Promise<void> {

@@ -1,27 +1,42 @@
 /**
  * The sandboxes that exist, and the rules every operation on one follows: ids are validated
- * before they touch anything, a sandbox whose machine died answers with that reason, and an
- * operation that waited its turn re-checks the sandbox still exists when it gets it.
+ * before they touch anything, a sandbox whose machine died answers with that reason, a paused
+ * sandbox is resumed by the first operation that needs it running, and an operation that waited
+ * its turn re-checks the sandbox still exists when it gets it. Every change is written to the
+ * journal (core/journal.ts).
  */
 import type { Logger } from 'pino';
 import { fail, type HostdError } from '../errors.js';
-import type { Machine } from '../vm/machine.js';
+import type { Hypervisor, Machine } from '../vm/machine.js';
 import { isSandboxId, newSandboxId } from './ids.js';
-import { noJournal, type SandboxJournal } from './journal.js';
-import { Sandbox } from './sandbox.js';
+import { memoryRecords, type RecordStore, type SandboxRecord } from './journal.js';
+import { Sandbox, type SandboxOrigin } from './sandbox.js';
 import type { Release } from './serial-queue.js';
+
+/** A sandbox whose machine is running, as an operation that holds its turn sees it. */
+export type RunningSandbox = Sandbox & { machine: Machine };
 
 export class SandboxRegistry {
   private readonly sandboxes = new Map<string, Sandbox>();
+  /** Sandboxes whose VM died while hostd was not running: id -> why. */
+  private readonly lost = new Map<string, string>();
 
   constructor(
     private readonly log: Logger,
     private readonly maxQueued: number,
-    private readonly journal: SandboxJournal = noJournal,
+    private readonly hypervisor: Hypervisor,
+    private readonly journal: RecordStore<SandboxRecord> = memoryRecords(),
   ) {}
 
   get size(): number {
     return this.sandboxes.size;
+  }
+
+  /** Sandboxes with a running machine (admission counts these). */
+  get running(): number {
+    let n = 0;
+    for (const s of this.sandboxes.values()) if (!s.paused) n++;
+    return n;
   }
 
   all(): Sandbox[] {
@@ -34,16 +49,29 @@ export class SandboxRegistry {
   }
 
   /** Registers a new sandbox driving `machine`. */
-  adopt(machine: Machine, template: string, parentId: string | null): Sandbox {
-    const sandbox = new Sandbox(newSandboxId(), template, machine, parentId, this.maxQueued);
+  adopt(machine: Machine, origin: SandboxOrigin): RunningSandbox {
+    const sandbox = new Sandbox(newSandboxId(), origin, machine, this.maxQueued);
     this.sandboxes.set(sandbox.id, sandbox);
-    this.watch(sandbox);
-    this.record(sandbox);
+    this.watch(sandbox, machine);
+    this.save(sandbox);
     this.log.info(
-      { sandbox: sandbox.id, vm: machine.id, template, parent: parentId },
+      { sandbox: sandbox.id, vm: machine.id, template: origin.template, parent: origin.parentId },
       'sandbox ready',
     );
-    return sandbox;
+    return sandbox as RunningSandbox;
+  }
+
+  /** Registers a sandbox read back from the journal after a restart. */
+  readmit(sandbox: Sandbox): void {
+    this.sandboxes.set(sandbox.id, sandbox);
+    if (sandbox.machine) this.watch(sandbox, sandbox.machine);
+    this.save(sandbox);
+  }
+
+  /** Remembers a sandbox lost while hostd was down: its id answers `sandbox_lost` until deleted. */
+  markLost(record: SandboxRecord, why: string): void {
+    this.lost.set(record.id, why);
+    this.journal.write({ ...record, state: 'lost', error: why });
   }
 
   /** Unregisters it; its queue's waiters get `why`. */
@@ -55,19 +83,42 @@ export class SandboxRegistry {
     sandbox.queue.close(why);
   }
 
-  /** Points `sandbox` at another machine (merge) and watches that one instead. */
-  rebind(sandbox: Sandbox, machine: Machine, template: string): void {
+  /** Forgets a lost sandbox; true if `id` was one. */
+  forgetLost(id: string): boolean {
+    if (!this.lost.delete(id)) return false;
+    this.journal.remove(id);
+    return true;
+  }
+
+  /** Points `sandbox` at another running machine (merge, resume) and watches that one. */
+  rebind(sandbox: Sandbox, machine: Machine, template = sandbox.template): void {
     sandbox.machine = machine;
     sandbox.template = template;
     sandbox.brokenReason = null;
-    this.watch(sandbox);
-    this.record(sandbox);
+    sandbox.paused = null;
+    sandbox.pausedAt = null;
+    this.watch(sandbox, machine);
+    this.save(sandbox);
   }
 
-  /** The sandbox `id`; with `usable`, one whose machine still works (else 500 with why). */
+  /** Records that `sandbox` is now on disk (its machine stopped). */
+  markPaused(sandbox: Sandbox, paused: NonNullable<Sandbox['paused']>): void {
+    sandbox.machine = null;
+    sandbox.paused = paused;
+    sandbox.pausedAt = new Date();
+    this.save(sandbox);
+  }
+
+  /**
+   * The sandbox `id`. With `usable`, it must not have failed (else 500 with why); a paused one
+   * is usable (the operation resumes it once it has its turn).
+   */
   get(id: string, usable: boolean): Sandbox {
     const sandbox = isSandboxId(id) ? this.sandboxes.get(id) : undefined;
-    if (!sandbox) throw fail('sandboxNotFound', id);
+    if (!sandbox) {
+      const why = this.lost.get(id);
+      throw why === undefined ? fail('sandboxNotFound', id) : fail('sandboxLost', id, why);
+    }
     if (usable) this.ensureUsable(sandbox);
     sandbox.touch();
     return sandbox;
@@ -75,23 +126,39 @@ export class SandboxRegistry {
 
   /**
    * Waits for the sandbox's turn (its queue), then re-checks it: it may have been deleted,
-   * merged away or broken meanwhile.
+   * merged away or broken meanwhile. A paused sandbox is resumed first.
    */
   async acquire(
     id: string,
     signal?: AbortSignal,
-    usable = true,
-  ): Promise<{ sandbox: Sandbox; release: Release }> {
-    const sandbox = this.get(id, usable);
+  ): Promise<{ sandbox: RunningSandbox; release: Release }> {
+    const sandbox = this.get(id, true);
     const release = await sandbox.queue.acquire(signal);
     try {
       if (!this.holds(sandbox)) throw fail('sandboxNotFound', id);
-      if (usable) this.ensureUsable(sandbox);
+      await this.wake(sandbox);
+      this.ensureUsable(sandbox);
     } catch (err) {
       release();
       throw err;
     }
-    return { sandbox, release };
+    return { sandbox: sandbox as RunningSandbox, release };
+  }
+
+  /** Resumes `sandbox` if it is paused; its caller holds its turn. */
+  async wake(sandbox: Sandbox): Promise<void> {
+    const { paused } = sandbox;
+    if (!paused || sandbox.brokenReason) return;
+    let machine: Machine;
+    try {
+      machine = await this.hypervisor.resume(paused);
+    } catch (err) {
+      this.log.error({ err, sandbox: sandbox.id }, 'resume failed');
+      const why = err instanceof Error ? err.message : String(err);
+      throw fail('vmOperationFailed', 'resume the sandbox', why);
+    }
+    this.rebind(sandbox, machine);
+    this.log.info({ sandbox: sandbox.id, vm: machine.id }, 'sandbox resumed');
   }
 
   /**
@@ -112,28 +179,21 @@ export class SandboxRegistry {
     // The machine may be gone before its death was reported (the channel closes a moment
     // before QEMU's exit is seen): judge by its state, not only by events.
     const { machine } = sandbox;
-    if (!sandbox.brokenReason && !machine.alive) {
+    if (machine && !sandbox.brokenReason && !machine.alive) {
       this.markBroken(sandbox, machine, machine.deathReason);
     }
     if (sandbox.brokenReason) throw fail('sandboxBroken', sandbox.id, sandbox.brokenReason);
   }
 
-  private record(sandbox: Sandbox): void {
+  private save(sandbox: Sandbox): void {
     try {
-      this.journal.write({
-        id: sandbox.id,
-        template: sandbox.template,
-        parent_id: sandbox.parentId,
-        created_at: sandbox.createdAt.toISOString(),
-        vm: sandbox.machine.id,
-      });
+      this.journal.write(sandbox.record());
     } catch (err) {
       this.log.error({ err, sandbox: sandbox.id }, 'could not write the sandbox record');
     }
   }
 
-  private watch(sandbox: Sandbox): void {
-    const { machine } = sandbox;
+  private watch(sandbox: Sandbox, machine: Machine): void {
     machine.onDeath((why) => this.markBroken(sandbox, machine, why));
     // It may have died before anyone listened (a fork child waiting for its siblings).
     if (!machine.alive) this.markBroken(sandbox, machine, machine.deathReason);

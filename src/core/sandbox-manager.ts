@@ -1,7 +1,9 @@
 /**
- * Owns every sandbox: create from a pool, exec through a per-sandbox FIFO, fork and merge
- * (core/lineage.ts), delete, reap idle ones, shut down. It speaks in typed errors and async
- * iterables; it knows nothing of HTTP, and of machines only the vm/machine.ts interfaces.
+ * Owns every sandbox: create from a pool or a snapshot, exec through a per-sandbox FIFO, fork
+ * and merge (core/lineage.ts), snapshot, pause and resume, delete, reap idle ones, and on
+ * shutdown write every sandbox to disk so that the next start has them all. It speaks in typed
+ * errors and async iterables; it knows nothing of HTTP, and of machines only the
+ * vm/machine.ts interfaces.
  */
 import type { Logger } from 'pino';
 import { fail } from '../errors.js';
@@ -11,14 +13,16 @@ import { ExecRun } from './exec-run.js';
 import { ForkStandby } from './fork-standby.js';
 import type { HostFree } from './host-resources.js';
 import { IdleReaper } from './idle-reaper.js';
-import type { SandboxJournal } from './journal.js';
+import type { RecordStore, SandboxRecord, SnapshotRecord } from './journal.js';
 import { asMachineError, Lineage } from './lineage.js';
 import { TemplatePool, type PoolConfig, type PoolStats, type RefillPauses } from './pool.js';
 import { SandboxRegistry } from './registry.js';
-import type { Sandbox, SandboxInfo } from './sandbox.js';
+import { Sandbox, type SandboxInfo } from './sandbox.js';
+import { Snapshots, type SnapshotInfo } from './snapshots.js';
 
 export { MAX_FORK } from './lineage.js';
 export type { Language } from '../vm/machine.js';
+export type { SnapshotInfo } from './snapshots.js';
 
 /** Hooks for metrics; the api layer wires them to prom-client. */
 export interface ManagerObserver {
@@ -36,27 +40,45 @@ export interface ExecRequest {
   signal?: AbortSignal;
 }
 
+export interface CreateRequest {
+  template?: string;
+  snapshot?: string;
+}
+
 export interface ManagerOptions {
   /** In order; the first is the default. */
   readonly templates: readonly PoolConfig[];
   readonly maxSandboxes: number;
   readonly maxQueuedExecs: number;
-  /** Seconds without any request after which a sandbox is deleted; 0: never. */
+  /** Seconds without any request after which a sandbox is paused or deleted; 0: never. */
   readonly idleTimeoutS: number;
-  /** Memory and state-dir space (MiB) that must stay free after starting a VM. */
+  /** What happens to an idle sandbox. */
+  readonly idleAction?: 'pause' | 'delete';
+  /** Seconds a paused sandbox is kept before it is deleted; 0: until deleted. */
+  readonly pausedTtlS?: number;
+  /** MiB snapshots and paused sandboxes may take on disk; past it they get 507. 0: no cap. */
+  readonly maxStorageMib?: number;
+  /** Memory and data-dir space (MiB) that must stay free after starting a VM. */
   readonly minFreeMib: number;
   /** Output (bytes of event data) one exec may produce before it is interrupted. */
   readonly maxExecOutputBytes: number;
   /** Most machines kept started ahead per template for forks (core/fork-standby.ts). */
   readonly forkStandbyMax: number;
-  /** The host's free memory and state-dir space now. */
+  /** The host's free memory and data-dir space now. */
   readonly hostFree: () => HostFree;
   readonly refillPauses?: RefillPauses;
-  /** Where each sandbox's record goes (core/journal.ts); none by default. */
-  readonly journal?: SandboxJournal;
+  /** Where sandbox and snapshot records go (core/journal.ts); in memory by default. */
+  readonly records?: {
+    sandboxes: RecordStore<SandboxRecord>;
+    snapshots: RecordStore<SnapshotRecord>;
+  };
+  /** Pause every sandbox on shutdown (and destroy otherwise). Default true. */
+  readonly pauseOnShutdown?: boolean;
 }
 
 const secondsSince = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1e9;
+/** Sandboxes paused at once on shutdown: each is a burst of disk writes. */
+const SHUTDOWN_PAUSES_AT_ONCE = 4;
 
 export class SandboxManager {
   private readonly registry: SandboxRegistry;
@@ -65,7 +87,10 @@ export class SandboxManager {
   private readonly standby: ForkStandby;
   private readonly lineage: Lineage;
   private readonly reaper: IdleReaper;
+  private readonly snapshots: Snapshots;
   private stopping = false;
+  /** Creates in flight: shutdown waits for them, so that no VM they start outlives hostd. */
+  private readonly creating = new Set<Promise<unknown>>();
 
   constructor(
     private readonly options: ManagerOptions,
@@ -73,7 +98,17 @@ export class SandboxManager {
     private readonly log: Logger,
     private readonly observer: ManagerObserver = {},
   ) {
-    this.registry = new SandboxRegistry(log, options.maxQueuedExecs, options.journal);
+    this.registry = new SandboxRegistry(
+      log,
+      options.maxQueuedExecs,
+      hypervisor,
+      options.records?.sandboxes,
+    );
+    this.snapshots = new Snapshots(
+      hypervisor,
+      options.records?.snapshots,
+      (id) => this.registry.all().filter((s) => s.snapshotId === id).length,
+    );
     this.admission = new Admission(
       {
         maxSandboxes: options.maxSandboxes,
@@ -81,7 +116,7 @@ export class SandboxManager {
         perVmMib: hypervisor.machineOverheadMib,
       },
       options.hostFree,
-      () => this.registry.size,
+      () => this.registry.running,
     );
     this.standby = new ForkStandby(hypervisor, options.forkStandbyMax, (vms, mib) =>
       this.admission.shortage(vms, mib),
@@ -97,16 +132,32 @@ export class SandboxManager {
     });
     this.reaper = new IdleReaper(
       options.idleTimeoutS,
+      options.pausedTtlS ?? 0,
       () => this.registry.all(),
-      async (s) => {
-        log.info({ sandbox: s.id, idleS: options.idleTimeoutS }, 'deleting idle sandbox');
-        await this.delete(s.id);
+      {
+        idle: async (s) => {
+          const pause = (options.idleAction ?? 'pause') === 'pause';
+          log.info({ sandbox: s.id, idleS: options.idleTimeoutS, pause }, 'idle sandbox');
+          await (pause ? this.pause(s.id) : this.delete(s.id));
+        },
+        expired: async (s) => {
+          log.info({ sandbox: s.id }, 'deleting a sandbox paused for too long');
+          await this.delete(s.id);
+        },
       },
     );
   }
 
-  /** Boots every template (in turn: they compete for the same CPUs) and starts the reaper. */
+  /**
+   * Reads back what earlier runs left (snapshots, paused sandboxes), boots every template (in
+   * turn: they compete for the same CPUs), removes what no record uses, starts the reaper.
+   * Sandboxes are resumed on first use, so start-up time does not grow with their number.
+   */
   async start(): Promise<void> {
+    for (const { id, why } of await this.snapshots.load()) {
+      this.log.error({ snapshot: id, why }, 'a snapshot could not be reopened; it is dropped');
+    }
+    await this.readmitSandboxes();
     for (const t of this.options.templates) {
       const pool = new TemplatePool(
         t,
@@ -119,6 +170,9 @@ export class SandboxManager {
       this.pools.set(t.name, pool);
       this.standby.register(await pool.init());
     }
+    // Every state this run needs is open: what earlier runs left and nothing uses goes.
+    const removed = await this.hypervisor.collectGarbage();
+    if (removed) this.log.info({ removed }, 'removed frozen states no record uses');
     this.reaper.start();
   }
 
@@ -147,8 +201,21 @@ export class SandboxManager {
     return this.registry.get(id, false).info();
   }
 
-  async create(template: string | undefined): Promise<Sandbox> {
+  async create(req: CreateRequest): Promise<Sandbox> {
     this.ensureRunning();
+    const p =
+      req.snapshot !== undefined
+        ? this.createFromSnapshot(req.snapshot)
+        : this.createFromPool(req.template);
+    this.creating.add(p);
+    try {
+      return await p;
+    } finally {
+      this.creating.delete(p);
+    }
+  }
+
+  private async createFromPool(template: string | undefined): Promise<Sandbox> {
     const name = template ?? this.defaultTemplate;
     const pool = this.pools.get(name);
     if (!pool) throw fail('templateNotFound', name, [...this.pools.keys()]);
@@ -166,7 +233,11 @@ export class SandboxManager {
       await taken.machine.destroy();
       throw fail('shuttingDown');
     }
-    const sandbox = this.registry.adopt(taken.machine, name, null);
+    const sandbox = this.registry.adopt(taken.machine, {
+      template: name,
+      parentId: null,
+      snapshotId: null,
+    });
     this.observer.created?.(taken.hit, secondsSince(started));
     return sandbox;
   }
@@ -178,6 +249,11 @@ export class SandboxManager {
   async exec(id: string, req: ExecRequest): Promise<ExecRun> {
     this.ensureRunning();
     const { sandbox, release } = await this.registry.acquire(id, req.signal);
+    if (this.stopping) {
+      // Its turn came after shutdown began interrupting what ran: it never starts.
+      release();
+      throw fail('shuttingDown');
+    }
     const started = process.hrtime.bigint();
     const { machine } = sandbox;
     let run: ExecRun;
@@ -192,7 +268,9 @@ export class SandboxManager {
       throw asMachineError(err, this.log, 'vmOperationFailed', 'start the exec');
     }
     this.observer.execStarted?.();
+    sandbox.currentRun = run;
     void run.done.then(() => {
+      if (sandbox.currentRun === run) sandbox.currentRun = null;
       sandbox.touch();
       release();
       this.observer.execFinished?.(secondsSince(started));
@@ -212,31 +290,213 @@ export class SandboxManager {
     return this.lineage.merge(parentId, winnerId);
   }
 
+  /** Keeps the sandbox's whole state as a snapshot; the sandbox runs on. */
+  async snapshot(id: string): Promise<SnapshotInfo> {
+    this.ensureRunning();
+    const { sandbox, release } = await this.registry.acquire(id);
+    try {
+      this.ensureStorage(sandbox.machine.captureCostMib());
+      const state = await sandbox.machine.capture(1, null).catch((err: unknown) => {
+        if (!this.registry.holds(sandbox)) throw fail('sandboxDeleted', id);
+        throw asMachineError(err, this.log, 'vmOperationFailed', 'snapshot the sandbox');
+      });
+      await state.discardPrepared();
+      const size = this.hypervisor.stateSizeBytes(state);
+      const info = this.snapshots.add(state, sandbox, size);
+      sandbox.touch();
+      this.log.info({ sandbox: id, snapshot: info.snapshot_id, size }, 'snapshot taken');
+      return info;
+    } finally {
+      release();
+    }
+  }
+
+  listSnapshots(): SnapshotInfo[] {
+    return this.snapshots.list();
+  }
+
+  describeSnapshot(id: string): SnapshotInfo {
+    return this.snapshots.describe(id);
+  }
+
+  deleteSnapshot(id: string): void {
+    this.snapshots.delete(id);
+    this.log.info({ snapshot: id }, 'snapshot deleted');
+  }
+
+  /** Writes the sandbox to disk and stops its machine; a no-op when it is paused already. */
+  async pause(id: string): Promise<SandboxInfo> {
+    const sandbox = this.registry.get(id, true);
+    const release = await sandbox.queue.acquire();
+    try {
+      if (!this.registry.holds(sandbox)) throw fail('sandboxNotFound', id);
+      const { machine } = sandbox;
+      if (!machine) return sandbox.info();
+      this.ensureStorage(0);
+      const paused = await machine.pause().catch((err: unknown) => {
+        throw asMachineError(err, this.log, 'vmOperationFailed', 'pause the sandbox');
+      });
+      this.registry.markPaused(sandbox, paused);
+      this.log.info({ sandbox: id, bytes: paused.sizeBytes }, 'sandbox paused');
+      return sandbox.info();
+    } finally {
+      release();
+    }
+  }
+
+  /** Runs a paused sandbox again; a no-op when it runs. */
+  async resume(id: string): Promise<SandboxInfo> {
+    this.ensureRunning();
+    const { sandbox, release } = await this.registry.acquire(id);
+    release();
+    return sandbox.info();
+  }
+
   /** Destroys the sandbox now; a running exec ends with an executor error, queued ones get 404. */
   async delete(id: string): Promise<void> {
+    if (this.registry.forgetLost(id)) return;
     const sandbox = this.registry.get(id, false);
     this.registry.remove(sandbox, fail('sandboxDeleted', id));
     sandbox.brokenReason = 'the sandbox was deleted';
-    await sandbox.machine.destroy('the sandbox was deleted');
+    await Promise.all([
+      sandbox.machine?.destroy('the sandbox was deleted'),
+      sandbox.paused?.discard(),
+    ]);
     this.log.info({ sandbox: id }, 'deleted');
   }
 
-  /** Destroys everything, pools included; new requests get 503. */
+  /**
+   * Stops taking work, writes every sandbox to disk (unless told not to), then destroys every
+   * machine, pools included. A sandbox that cannot be paused is lost, and says so in the log.
+   */
   async shutdown(): Promise<void> {
     this.stopping = true;
     this.reaper.stop();
+    await Promise.allSettled([...this.creating]);
     const all = this.registry.all();
-    for (const s of all) this.registry.remove(s, fail('shuttingDown'));
+    // Nothing queued will run; what runs is interrupted, so that the pause does not wait for it.
+    for (const s of all) {
+      s.queue.rejectWaiting(fail('shuttingDown'));
+      s.currentRun?.interrupt('hostd is shutting down');
+    }
+    if (this.options.pauseOnShutdown ?? true) await this.pauseAll(all);
+    for (const s of all) s.queue.close(fail('shuttingDown'));
     await Promise.all([
-      ...all.map((s) => s.machine.destroy('hostd is shutting down')),
+      ...all.map((s) => s.machine?.destroy('hostd is shutting down')),
       ...[...this.pools.values()].map((p) => p.close()),
       this.standby.close(),
     ]);
+    // Snapshots keep their references: letting go would delete files the next start reads.
   }
 
   /** The machine's console and log tail, for error reports and failing tests. */
   async logTail(id: string): Promise<string> {
-    return this.registry.get(id, false).machine.logTail();
+    const { machine } = this.registry.get(id, false);
+    return machine ? machine.logTail() : '(the sandbox is paused: no VM runs)';
+  }
+
+  /** Bytes snapshots and paused sandboxes take on disk. */
+  storageBytes(): number {
+    let n = this.snapshots.sizeBytes;
+    for (const s of this.registry.all()) n += s.paused?.sizeBytes ?? 0;
+    return n;
+  }
+
+  private async createFromSnapshot(snapshotId: string): Promise<Sandbox> {
+    const { state, template } = this.snapshots.get(snapshotId);
+    const admitted = this.admission.admit(1);
+    try {
+      const machine = await this.hypervisor.restore(state).catch((err: unknown) => {
+        this.observer.vmStartFailed?.();
+        throw asMachineError(err, this.log, 'vmStartFailed');
+      });
+      if (this.stopping) {
+        await machine.destroy();
+        throw fail('shuttingDown');
+      }
+      return this.registry.adopt(machine, { template, parentId: null, snapshotId });
+    } finally {
+      admitted();
+    }
+  }
+
+  /**
+   * Brings back the sandboxes the records name: paused ones as they were (resumed on first use),
+   * running ones by re-adopting their VMs, which outlive a crash of hostd. A sandbox whose VM or
+   * files are gone is lost: its id answers 410 until deleted. VMs of the earlier run that no
+   * sandbox took over (pooled, standby) are then stopped.
+   */
+  private async readmitSandboxes(): Promise<void> {
+    const records = this.options.records?.sandboxes;
+    if (!records) return;
+    let adopted = 0;
+    for (const record of records.readAll((file, err) =>
+      this.log.error({ file, err }, 'unreadable sandbox record'),
+    )) {
+      if (record.state === 'lost') {
+        this.registry.markLost(record, record.error ?? 'its VM is gone');
+        continue;
+      }
+      const sandbox = new Sandbox(
+        record.id,
+        { template: record.template, parentId: record.parent_id, snapshotId: record.snapshot_id },
+        null,
+        this.options.maxQueuedExecs,
+        new Date(record.created_at),
+      );
+      try {
+        if (record.state === 'paused' && record.paused) {
+          sandbox.paused = await this.hypervisor.openPaused(record.paused);
+          sandbox.pausedAt = new Date(record.paused_at ?? Date.now());
+        } else if (record.running) {
+          sandbox.machine = await this.hypervisor.adopt(record.running);
+          adopted++;
+        } else {
+          throw new Error('its record names no VM');
+        }
+        this.registry.readmit(sandbox);
+      } catch (err) {
+        const why = err instanceof Error ? err.message : String(err);
+        this.registry.markLost(record, why);
+        this.log.warn({ sandbox: record.id, why }, 'sandbox lost while hostd was down');
+      }
+    }
+    const swept = await this.hypervisor.sweep();
+    if (adopted || swept) this.log.info({ adopted, swept }, 're-adopted the VMs of the last run');
+  }
+
+  private async pauseAll(sandboxes: Sandbox[]): Promise<void> {
+    const todo = sandboxes.filter((s) => s.machine && !s.brokenReason);
+    const worker = async (): Promise<void> => {
+      for (let s = todo.shift(); s; s = todo.shift()) {
+        const sandbox = s;
+        const release = await sandbox.queue.acquire().catch(() => null);
+        if (!release) continue;
+        try {
+          const { machine } = sandbox;
+          if (!machine || !this.registry.holds(sandbox)) continue;
+          this.registry.markPaused(sandbox, await machine.pause());
+        } catch (err) {
+          this.log.error({ err, sandbox: sandbox.id }, 'could not pause on shutdown: it is lost');
+        } finally {
+          // Closed before the turn passes on: nothing queued since may resume it again.
+          sandbox.queue.close(fail('shuttingDown'));
+          release();
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: SHUTDOWN_PAUSES_AT_ONCE }, worker));
+    this.log.info({ sandboxes: sandboxes.length }, 'sandboxes paused for the next start');
+  }
+
+  /** 507 when snapshots and paused sandboxes would pass SERVICE_MAX_STORAGE_MIB. */
+  private ensureStorage(moreMib: number): void {
+    const limit = this.options.maxStorageMib ?? 0;
+    if (limit <= 0) return;
+    const usedMib = Math.ceil(this.storageBytes() / (1024 * 1024));
+    if (usedMib + moreMib > limit) {
+      throw fail('storageLimit', usedMib, Math.ceil(moreMib), limit);
+    }
   }
 
   private get defaultTemplate(): string {

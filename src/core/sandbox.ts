@@ -1,42 +1,73 @@
 /**
  * A sandbox is an id bound to a machine. The binding can change (merge makes a parent id drive
- * the winner's machine), which is why the id, the exec queue and the machine are separate.
+ * the winner's machine; pause writes the machine to disk and resume binds a new one), which is
+ * why the id, the exec queue and the machine are separate.
  */
-import type { Machine } from '../vm/machine.js';
+import type { Machine, PausedMachine } from '../vm/machine.js';
+import type { ExecRun } from './exec-run.js';
+import type { SandboxRecord } from './journal.js';
 import { SerialQueue } from './serial-queue.js';
 
 /** What GET /v1/sandboxes/{id} returns (docs/api.md). */
 export interface SandboxInfo {
   id: string;
-  state: 'ready' | 'failed';
+  state: 'ready' | 'paused' | 'failed';
   template: string;
   created_at: string;
   last_used_at: string;
   /** The sandbox this one was forked from, if any (it may no longer exist). */
   parent_id: string | null;
-  /** True while an exec, fork or merge holds the sandbox; others queue behind it. */
+  /** The snapshot this one was created from, if any. */
+  snapshot_id: string | null;
+  /** True while an exec, fork, merge, snapshot or pause holds the sandbox. */
   busy: boolean;
   queued: number;
   /** Why the sandbox failed, when it did. */
   error: string | null;
 }
 
+export interface SandboxOrigin {
+  readonly template: string;
+  readonly parentId: string | null;
+  readonly snapshotId: string | null;
+}
+
 export class Sandbox {
-  readonly createdAt = new Date();
+  readonly createdAt: Date;
   lastUsedAt = Date.now();
   /** Set when the machine failed; every later operation but delete reports it. */
   brokenReason: string | null = null;
-  /** Execs, forks and merges, one at a time in arrival order. */
+  /** Execs, forks, merges, snapshots and pauses, one at a time in arrival order. */
   readonly queue: SerialQueue;
+  template: string;
+  readonly parentId: string | null;
+  readonly snapshotId: string | null;
+  /** The running machine; null while paused. */
+  machine: Machine | null;
+  /** The machine on disk while paused. */
+  paused: PausedMachine | null = null;
+  pausedAt: Date | null = null;
+  /** The exec running now, if any. */
+  currentRun: ExecRun | null = null;
 
   constructor(
     readonly id: string,
-    public template: string,
-    public machine: Machine,
-    readonly parentId: string | null,
+    origin: SandboxOrigin,
+    machine: Machine | null,
     maxQueued: number,
+    createdAt = new Date(),
   ) {
+    this.template = origin.template;
+    this.parentId = origin.parentId;
+    this.snapshotId = origin.snapshotId;
+    this.machine = machine;
+    this.createdAt = createdAt;
     this.queue = new SerialQueue(maxQueued);
+  }
+
+  get state(): SandboxInfo['state'] {
+    if (this.brokenReason) return 'failed';
+    return this.paused ? 'paused' : 'ready';
   }
 
   touch(): void {
@@ -46,14 +77,38 @@ export class Sandbox {
   info(): SandboxInfo {
     return {
       id: this.id,
-      state: this.brokenReason ? 'failed' : 'ready',
+      state: this.state,
       template: this.template,
       created_at: this.createdAt.toISOString(),
       last_used_at: new Date(this.lastUsedAt).toISOString(),
       parent_id: this.parentId,
+      snapshot_id: this.snapshotId,
       busy: this.queue.running,
       queued: this.queue.waiting,
       error: this.brokenReason,
     };
+  }
+
+  /** What the journal keeps of it (core/journal.ts). */
+  record(): SandboxRecord {
+    const base = {
+      id: this.id,
+      template: this.template,
+      parent_id: this.parentId,
+      snapshot_id: this.snapshotId,
+      created_at: this.createdAt.toISOString(),
+    };
+    if (this.paused) {
+      return {
+        ...base,
+        state: 'paused',
+        paused: this.paused.describe(),
+        paused_at: (this.pausedAt ?? new Date()).toISOString(),
+      };
+    }
+    const { machine } = this;
+    return machine
+      ? { ...base, state: 'running', vm: machine.id, running: machine.describe() }
+      : { ...base, state: 'running' };
   }
 }

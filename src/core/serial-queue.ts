@@ -63,6 +63,11 @@ export class SerialQueue {
     });
   }
 
+  /** Rejects the callers waiting now with `err`; later callers queue as usual. */
+  rejectWaiting(err: HostdError): void {
+    for (const w of this.waiters.splice(0)) w.reject(err);
+  }
+
   /** Rejects all current and future waiters with `err`; the current holder finishes normally. */
   close(err: HostdError): void {
     this.closedWith = err;

@@ -79,7 +79,11 @@ export class AgentChannel extends EventEmitter {
   private replNonce: string | null = null;
   private replSynced = false;
   private closedReason: string | null = null;
-  private nextExecId = 1;
+  /**
+   * Exec ids are unique per connection; a random start keeps them apart from those of an
+   * earlier connection to the same VM (a hostd that crashed), whose late messages may still come.
+   */
+  private nextExecId = 1 + Math.floor(Math.random() * 2 ** 30);
   private readonly control: LineReader;
   private readonly repl: LineReader;
 
@@ -172,6 +176,11 @@ export class AgentChannel extends EventEmitter {
     if (!this.sinks.has(id)) return;
     if (this.python.get(id) === null) this.python.set(id, reason);
     this.send(this.control, { op: 'cancel', id, reason });
+  }
+
+  /** Ends every exec the guest runs or has queued (their clients are gone: guest/PROTOCOL.md). */
+  cancelAll(): void {
+    this.send(this.control, { op: 'cancel_all' });
   }
 
   pause(): void {

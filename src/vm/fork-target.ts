@@ -2,17 +2,16 @@
  * Work done ahead for a fork (vm/machine.ts, ForkTarget), under QEMU. A fork of a sandbox
  * restored from a template needs a copy of the template image (hundreds of MB, a few hundred ms)
  * and one new QEMU per child (~35 ms of CPU each, most of it exec and dynamic linking). A target
- * is that copy made ahead, with QEMUs already started on it and waiting for a device state
- * (`Vm.standby`): a fork takes it, writes its parent's pages into the copy, and resumes the
- * waiting QEMUs as its children. How many wait, and when targets are made, is core's policy
+ * is that copy made ahead, with standby QEMUs already started on it and waiting for a device
+ * state (`Vm.standby`): a fork takes it, writes its parent's pages into the copy, and resumes the
+ * standby QEMUs as its children. How many there are, and when targets are made, is core's policy
  * (core/fork-standby.ts).
  */
 import { rename, rm } from 'node:fs/promises';
 import type { ForkTarget } from './machine.js';
 import { MemImage } from './mem-image.js';
-import type { QemuHost } from './qemu-process.js';
 import type { QemuState } from './qemu-state.js';
-import { Vm, type PreparedCopy } from './vm.js';
+import { Vm, type PreparedCopy, type VmContext } from './vm.js';
 
 export class QemuForkTarget implements ForkTarget, PreparedCopy {
   private readonly vms: Vm[] = [];
@@ -20,15 +19,16 @@ export class QemuForkTarget implements ForkTarget, PreparedCopy {
   private discarded = false;
 
   private constructor(
-    private readonly host: QemuHost,
+    private readonly ctx: VmContext,
     readonly base: QemuState,
     private readonly image: MemImage,
   ) {}
 
   /** Copies `base`'s image; the target holds a reference to `base` until taken or discarded. */
-  static async prepare(host: QemuHost, base: QemuState): Promise<QemuForkTarget> {
-    const image = await MemImage.copyOf(base.image, host.owner, 'spare');
-    return new QemuForkTarget(host, base.retain(), image);
+  static async prepare(ctx: VmContext, base: QemuState): Promise<QemuForkTarget> {
+    const path = ctx.store.newImagePath('spare');
+    await MemImage.copy(base.image.path, path, ctx.host.owner);
+    return new QemuForkTarget(ctx, base.retain(), new MemImage(path).retain());
   }
 
   get standby(): number {
@@ -37,7 +37,7 @@ export class QemuForkTarget implements ForkTarget, PreparedCopy {
 
   async addStandby(): Promise<void> {
     if (this.taken) return;
-    const vm = await Vm.standby(this.host, this.base.spec, this.image.path);
+    const vm = await Vm.standby(this.ctx, this.base.spec, this.image.path);
     if (this.taken) {
       // Taken while this QEMU started: the fork did not get it.
       await vm.destroy();
@@ -50,15 +50,14 @@ export class QemuForkTarget implements ForkTarget, PreparedCopy {
   }
 
   /**
-   * The image copy (with its one reference), renamed as a fork's image, and the standby QEMUs,
-   * for one fork. The QEMUs opened the file already: the rename does not disturb them.
+   * Renames the image copy to `path`, a fork's image, and hands over the standby QEMUs, for one
+   * fork. The QEMUs opened the file already: the rename does not disturb them.
    */
-  async take(): Promise<{ image: MemImage; standby: Vm[] }> {
+  async take(path: string): Promise<Vm[]> {
     if (this.taken) throw new Error('fork target taken twice');
     this.taken = true;
     this.base.release();
     const standby = this.vms.splice(0);
-    const path = MemImage.sibling(this.image.path, 'fork');
     try {
       await rename(this.image.path, path);
     } catch (err) {
@@ -66,7 +65,7 @@ export class QemuForkTarget implements ForkTarget, PreparedCopy {
       this.image.release();
       throw err;
     }
-    return { image: new MemImage(path).retain(), standby };
+    return standby;
   }
 
   async discard(): Promise<void> {

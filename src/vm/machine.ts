@@ -61,10 +61,27 @@ export interface Machine {
   capture(children: number, target: ForkTarget | null): Promise<FrozenState>;
   /** MiB of host memory a capture of this machine writes (an admission estimate). */
   captureCostMib(): number;
+  /**
+   * Writes the machine to disk (the memory pages it changed since its origin, its device state)
+   * and stops it: it then costs no host memory. `resume` brings it back. On failure the machine
+   * runs on as before and nothing is left on disk.
+   */
+  pause(): Promise<PausedMachine>;
   /** Kills the machine and frees its files. Idempotent. A running exec is lost with `reason`. */
   destroy(reason?: string): Promise<void>;
   /** The guest console and hypervisor log tail, for error reports and failing tests. */
   logTail(): Promise<string>;
+  /** What to store so that a hostd that restarts after a crash can re-adopt it (`adopt`). */
+  describe(): MachineDescriptor;
+}
+
+/** How a running machine is named in records: plain JSON only the hypervisor interprets. */
+export interface MachineDescriptor {
+  readonly format: number;
+  readonly id: string;
+  readonly pid: number;
+  /** The state it was restored from (its memory is that state's image plus its own pages). */
+  readonly origin: StateDescriptor;
 }
 
 /**
@@ -81,6 +98,34 @@ export interface FrozenState {
    * used (a fork with fewer children than standby machines). Call once the restores are over.
    */
   discardPrepared(): Promise<void>;
+}
+
+/** A machine written to disk by `Machine.pause`, until it is resumed or discarded. */
+export interface PausedMachine {
+  /** Bytes it takes on disk (its own files, not its origin's). */
+  readonly sizeBytes: number;
+  /** What to store to reopen it after a restart (`Hypervisor.openPaused`). */
+  describe(): PausedDescriptor;
+  /** Deletes its files and lets go of its origin. */
+  discard(): Promise<void>;
+}
+
+/** How a paused machine is named in records: plain JSON only the hypervisor interprets. */
+export interface PausedDescriptor {
+  readonly format: number;
+  readonly id: string;
+  readonly origin: StateDescriptor;
+}
+
+/**
+ * How a frozen state is named in records that outlive hostd (a snapshot's, a paused sandbox's
+ * origin): plain JSON that only the hypervisor interprets, and reopens with `openState`.
+ */
+export interface StateDescriptor {
+  /** Bumped when states change incompatibly; a hypervisor refuses formats it does not read. */
+  readonly format: number;
+  readonly id: string;
+  readonly spec: unknown;
 }
 
 /**
@@ -106,14 +151,44 @@ export interface MachineShape {
 
 /** Makes machines. */
 export interface Hypervisor {
-  /** Cold-boots a template machine, prepares and freezes it: the state its sandboxes restore. */
+  /**
+   * The frozen state every sandbox of a template restores, with a reference for the caller:
+   * from the template cache on disk when an earlier run left one for exactly this machine,
+   * else by cold-booting the template, preparing it and freezing it into that cache.
+   */
   bootTemplate(template: string, shape: MachineShape): Promise<FrozenState>;
+  /** The descriptor to store for `state`. */
+  describeState(state: FrozenState): StateDescriptor;
+  /** The state a stored descriptor names (no reference added: the caller retains it). */
+  openState(descriptor: StateDescriptor): Promise<FrozenState>;
+  /**
+   * Deletes frozen states on disk that no open state uses. Call after every record has
+   * reopened what it needs; returns how many were removed.
+   */
+  collectGarbage(): Promise<number>;
   /** A new running machine in `state` (copy-on-write: it costs only what it writes). */
   restore(state: FrozenState): Promise<Machine>;
+  /**
+   * The paused machine running again, as it was. The paused files are deleted once it runs; on
+   * failure they are kept, and `paused` can be resumed again or discarded.
+   */
+  resume(paused: PausedMachine): Promise<Machine>;
+  /** The paused machine a stored descriptor names, after a restart. */
+  openPaused(descriptor: PausedDescriptor): Promise<PausedMachine>;
+  /**
+   * Takes over a machine that an earlier hostd started and that outlived it (a crash): it
+   * reconnects to it and ends whatever it was running for clients that are gone. Fails when the
+   * machine is not running any more.
+   */
+  adopt(descriptor: MachineDescriptor): Promise<Machine>;
+  /** Stops every machine of earlier runs that no `adopt` took over, and removes their files. */
+  sweep(): Promise<number>;
   /** Starts preparing the next fork of machines restored from `base`. */
   prepareForkTarget(base: FrozenState): Promise<ForkTarget>;
   /** Estimated host memory (MiB) of one idle machine: what admission reserves per VM. */
   readonly machineOverheadMib: number;
   /** MiB of host memory a prepared fork target for `base` costs (its image copy). */
   forkTargetCostMib(base: FrozenState): number;
+  /** Bytes `state` takes on disk (a snapshot's size). */
+  stateSizeBytes(state: FrozenState): number;
 }

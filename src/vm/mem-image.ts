@@ -1,7 +1,8 @@
 /**
- * A guest RAM image file on tmpfs (a template's or a fork point's), shared copy-on-write by
- * every VM restored from it. It must outlive all of them and no longer: each VM and each
- * state holds a reference, and the file is deleted when the last one lets go.
+ * A guest RAM image file (a template's or a fork point's), shared copy-on-write by every VM
+ * restored from it. It must outlive all of them and no longer: each VM and each state holds a
+ * reference, and the file (with its companions, e.g. the device state) is deleted when the last
+ * one lets go, unless the image is kept (a cached template).
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -11,36 +12,51 @@ import { promisify } from 'node:util';
 
 const run = promisify(execFile);
 
+export interface MemImageOptions {
+  /** Other files that go with the image. */
+  readonly companions?: readonly string[];
+  /** Never delete the files (a template cached on disk); the last release only forgets it. */
+  readonly keep?: boolean;
+  /** Called once when the last reference goes. */
+  readonly onFree?: () => void;
+}
+
 export class MemImage {
   private refs = 0;
-  private removed = false;
+  private freed = false;
 
-  constructor(readonly path: string) {}
+  constructor(
+    readonly path: string,
+    private readonly options: MemImageOptions = {},
+  ) {}
 
   /**
-   * A new image holding a copy of `from`, next to it, with one reference. Holes are kept (zero
-   * pages cost nothing on tmpfs), and the copy belongs to QEMU's account when QEMU runs as one.
-   * Its name starts with `kind`: a fork's image, or a spare copy made ahead for the next fork.
+   * Copies `from` to `to`, keeping holes (zero pages cost nothing) and sharing blocks where the
+   * filesystem can (reflinks on XFS or btrfs make the copy instant), and gives the copy to
+   * QEMU's account when QEMU runs as one.
    */
-  static async copyOf(
-    from: MemImage,
-    owner?: { uid: number; gid: number },
-    kind: 'fork' | 'spare' = 'fork',
-  ): Promise<MemImage> {
-    const to = MemImage.sibling(from.path, kind);
+  static async copy(from: string, to: string, owner?: { uid: number; gid: number }): Promise<void> {
     try {
-      await run('cp', ['--sparse=always', from.path, to]);
+      await run('cp', ['--sparse=always', '--reflink=auto', from, to]);
       if (owner) await lchown(to, owner.uid, owner.gid);
     } catch (err) {
       await rm(to, { force: true });
       throw err;
     }
-    return new MemImage(to).retain();
   }
 
-  /** A fresh name for an image of `kind` in the directory of `path`. */
+  /** A fresh name for an image of `kind` in `dir`. */
+  static freshName(dir: string, kind: 'fork' | 'spare'): string {
+    return join(dir, `${kind}-${randomBytes(8).toString('hex')}.mem`);
+  }
+
+  /** A fresh name for an image of `kind` next to `path`. */
   static sibling(path: string, kind: 'fork' | 'spare'): string {
-    return join(dirname(path), `${kind}-${randomBytes(8).toString('hex')}.mem`);
+    return MemImage.freshName(dirname(path), kind);
+  }
+
+  get references(): number {
+    return this.refs;
   }
 
   retain(): this {
@@ -51,9 +67,11 @@ export class MemImage {
   release(): void {
     if (this.refs <= 0) return;
     this.refs--;
-    if (this.refs === 0 && !this.removed) {
-      this.removed = true;
-      void rm(this.path, { force: true });
+    if (this.refs > 0 || this.freed) return;
+    this.freed = true;
+    if (!this.options.keep) {
+      for (const p of [this.path, ...(this.options.companions ?? [])]) void rm(p, { force: true });
     }
+    this.options.onFree?.();
   }
 }

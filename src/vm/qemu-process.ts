@@ -5,7 +5,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
-import { chown, mkdir, open, rm, writeFile } from 'node:fs/promises';
+import { chown, mkdir, open, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { QmpClient } from './qmp.js';
 import { qemuArgs, type MachineSpec, type RamMode, type VmPaths } from './qemu-args.js';
@@ -17,7 +17,7 @@ export interface QemuHost {
   readonly qemuBinary: string;
   /** Directory under which each VM gets its own folder of sockets and logs. */
   readonly vmsDir: string;
-  /** Extra argv put before QEMU (e.g. setpriv dropping privileges); always includes pdeathsig. */
+  /** Extra argv put before QEMU (e.g. setpriv dropping privileges); it must exec QEMU in place. */
   readonly launcher: readonly string[];
   /** When QEMU runs as another user: that user owns each VM's directory and its RAM images. */
   readonly owner?: { uid: number; gid: number };
@@ -41,12 +41,18 @@ const MAX_DEVICE_STATE = 64 * 1024 * 1024;
 
 let counter = 0;
 
-/** Emits `exit` (with a description such as `signal SIGKILL`) once, when QEMU exits. */
+/**
+ * Emits `exit` (with a description such as `signal SIGKILL`) once, when QEMU exits. A QEMU is
+ * either spawned by this hostd or attached after a restart (`attach`): it does not die with
+ * hostd, so a crash of hostd loses no VM.
+ */
 export class QemuProcess extends EventEmitter {
   readonly id: string;
   readonly dir: string;
   readonly paths: VmPaths;
   private proc: ChildProcess | null = null;
+  /** The pid of an attached QEMU, which is not this process's child. */
+  private attachedPid: number | null = null;
   private qmpClient: QmpClient | null = null;
   private consoleCap: NodeJS.Timeout | undefined;
   private exitInfo: string | null = null;
@@ -54,9 +60,12 @@ export class QemuProcess extends EventEmitter {
   private readonly exitPromise: Promise<void>;
   private resolveExit!: () => void;
 
-  private constructor(readonly host: QemuHost) {
+  private constructor(
+    readonly host: QemuHost,
+    id?: string,
+  ) {
     super();
-    this.id = `vm${process.pid.toString(36)}-${(++counter).toString(36)}`;
+    this.id = id ?? `vm${process.pid.toString(36)}-${(++counter).toString(36)}`;
     this.dir = join(host.vmsDir, this.id);
     this.paths = {
       qmpSocket: join(this.dir, 'qmp.sock'),
@@ -95,8 +104,30 @@ export class QemuProcess extends EventEmitter {
     return this.exitInfo;
   }
 
+  /**
+   * Attaches to the QEMU of folder `id` that an earlier hostd started, as process `pid`: checks
+   * that the process is that QEMU, then connects QMP. Its exit shows as QMP closing, since it is
+   * not this process's child.
+   */
+  static async attach(
+    host: QemuHost,
+    id: string,
+    pid: number,
+    deadline: number,
+  ): Promise<QemuProcess> {
+    const p = new QemuProcess(host, id);
+    const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
+    if (!cmdline.includes(`${p.dir}/`)) {
+      throw new VmError(`the VM's QEMU (pid ${pid}) is not running any more`);
+    }
+    p.attachedPid = pid;
+    p.qmpClient = await QmpClient.connect(p.paths.qmpSocket, deadline);
+    p.qmpClient.once('close', () => p.onExit('the QEMU process is gone'));
+    return p;
+  }
+
   get pid(): number | undefined {
-    return this.proc?.pid;
+    return this.attachedPid ?? this.proc?.pid;
   }
 
   get qmp(): QmpClient {
@@ -137,10 +168,19 @@ export class QemuProcess extends EventEmitter {
   async kill(): Promise<void> {
     if (!this.killed) {
       this.killed = true;
-      this.qmpClient?.close();
       clearInterval(this.consoleCap);
-      if (this.proc && !this.exited) this.proc.kill('SIGKILL');
-      else if (!this.proc) this.resolveExit();
+      if (this.attachedPid !== null && !this.exited) {
+        try {
+          process.kill(this.attachedPid, 'SIGKILL');
+        } catch {
+          // gone already
+        }
+        // Its QMP socket closes when the kernel has reaped its files: that is the exit.
+      } else {
+        this.qmpClient?.close();
+        if (this.proc && !this.exited) this.proc.kill('SIGKILL');
+        else if (!this.proc) this.resolveExit();
+      }
     }
     await this.exitPromise;
     await rm(this.dir, { recursive: true, force: true });
@@ -155,6 +195,13 @@ export class QemuProcess extends EventEmitter {
       read(join(this.dir, 'qemu.log')),
     ]);
     return `--- guest console (${this.id}) ---\n${consoleTail}\n--- qemu stderr ---\n${qemuTail}`;
+  }
+
+  private onExit(info: string): void {
+    if (this.exitInfo !== null) return;
+    this.exitInfo = info;
+    this.resolveExit();
+    this.emit('exit', info);
   }
 
   /** Kills it and returns `err` as a VmError with the log tail. */
@@ -186,15 +233,16 @@ export class QemuProcess extends EventEmitter {
     try {
       this.proc = spawn(cmd!, [...pre, ...qemuArgs(spec, this.paths, ram)], {
         stdio: ['ignore', 'ignore', log.fd],
+        // Its own session: a Ctrl-C in the terminal that runs hostd must not reach the VMs
+        // (hostd pauses them on SIGINT), nor must hostd's death take them along.
+        detached: true,
       });
     } finally {
       await log.close();
     }
-    this.proc.once('exit', (code, signal) => {
-      this.exitInfo = signal ? `signal ${signal}` : `code ${code}`;
-      this.resolveExit();
-      this.emit('exit', this.exitInfo);
-    });
+    this.proc.once('exit', (code, signal) =>
+      this.onExit(signal ? `signal ${signal}` : `code ${code}`),
+    );
     this.proc.once('error', () => undefined);
     // For operators and tests: which process is this VM (the launcher execs QEMU in place).
     if (this.proc.pid !== undefined) {

@@ -27,21 +27,26 @@ export function lookupUser(
 }
 
 /**
- * The argv prefix that starts QEMU: always with a parent-death signal (QEMU dies with hostd,
- * even on SIGKILL), and as `user` when given. setpriv keeps the death signal across the uid
- * change (checked: the kernel clears it only for changes made after it is set).
+ * The argv prefix that starts QEMU as `user` (none needed without one). QEMU deliberately has no
+ * parent-death signal: a VM outlives a crash of hostd, and the next hostd re-adopts it.
  */
 export function launcher(user: VmUser | undefined): string[] {
-  const drop = user
-    ? ['--reuid', String(user.uid), '--regid', String(user.gid), '--clear-groups']
-    : [];
-  return ['setpriv', '--pdeathsig', 'KILL', ...drop, '--'];
+  if (!user) return [];
+  return [
+    'setpriv',
+    '--reuid',
+    String(user.uid),
+    '--regid',
+    String(user.gid),
+    '--clear-groups',
+    '--',
+  ];
 }
 
 /** True when `user` can read every file in `paths` (the guest kernel and initrd). */
 export function canRead(user: VmUser, paths: string[]): boolean {
   const r = spawnSync('setpriv', [
-    ...launcher(user).slice(3),
+    ...launcher(user).slice(1),
     'test',
     ...paths.flatMap((p, i) => (i ? ['-a', '-r', p] : ['-r', p])),
   ]);

@@ -7,18 +7,32 @@
  * the pages it writes) that is then fed the device state (`resume`). A fork captures a running
  * VM into a new state (`capture`) and restores its children from it.
  */
-import { execFile } from 'node:child_process';
 import { statSync } from 'node:fs';
-import { promisify } from 'node:util';
+import { rm } from 'node:fs/promises';
+import { join } from 'node:path';
 import { AgentChannel } from './agent-channel.js';
-import type { CancelReason, ExecSink, ExecSpec, ForkTarget, Machine } from './machine.js';
+import type {
+  CancelReason,
+  ExecSink,
+  ExecSpec,
+  ForkTarget,
+  Machine,
+  MachineDescriptor,
+} from './machine.js';
+import { STATE_FORMAT } from './state-format.js';
 import { MemImage } from './mem-image.js';
-import { copyWrittenPages } from './page-delta.js';
+import { copyWrittenPages, loadWrittenPages, saveWrittenPages } from './page-delta.js';
 import type { MachineSpec } from './qemu-args.js';
 import { QemuProcess, VmError, type QemuHost } from './qemu-process.js';
-import { QemuState } from './qemu-state.js';
+import type { QemuState } from './qemu-state.js';
+import { writeDurably, type StateStore } from './state-store.js';
+import type { QemuPaused } from './qemu-paused.js';
 
-const run = promisify(execFile);
+/** What every VM of one hypervisor shares: where QEMU runs, where states live. */
+export interface VmContext {
+  readonly host: QemuHost;
+  readonly store: StateStore;
+}
 
 /** Timeouts, generous for TCG on a loaded 2-core machine. */
 const BOOT_TIMEOUT_MS = 120_000;
@@ -26,11 +40,10 @@ const RESTORE_TIMEOUT_MS = 30_000;
 const HELLO_TIMEOUT_MS = 30_000;
 const WARM_UP_TIMEOUT_MS = 30_000;
 
-let stateCounter = 0;
-
 /** A copy of a VM's base image made ahead, with standby QEMUs on it (vm/fork-target.ts). */
 export interface PreparedCopy {
-  take(): Promise<{ image: MemImage; standby: Vm[] }>;
+  /** The copy, renamed to `path` (a fresh fork image name), and its standby QEMUs. */
+  take(path: string): Promise<Vm[]>;
 }
 
 function isPreparedCopy(target: unknown): target is PreparedCopy {
@@ -47,6 +60,7 @@ export class Vm implements Machine {
   private deathReported = false;
 
   private constructor(
+    private readonly ctx: VmContext,
     readonly process: QemuProcess,
     readonly spec: MachineSpec,
   ) {
@@ -65,12 +79,10 @@ export class Vm implements Machine {
   }
 
   /** Cold-boots a template VM whose RAM is the shared file `memPath`, waits for its agent. */
-  static async bootTemplate(host: QemuHost, spec: MachineSpec, memPath: string): Promise<Vm> {
+  static async bootTemplate(ctx: VmContext, spec: MachineSpec, memPath: string): Promise<Vm> {
     const deadline = Date.now() + BOOT_TIMEOUT_MS;
-    const vm = new Vm(
-      await QemuProcess.start(host, spec, { kind: 'template', memPath }, deadline),
-      spec,
-    );
+    const ram = { kind: 'template', memPath } as const;
+    const vm = new Vm(ctx, await QemuProcess.start(ctx.host, spec, ram, deadline), spec);
     try {
       await vm.connectAgent(deadline);
       await vm.requireAgent().hello(BOOT_TIMEOUT_MS);
@@ -86,12 +98,10 @@ export class Vm implements Machine {
    * whatever the file holds by then: a fork can start its children's QEMUs before it has
    * written the parent's pages (core's fork standby starts them before the fork is asked for).
    */
-  static async standby(host: QemuHost, spec: MachineSpec, memPath: string): Promise<Vm> {
+  static async standby(ctx: VmContext, spec: MachineSpec, memPath: string): Promise<Vm> {
     const deadline = Date.now() + RESTORE_TIMEOUT_MS;
-    const vm = new Vm(
-      await QemuProcess.start(host, spec, { kind: 'clone', memPath }, deadline),
-      spec,
-    );
+    const ram = { kind: 'clone', memPath } as const;
+    const vm = new Vm(ctx, await QemuProcess.start(ctx.host, spec, ram, deadline), spec);
     try {
       // Connected before the device state loads, the agent port is "host connected" on both
       // sides of the restore, as it was when the snapshot was taken. Connecting after `cont`
@@ -109,12 +119,12 @@ export class Vm implements Machine {
    * a new one. Holds a reference to the state's image from before QEMU opens the file, so that
    * the image cannot be deleted under it.
    */
-  static async restore(host: QemuHost, state: QemuState): Promise<Vm> {
+  static async restore(ctx: VmContext, state: QemuState): Promise<Vm> {
     state.retain();
     let vm: Vm | undefined;
     try {
       while ((vm = state.standby.pop()) && !vm.isStandby) void vm.destroy();
-      vm ??= await Vm.standby(host, state.spec, state.image.path);
+      vm ??= await Vm.standby(ctx, state.spec, state.image.path);
     } catch (err) {
       state.release();
       throw err;
@@ -123,17 +133,51 @@ export class Vm implements Machine {
     return vm;
   }
 
+  /**
+   * Takes over the running QEMU `desc` names, restored from `state`, after a hostd crash: QMP and
+   * the agent's ports are reconnected, the agent re-synchronised (hello), and whatever the guest
+   * was running is cancelled: its clients went with the old hostd.
+   */
+  static async adopt(ctx: VmContext, desc: MachineDescriptor, state: QemuState): Promise<Vm> {
+    const deadline = Date.now() + RESTORE_TIMEOUT_MS;
+    const process = await QemuProcess.attach(ctx.host, desc.id, desc.pid, deadline);
+    const vm = new Vm(ctx, process, state.spec);
+    vm.state = state.retain();
+    vm.base = state.image;
+    try {
+      await vm.connectAgent(deadline);
+      const agent = vm.requireAgent();
+      await agent.hello(HELLO_TIMEOUT_MS);
+      agent.cancelAll();
+      return vm;
+    } catch (err) {
+      throw await vm.process.failed(err);
+    }
+  }
+
+  describe(): MachineDescriptor {
+    const { state } = this;
+    const pid = this.process.pid;
+    if (!state || pid === undefined) throw new VmError('only a running clone can be described');
+    return {
+      format: STATE_FORMAT,
+      id: this.id,
+      pid,
+      origin: { format: STATE_FORMAT, id: state.id, spec: state.spec },
+    };
+  }
+
   /** True while this VM (made by `standby`) waits, alive and unused, for a device state. */
   get isStandby(): boolean {
     return this.state === null && this.alive;
   }
 
   /** Loads `state`'s device state into this standby VM, runs it, and waits for hello. */
-  private async resume(state: QemuState): Promise<void> {
+  private async resume(state: QemuState, deviceState = state.deviceState): Promise<void> {
     this.state = state; // takes over the caller's reference
     this.base = state.image;
     try {
-      await this.process.loadDeviceState(state.deviceState, Date.now() + RESTORE_TIMEOUT_MS);
+      await this.process.loadDeviceState(deviceState, Date.now() + RESTORE_TIMEOUT_MS);
       await this.requireAgent().hello(HELLO_TIMEOUT_MS);
     } catch (err) {
       throw await this.process.failed(err);
@@ -201,21 +245,14 @@ export class Vm implements Machine {
   }
 
   /**
-   * Freezes this template VM: its RAM already lives in the shared file `memPath`, so only the
-   * device state is saved; the VM is then destroyed so that the file never changes again.
-   * Zero pages are turned into holes, which halves the file on a fresh guest.
+   * Freezes this template VM: its RAM already lives in its shared RAM file, so only the device
+   * state is saved; the VM is then destroyed so that the file never changes again.
    */
-  async freezeAsTemplate(memPath: string): Promise<QemuState> {
+  async freeze(): Promise<Buffer> {
     await this.process.qmp.execute('stop');
     const deviceState = await this.process.saveDeviceState();
     await this.destroy();
-    await run('fallocate', ['--dig-holes', memPath]);
-    return new QemuState(
-      `template-${++stateCounter}`,
-      this.spec,
-      new MemImage(memPath).retain(),
-      deviceState,
-    );
+    return deviceState;
   }
 
   /**
@@ -231,25 +268,89 @@ export class Vm implements Machine {
     const pid = this.process.pid;
     if (!base || pid === undefined) throw new VmError('only a running clone can be captured');
     if (target && !isPreparedCopy(target)) throw new Error('a fork target of another hypervisor');
+    const { store, host } = this.ctx;
+    const path = store.newImagePath('fork');
     // A target that cannot be taken is only a lost speed-up: copy the base here instead.
-    const taken = target ? await target.take().catch(() => null) : null;
-    const image = taken?.image ?? (await MemImage.copyOf(base, this.process.host.owner));
-    const standby = taken?.standby ?? [];
+    let standby = target ? await target.take(path).catch(() => null) : null;
+    if (!standby) {
+      standby = [];
+      await MemImage.copy(base.path, path, host.owner);
+    }
     try {
       const qmp = this.process.qmp;
       await qmp.execute('stop');
+      let deviceState: Buffer;
       try {
-        const deviceState = await this.process.saveDeviceState();
-        await copyWrittenPages(pid, base.path, this.spec.memoryMib * 1024 * 1024, image.path);
-        return new QemuState(`fork-${++stateCounter}`, this.spec, image, deviceState, standby);
+        deviceState = await this.process.saveDeviceState();
+        await copyWrittenPages(pid, base.path, this.spec.memoryMib * 1024 * 1024, path);
       } finally {
         await qmp.execute('cont');
       }
+      return (await store.addFork(path, this.spec, deviceState, standby)).retain();
     } catch (err) {
       for (const vm of standby) void vm.destroy();
-      image.release();
+      await rm(path, { force: true });
       throw err;
     }
+  }
+
+  /**
+   * A paused machine running again: a QEMU on its origin's image (one of the standby ones when
+   * there is one), the saved pages written into its RAM before the guest runs, then its device
+   * state. The paused files stay until the caller discards them.
+   */
+  static async resumePaused(ctx: VmContext, paused: QemuPaused): Promise<Vm> {
+    const state = paused.origin.retain();
+    let vm: Vm;
+    try {
+      vm = await Vm.standby(ctx, state.spec, state.image.path);
+    } catch (err) {
+      state.release();
+      throw err;
+    }
+    try {
+      const pid = vm.process.pid;
+      if (pid === undefined) throw new VmError('QEMU has no pid');
+      const bytes = state.spec.memoryMib * 1024 * 1024;
+      await loadWrittenPages(pid, state.image.path, bytes, paused.deltaPath);
+    } catch (err) {
+      state.release();
+      throw await vm.process.failed(err);
+    }
+    await vm.resume(state, paused.deviceState);
+    return vm;
+  }
+
+  async pause(): Promise<QemuPaused> {
+    const { base, state } = this;
+    const pid = this.process.pid;
+    if (!base || !state || pid === undefined) throw new VmError('only a running clone can pause');
+    const { store } = this.ctx;
+    const { id, dir } = await store.newPausedDir();
+    const qmp = this.process.qmp;
+    let deviceState: Buffer;
+    let bytes: number;
+    await qmp.execute('stop');
+    try {
+      deviceState = await this.process.saveDeviceState();
+      const delta = join(dir, 'memory.delta');
+      bytes = await saveWrittenPages(pid, base.path, this.spec.memoryMib * 1024 * 1024, delta);
+      await writeDurably(join(dir, 'device.state'), deviceState);
+    } catch (err) {
+      await rm(dir, { recursive: true, force: true });
+      await qmp.execute('cont').catch(() => undefined);
+      throw err;
+    }
+    // The paused machine takes its own reference to the origin; this VM's goes with it.
+    const paused = store.addPaused(
+      id,
+      dir,
+      state.retain(),
+      deviceState,
+      bytes + deviceState.length,
+    );
+    await this.destroy('the sandbox was paused');
+    return paused;
   }
 
   captureCostMib(): number {

@@ -18,7 +18,11 @@ import type {
   FrozenState,
   Hypervisor,
   Machine,
+  MachineDescriptor,
   MachineShape,
+  PausedDescriptor,
+  PausedMachine,
+  StateDescriptor,
 } from '../../src/vm/machine.js';
 
 let ids = 0;
@@ -134,11 +138,19 @@ export class FakeMachine implements Machine {
     if (!this.alive) throw new Error(`cannot capture: ${this.deathReason}`);
     this.hv.captures.push({ machine: this.id, children, target: target !== null });
     if (target) await target.discard();
-    return new FakeState(`fork-${++ids}`, this.memory, this.origin.template).retain();
+    return new FakeState(`fork-${++ids}`, new Map(this.memory), this.origin.template).retain();
   }
 
   captureCostMib(): number {
     return 10;
+  }
+
+  async pause(): Promise<PausedMachine> {
+    await this.hv.gate('pause');
+    if (!this.alive) throw new Error(`cannot pause: ${this.deathReason}`);
+    const paused = new FakePaused(this.hv, new Map(this.memory), this.origin.retain());
+    await this.destroy('the sandbox was paused');
+    return paused;
   }
 
   /** The machine dies by itself, as a crashed QEMU would. */
@@ -164,6 +176,44 @@ export class FakeMachine implements Machine {
   async logTail(): Promise<string> {
     return `log of ${this.id}`;
   }
+
+  describe(): MachineDescriptor {
+    return {
+      format: 1,
+      id: this.id,
+      pid: 0,
+      origin: { format: 1, id: this.origin.id, spec: null },
+    };
+  }
+
+  /** What a new hostd's adoption does: the machine runs on, what it ran is cancelled. */
+  takeOver(): void {
+    for (const [id] of this.running) this.cancel(id, 'client');
+  }
+}
+
+export class FakePaused implements PausedMachine {
+  readonly id = `pause-${++ids}`;
+  readonly sizeBytes = 4096;
+  discarded = false;
+  constructor(
+    private readonly hv: FakeHypervisor,
+    readonly memory: ReadonlyMap<string, string>,
+    readonly origin: FakeState,
+  ) {
+    hv.pausedOnDisk.set(this.id, this);
+  }
+
+  describe(): PausedDescriptor {
+    return { format: 1, id: this.id, origin: { format: 1, id: this.origin.id, spec: null } };
+  }
+
+  async discard(): Promise<void> {
+    if (this.discarded) return;
+    this.discarded = true;
+    this.hv.pausedOnDisk.delete(this.id);
+    this.origin.release();
+  }
 }
 
 class FakeTarget implements ForkTarget {
@@ -180,7 +230,7 @@ class FakeTarget implements ForkTarget {
   }
 }
 
-type Step = 'restore' | 'capture' | 'boot';
+type Step = 'restore' | 'capture' | 'boot' | 'pause' | 'resume';
 
 export class FakeHypervisor implements Hypervisor {
   readonly machineOverheadMib = 50;
@@ -208,6 +258,48 @@ export class FakeHypervisor implements Hypervisor {
     return m;
   }
 
+  /** Paused machines whose "files" exist. */
+  readonly pausedOnDisk = new Map<string, FakePaused>();
+
+  async resume(paused: PausedMachine): Promise<FakeMachine> {
+    await this.gate('resume');
+    const p = paused as FakePaused;
+    if (this.failNextRestores > 0) {
+      this.failNextRestores--;
+      throw new Error('the VM failed to start (fake)');
+    }
+    const m = new FakeMachine(this, p.origin);
+    for (const [k, v] of p.memory) m.memory.set(k, v);
+    this.machines.push(m);
+    await p.discard();
+    return m;
+  }
+
+  async openPaused(descriptor: PausedDescriptor): Promise<PausedMachine> {
+    const p = this.pausedOnDisk.get(descriptor.id);
+    if (!p) throw new Error(`no paused machine ${descriptor.id}`);
+    return p;
+  }
+
+  /** Machines taken over by `adopt` since the last `sweep`. */
+  private readonly adopted = new Set<string>();
+
+  async adopt(descriptor: MachineDescriptor): Promise<FakeMachine> {
+    const m = this.machines.find((x) => x.id === descriptor.id && x.alive);
+    if (!m) throw new Error(`the VM ${descriptor.id} is not running any more`);
+    m.takeOver();
+    this.adopted.add(m.id);
+    return m;
+  }
+
+  /** Stops every live machine not adopted: what a restart finds of the crashed run. */
+  async sweep(): Promise<number> {
+    const orphans = this.live.filter((m) => !this.adopted.has(m.id));
+    for (const m of orphans) await m.destroy('swept');
+    this.adopted.clear();
+    return orphans.length;
+  }
+
   async prepareForkTarget(base: FrozenState): Promise<ForkTarget> {
     const t = new FakeTarget(base);
     this.targets.push(t);
@@ -216,6 +308,28 @@ export class FakeHypervisor implements Hypervisor {
 
   forkTargetCostMib(): number {
     return 10;
+  }
+
+  stateSizeBytes(): number {
+    return 10 * 1024 * 1024;
+  }
+
+  /** States by id, as if they were on disk: what `openState` finds after a "restart". */
+  readonly disk = new Map<string, FakeState>();
+
+  describeState(state: FrozenState): StateDescriptor {
+    this.disk.set(state.id, state as FakeState);
+    return { format: 1, id: state.id, spec: null };
+  }
+
+  async openState(descriptor: StateDescriptor): Promise<FrozenState> {
+    const state = this.disk.get(descriptor.id);
+    if (!state) throw new Error(`no state ${descriptor.id}`);
+    return state;
+  }
+
+  async collectGarbage(): Promise<number> {
+    return 0;
   }
 
   /** Makes every later `step` wait until `release(step)`. */

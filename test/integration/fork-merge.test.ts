@@ -18,6 +18,7 @@ import {
   type Hostd,
   type ErrorBody,
 } from '../../testkit/hostd.js';
+import { eventually } from '../../testkit/eventually.js';
 
 let hostd: Hostd;
 before(async () => {
@@ -217,19 +218,16 @@ describe('fork', () => {
           assert.equal(r.exit, 0, r.stderr);
           assert.match(r.stdout, new RegExp(`^${i} [0-9a-f]{12}\\n$`));
         });
-        const images = (await readdir(`${hostd.stateDir}/images`)).filter((f) =>
-          f.startsWith('fork-'),
+        const images = (await readdir(`${hostd.dataDir}/images`)).filter(
+          (f) => f.startsWith('fork-') && f.endsWith('.mem'),
         );
         assert.equal(images.length, 1, 'one shared image for all 32 children');
       } finally {
         for (const k of kids) await hostd.request('DELETE', `/v1/sandboxes/${k}`);
       }
-      let left = ['?'];
-      for (let i = 0; i < 50 && left.length > 0; i++) {
-        left = (await readdir(`${hostd.stateDir}/images`)).filter((f) => f.startsWith('fork-'));
-        if (left.length) await new Promise((r) => setTimeout(r, 50));
-      }
-      assert.deepEqual(left, [], 'no fork image left on tmpfs once its children are gone');
+      await eventually('the fork image to go with its last child', async () =>
+        (await readdir(`${hostd.dataDir}/images`)).every((f) => !f.startsWith('fork-')),
+      );
     });
   });
 });

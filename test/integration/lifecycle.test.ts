@@ -1,14 +1,21 @@
 /**
- * hostd's own life: a clean SIGTERM leaves nothing behind; a crash (SIGKILL) takes its VMs with
- * it, and the next start on the same state directory removes whatever was left.
+ * hostd's own life: a clean SIGTERM leaves no process and no runtime file behind (sandboxes are
+ * paused to disk: test/integration/persistence.test.ts); after a crash (SIGKILL) its VMs run on,
+ * and the next start re-adopts them with their state and removes what else the crash left.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
-import { readdir, writeFile } from 'node:fs/promises';
-import { createSandbox, nothingLeft, run, startHostd } from '../../testkit/hostd.js';
+import { mkdtemp, rm } from 'node:fs/promises';
+import {
+  createSandbox,
+  nothingLeft,
+  run,
+  sandboxQemuPid,
+  startHostd,
+  type ErrorBody,
+  type Hostd,
+} from '../../testkit/hostd.js';
 import { findProcessesUsing } from '../../src/state-dir.js';
-import { eventually } from '../../testkit/eventually.js';
 
 test('SIGTERM destroys every VM and removes the state directory', async () => {
   const hostd = await startHostd();
@@ -19,28 +26,48 @@ test('SIGTERM destroys every VM and removes the state directory', async () => {
   assert.deepEqual(await nothingLeft(hostd.stateDir), { qemu: 0, dirExists: false });
 });
 
-test('after SIGKILL no QEMU survives, and a restart cleans the state directory', async () => {
-  const first = await startHostd();
-  await createSandbox(first);
-  assert.ok((await findProcessesUsing(first.stateDir)).length >= 1);
-  await first.stop('SIGKILL');
-  // The kernel delivers the parent-death signal to every QEMU.
-  await eventually(
-    'every QEMU to die with hostd',
-    async () => (await findProcessesUsing(first.stateDir)).length === 0,
-    { timeoutMs: 5000 },
-  );
-  assert.ok(existsSync(first.stateDir), 'the crashed run left its directory');
-  await writeFile(`${first.stateDir}/leftover.mem`, 'x');
-
-  const second = await startHostd({ stateDir: first.stateDir });
+test('after SIGKILL the VMs run on; the next start re-adopts them with their state', async () => {
+  // Both hostds share the data directory (records) and the state directory (VM sockets).
+  const dataDir = await mkdtemp('/var/tmp/hostd-test-data-');
+  const first = await startHostd({ env: { SERVICE_POOL_SIZE: '1' }, dataDir });
+  const ids: string[] = [];
+  let second: Hostd | undefined;
   try {
-    const entries = await readdir(second.stateDir);
-    assert.ok(!entries.includes('leftover.mem'));
-    const id = await createSandbox(second);
-    assert.equal((await run(second, id, 'print(2)')).stdout, '2\n');
+    for (let i = 0; i < 8; i++) {
+      const id = await createSandbox(first);
+      ids.push(id);
+      const r = await run(first, id, `me = ${i}\nopen("/root/me.txt", "w").write(str(me * 10))`);
+      assert.equal(r.exit, 0, r.stderr);
+    }
+    // One exec is running when hostd dies: its client's connection drops.
+    const running = first.request('POST', `/v1/sandboxes/${ids[0]}/exec`, {
+      code: 'import time\nprint("busy", flush=True)\ntime.sleep(3600)',
+    });
+    const res = await running;
+    await res.body!.getReader().read(); // it runs: its first line has arrived
+    const lostVm = await sandboxQemuPid(first, ids[7]!);
+    await first.stop('SIGKILL');
+    const qemus = (await findProcessesUsing(first.stateDir)).length;
+    assert.ok(qemus >= ids.length, `the VMs outlived hostd (${qemus} QEMUs)`);
+    process.kill(lostVm, 'SIGKILL'); // one dies while no hostd runs
+
+    second = await startHostd({ stateDir: first.stateDir, dataDir });
+    for (const [i, id] of ids.slice(0, 7).entries()) {
+      const r = await run(second, id, 'print(me, open("/root/me.txt").read())');
+      assert.equal(r.stdout, `${i} ${i * 10}\n`, `sandbox ${id}: ${r.stderr}`);
+    }
+    const lost = await second.json<ErrorBody>('GET', `/v1/sandboxes/${ids[7]}`);
+    assert.equal(lost.status, 410);
+    assert.equal(lost.body.code, 'sandbox_lost');
+    assert.equal((await second.request('DELETE', `/v1/sandboxes/${ids[7]}`)).status, 204);
+    assert.equal((await second.request('GET', `/v1/sandboxes/${ids[7]}`)).status, 404);
+    // The crashed run's pooled VM was stopped, not adopted: only sandboxes' VMs and the new
+    // hostd's own pool run.
+    const listed = await second.json<{ sandboxes: unknown[] }>('GET', '/v1/sandboxes');
+    assert.equal(listed.body.sandboxes.length, 7);
   } finally {
-    await second.stop();
+    await second?.stop();
+    await rm(dataDir, { recursive: true, force: true });
   }
   assert.deepEqual(await nothingLeft(first.stateDir), { qemu: 0, dirExists: false });
 });

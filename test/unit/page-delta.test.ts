@@ -4,7 +4,12 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { writtenRuns } from '../../src/vm/page-delta.js';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { loadWrittenPages, saveWrittenPages, writtenRuns } from '../../src/vm/page-delta.js';
 
 const PRESENT = 1n << 63n;
 const SWAPPED = 1n << 62n;
@@ -29,4 +34,57 @@ test('written pages are present and anonymous, or swapped; file-backed and absen
 test('no written page gives no run; all written gives one run', () => {
   assert.deepEqual(writtenRuns(pagemap([0n, PRESENT | FILE, 0n])), []);
   assert.deepEqual(writtenRuns(pagemap([PRESENT, PRESENT, SWAPPED])), [[0, 3]]);
+});
+
+/**
+ * A process with a private mapping of `file` (as QEMU maps guest RAM) that writes `writes`
+ * (page index -> byte) into it, says "ready", then prints its mapping's hash for each stdin line.
+ */
+function mapper(file: string, bytes: number, writes: Record<number, number>): ChildProcess {
+  const code = `
+import mmap, sys, hashlib, json
+f = open(${JSON.stringify(file)}, "r+b")
+m = mmap.mmap(f.fileno(), ${bytes}, flags=mmap.MAP_PRIVATE)
+for page, byte in json.loads(sys.argv[1]).items():
+    m[int(page) * 4096:(int(page) + 1) * 4096] = bytes([byte]) * 4096
+print("ready", flush=True)
+for line in sys.stdin:
+    print(hashlib.sha256(m[:]).hexdigest(), flush=True)
+`;
+  return spawn('python3', ['-c', code, JSON.stringify(writes)], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
+}
+
+/** The next line of `p`'s stdout, reading line by line (nothing is lost between calls). */
+function lines(p: ChildProcess): () => Promise<string> {
+  const it = createInterface({ input: p.stdout! })[Symbol.asyncIterator]();
+  return async () => (await it.next()).value as string;
+}
+
+test('a page delta saved from one process and loaded into another reproduces its RAM', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'page-delta-'));
+  const bytes = 64 * 4096;
+  const base = join(dir, 'base.img');
+  await writeFile(base, Buffer.alloc(bytes, 7));
+  const source = mapper(base, bytes, { 3: 1, 4: 2, 40: 3 });
+  const target = mapper(base, bytes, {});
+  const fromSource = lines(source);
+  const fromTarget = lines(target);
+  try {
+    assert.equal(await fromSource(), 'ready');
+    assert.equal(await fromTarget(), 'ready');
+    const delta = join(dir, 'delta');
+    assert.equal(await saveWrittenPages(source.pid!, base, bytes, delta), 3 * 4096);
+    assert.ok((await stat(delta)).size < 4 * 4096, 'the delta holds the written pages only');
+    assert.equal(await loadWrittenPages(target.pid!, base, bytes, delta), 3 * 4096);
+    source.stdin!.write('\n');
+    target.stdin!.write('\n');
+    assert.equal(await fromTarget(), await fromSource());
+    assert.deepEqual(await readFile(base), Buffer.alloc(bytes, 7), 'the base file is untouched');
+  } finally {
+    source.kill();
+    target.kill();
+    await rm(dir, { recursive: true, force: true });
+  }
 });

@@ -10,33 +10,37 @@ import { HostdError, type ErrorName } from '../../src/errors.js';
 import type { ExecEvent } from '../../src/core/exec-run.js';
 import { SandboxManager, type ManagerOptions } from '../../src/core/sandbox-manager.js';
 import { FakeHypervisor } from '../helpers/fake-hypervisor.js';
+import { memoryRecords, type SandboxRecord, type SnapshotRecord } from '../../src/core/journal.js';
 import { eventually } from '../../testkit/eventually.js';
 
-const PLENTY = { memAvailableMib: 1e6, stateDirFreeMib: 1e6 };
+const PLENTY = { memAvailableMib: 1e6, dataDirFreeMib: 1e6 };
+
+function setupOptions(free = { ...PLENTY }): ManagerOptions {
+  return {
+    templates: [
+      { name: 'python', memoryMib: 512, vcpus: 1, poolSize: 2 },
+      { name: 'slim', memoryMib: 256, vcpus: 1, poolSize: 0 },
+    ],
+    maxSandboxes: 10,
+    maxQueuedExecs: 3,
+    idleTimeoutS: 0,
+    minFreeMib: 100,
+    maxExecOutputBytes: 1024,
+    forkStandbyMax: 4,
+    hostFree: () => free,
+    refillPauses: { afterFailureMs: 1, whileShortMs: 1 },
+  };
+}
 
 function setup(overrides: Partial<ManagerOptions> = {}): {
   manager: SandboxManager;
   hv: FakeHypervisor;
-  free: { memAvailableMib: number; stateDirFreeMib: number };
+  free: { memAvailableMib: number; dataDirFreeMib: number };
 } {
   const hv = new FakeHypervisor();
   const free = { ...PLENTY };
   const manager = new SandboxManager(
-    {
-      templates: [
-        { name: 'python', memoryMib: 512, vcpus: 1, poolSize: 2 },
-        { name: 'slim', memoryMib: 256, vcpus: 1, poolSize: 0 },
-      ],
-      maxSandboxes: 10,
-      maxQueuedExecs: 3,
-      idleTimeoutS: 0,
-      minFreeMib: 100,
-      maxExecOutputBytes: 1024,
-      forkStandbyMax: 4,
-      hostFree: () => free,
-      refillPauses: { afterFailureMs: 1, whileShortMs: 1 },
-      ...overrides,
-    },
+    { ...setupOptions(free), ...overrides },
     hv,
     pino({ level: 'silent' }),
   );
@@ -85,9 +89,9 @@ describe('create', () => {
     const { manager, hv } = await started();
     await eventually('the pool to fill', () => manager.poolStats()[0]!.ready === 2);
     const ids = [
-      (await manager.create(undefined)).id,
-      (await manager.create('python')).id,
-      (await manager.create('python')).id,
+      (await manager.create({})).id,
+      (await manager.create({ template: 'python' })).id,
+      (await manager.create({ template: 'python' })).id,
     ];
     assert.equal(new Set(ids).size, 3);
     await eventually('the pool to refill', () => manager.poolStats()[0]!.ready === 2);
@@ -98,7 +102,7 @@ describe('create', () => {
   test('an unknown template is template_not_found and starts nothing', async () => {
     const { manager, hv } = await started();
     const before = hv.machines.length;
-    const err = await rejectsWith(manager.create('ruby'), 'templateNotFound');
+    const err = await rejectsWith(manager.create({ template: 'ruby' }), 'templateNotFound');
     assert.equal(err.code, 'template_not_found');
     assert.deepEqual(err.params[1], ['python', 'slim']);
     assert.equal(hv.machines.length, before);
@@ -107,9 +111,9 @@ describe('create', () => {
 
   test('the sandbox cap is 429 limit_reached, with a Retry-After', async () => {
     const { manager } = await started({ maxSandboxes: 2 });
-    await manager.create('slim');
-    await manager.create('slim');
-    const err = await rejectsWith(manager.create('slim'), 'sandboxLimit');
+    await manager.create({ template: 'slim' });
+    await manager.create({ template: 'slim' });
+    const err = await rejectsWith(manager.create({ template: 'slim' }), 'sandboxLimit');
     assert.equal(err.status, 429);
     assert.ok(err.retryAfterS! > 0);
     await manager.shutdown();
@@ -118,7 +122,7 @@ describe('create', () => {
   test('a host short of memory is 503 insufficient_resources', async () => {
     const { manager, free } = await started();
     free.memAvailableMib = 120; // under one VM (50) plus the reserve (100)
-    const err = await rejectsWith(manager.create('slim'), 'insufficientResources');
+    const err = await rejectsWith(manager.create({ template: 'slim' }), 'insufficientResources');
     assert.equal(err.status, 503);
     await manager.shutdown();
   });
@@ -126,10 +130,10 @@ describe('create', () => {
   test('a restore that fails is an executor_error, and the next create works', async () => {
     const { manager, hv } = await started();
     hv.failNextRestores = 1;
-    const err = await rejectsWith(manager.create('slim'), 'vmStartFailed');
+    const err = await rejectsWith(manager.create({ template: 'slim' }), 'vmStartFailed');
     assert.equal(err.code, 'executor_error');
     assert.equal(manager.count, 0);
-    await manager.create('slim');
+    await manager.create({ template: 'slim' });
     await manager.shutdown();
   });
 });
@@ -137,7 +141,7 @@ describe('create', () => {
 describe('exec', () => {
   test('runs in arrival order, one at a time, and state persists', async () => {
     const { manager } = await started();
-    const { id } = await manager.create('slim');
+    const { id } = await manager.create({ template: 'slim' });
     const first = await hang(manager, id);
     const second = manager.exec(id, { code: 'set x 1', language: 'python' });
     const third = manager.exec(id, { code: 'get x', language: 'python' });
@@ -159,7 +163,7 @@ describe('exec', () => {
 
   test('more than maxQueuedExecs waiting is 429', async () => {
     const { manager } = await started();
-    const { id } = await manager.create('slim');
+    const { id } = await manager.create({ template: 'slim' });
     const running = await hang(manager, id);
     const queued = [1, 2, 3].map(() => manager.exec(id, { code: 'print q', language: 'python' }));
     await rejectsWith(manager.exec(id, { code: 'print no', language: 'python' }), 'queueFull');
@@ -170,7 +174,7 @@ describe('exec', () => {
 
   test('a client leaving the queue is client_closed_request, and the queue moves on', async () => {
     const { manager } = await started();
-    const { id } = await manager.create('slim');
+    const { id } = await manager.create({ template: 'slim' });
     const running = await hang(manager, id);
     const ac = new AbortController();
     const leaving = manager.exec(id, {
@@ -190,7 +194,7 @@ describe('exec', () => {
 
   test('delete ends a running exec with an executor error and queued ones with 404', async () => {
     const { manager } = await started();
-    const { id } = await manager.create('slim');
+    const { id } = await manager.create({ template: 'slim' });
     const running = await manager.exec(id, { code: 'hang', language: 'python' });
     const queued = manager.exec(id, { code: 'print x', language: 'python' });
     await eventually('the exec to queue', () => manager.describe(id).queued === 1);
@@ -208,7 +212,7 @@ describe('exec', () => {
 
   test('a machine that dies makes its sandbox failed; GET still works, exec is 500', async () => {
     const { manager } = await started();
-    const { id } = await manager.create('slim');
+    const { id } = await manager.create({ template: 'slim' });
     const events = await run(manager, id, 'die');
     assert.equal(events.at(-1)!.data, -1);
     assert.equal(manager.describe(id).state, 'failed');
@@ -222,7 +226,7 @@ describe('exec', () => {
 describe('fork', () => {
   test('children inherit the parent state and diverge independently', async () => {
     const { manager } = await started();
-    const { id: parent } = await manager.create('slim');
+    const { id: parent } = await manager.create({ template: 'slim' });
     await run(manager, parent, 'set x parent');
     const children = await manager.fork(parent, 3);
     assert.equal(children.length, 3);
@@ -238,7 +242,7 @@ describe('fork', () => {
 
   test('n outside 1..32 is invalid_request', async () => {
     const { manager } = await started();
-    const { id } = await manager.create('slim');
+    const { id } = await manager.create({ template: 'slim' });
     for (const n of [0, 33, 1.5]) {
       const err = await rejectsWith(manager.fork(id, n), 'invalidField');
       assert.equal(err.params[0], 'n');
@@ -248,7 +252,7 @@ describe('fork', () => {
 
   test('is all or nothing: one child failing leaves no child and a working parent', async () => {
     const { manager, hv } = await started();
-    const { id } = await manager.create('slim');
+    const { id } = await manager.create({ template: 'slim' });
     await eventually('the pools to settle', () => manager.poolStats()[0]!.ready === 2);
     const sandboxes = manager.count;
     const machines = hv.live.length;
@@ -264,7 +268,7 @@ describe('fork', () => {
 
   test('a fork that would pass the sandbox cap starts no child', async () => {
     const { manager, hv } = await started({ maxSandboxes: 4 });
-    const { id } = await manager.create('slim');
+    const { id } = await manager.create({ template: 'slim' });
     const restores = hv.machines.length;
     await rejectsWith(manager.fork(id, 4), 'sandboxLimit');
     assert.equal(hv.machines.length, restores);
@@ -274,7 +278,7 @@ describe('fork', () => {
 
   test('waits its turn behind a running exec', async () => {
     const { manager, hv } = await started();
-    const { id } = await manager.create('slim');
+    const { id } = await manager.create({ template: 'slim' });
     const running = await hang(manager, id);
     const fork = manager.fork(id, 1);
     await eventually('the fork to queue', () => manager.describe(id).queued === 1);
@@ -286,7 +290,7 @@ describe('fork', () => {
 
   test('a fork of a template restore uses the prepared target, sized by the last fork', async () => {
     const { manager, hv } = await started();
-    const { id } = await manager.create('slim');
+    const { id } = await manager.create({ template: 'slim' });
     await eventually('a target for each template', () => hv.targets.length === 2);
     await manager.fork(id, 3);
     assert.equal(hv.captures.at(-1)!.target, true);
@@ -298,7 +302,7 @@ describe('fork', () => {
 
   test('deleting the parent while its fork captures ends the fork with 404', async () => {
     const { manager, hv } = await started();
-    const { id } = await manager.create('slim');
+    const { id } = await manager.create({ template: 'slim' });
     hv.hold('capture');
     const fork = manager.fork(id, 2);
     await eventually('the capture to start', () => hv.waitingAt('capture') === 1);
@@ -312,7 +316,7 @@ describe('fork', () => {
 describe('merge', () => {
   test('the parent id drives the winner machine; the winner id is gone; siblings stay', async () => {
     const { manager, hv } = await started();
-    const { id: parent } = await manager.create('slim');
+    const { id: parent } = await manager.create({ template: 'slim' });
     const [a, b] = await manager.fork(parent, 2);
     await run(manager, a!.id, 'set who a');
     await run(manager, b!.id, 'set who b');
@@ -329,7 +333,7 @@ describe('merge', () => {
 
   test('into itself is merge_into_self; unknown ids are sandbox_not_found', async () => {
     const { manager } = await started();
-    const { id } = await manager.create('slim');
+    const { id } = await manager.create({ template: 'slim' });
     await rejectsWith(manager.merge(id, id), 'mergeIntoSelf');
     await rejectsWith(manager.merge(id, `sbx_${'f'.repeat(32)}`), 'sandboxNotFound');
     await manager.shutdown();
@@ -337,7 +341,7 @@ describe('merge', () => {
 
   test('execs queued on the parent after the merge run on the adopted machine', async () => {
     const { manager } = await started();
-    const { id: parent } = await manager.create('slim');
+    const { id: parent } = await manager.create({ template: 'slim' });
     await run(manager, parent, 'set v old');
     const [w] = await manager.fork(parent, 1);
     await run(manager, w!.id, 'set v new');
@@ -355,8 +359,8 @@ describe('merge', () => {
 
   test('two merges in opposite directions do not deadlock: the first wins', async () => {
     const { manager } = await started();
-    const { id: x } = await manager.create('slim');
-    const { id: y } = await manager.create('slim');
+    const { id: x } = await manager.create({ template: 'slim' });
+    const { id: y } = await manager.create({ template: 'slim' });
     const runningX = await hang(manager, x);
     const xy = manager.merge(x, y);
     const yx = manager.merge(y, x);
@@ -369,7 +373,7 @@ describe('merge', () => {
 
   test('merging a failed winner is 500 and changes nothing', async () => {
     const { manager } = await started();
-    const { id: parent } = await manager.create('slim');
+    const { id: parent } = await manager.create({ template: 'slim' });
     const [w] = await manager.fork(parent, 1);
     await run(manager, w!.id, 'die');
     await rejectsWith(manager.merge(parent, w!.id), 'sandboxBroken');
@@ -379,28 +383,222 @@ describe('merge', () => {
 });
 
 describe('lifecycle', () => {
-  test('idle sandboxes are reaped, busy ones never', async () => {
-    const { manager } = await started({ idleTimeoutS: 60 });
-    const { id: idle } = await manager.create('slim');
-    const { id: busy } = await manager.create('slim');
+  test('idle sandboxes are paused, busy ones never; paused ones past their TTL are deleted', async () => {
+    const { manager } = await started({ idleTimeoutS: 60, pausedTtlS: 600 });
+    const { id: idle } = await manager.create({ template: 'slim' });
+    await run(manager, idle, 'set kept yes');
+    const { id: busy } = await manager.create({ template: 'slim' });
     const running = await hang(manager, busy);
     const reaper = (manager as unknown as { reaper: { sweep(now: number): Promise<number> } })
       .reaper;
     assert.equal(await reaper.sweep(Date.now() + 61_000), 1);
+    assert.equal(manager.describe(idle).state, 'paused');
+    assert.equal(manager.describe(busy).busy, true);
+    assert.equal(await reaper.sweep(Date.now() + 601_000), 1);
     await rejectsWith(
       Promise.resolve().then(() => manager.describe(idle)),
       'sandboxNotFound',
     );
-    assert.equal(manager.describe(busy).busy, true);
     running.stop();
+    await manager.shutdown();
+  });
+
+  test('with idleAction delete, idle sandboxes are deleted', async () => {
+    const { manager } = await started({ idleTimeoutS: 60, idleAction: 'delete' });
+    const { id } = await manager.create({ template: 'slim' });
+    const reaper = (manager as unknown as { reaper: { sweep(now: number): Promise<number> } })
+      .reaper;
+    assert.equal(await reaper.sweep(Date.now() + 61_000), 1);
+    await rejectsWith(
+      Promise.resolve().then(() => manager.describe(id)),
+      'sandboxNotFound',
+    );
     await manager.shutdown();
   });
 
   test('shutdown destroys every machine and refuses new work with shutting_down', async () => {
     const { manager, hv } = await started();
-    await manager.create('slim');
+    await manager.create({ template: 'slim' });
     await manager.shutdown();
     assert.equal(hv.live.length, 0);
-    await rejectsWith(manager.create('slim'), 'shuttingDown');
+    await rejectsWith(manager.create({ template: 'slim' }), 'shuttingDown');
+  });
+});
+
+describe('snapshots', () => {
+  test('a snapshot keeps the state; sandboxes made from it start there, any number of times', async () => {
+    const { manager } = await started();
+    const { id } = await manager.create({ template: 'slim' });
+    await run(manager, id, 'set x kept');
+    const snap = await manager.snapshot(id);
+    assert.match(snap.snapshot_id, /^snap_[0-9a-f]{32}$/);
+    assert.equal(snap.source_sandbox_id, id);
+    assert.equal(snap.template, 'slim');
+    await run(manager, id, 'set x changed');
+    for (let i = 0; i < 2; i++) {
+      const copy = await manager.create({ snapshot: snap.snapshot_id });
+      assert.equal(copy.info().snapshot_id, snap.snapshot_id);
+      assert.equal(await stdout(manager, copy.id, 'get x'), 'kept');
+    }
+    assert.equal(manager.describeSnapshot(snap.snapshot_id).sandboxes, 2);
+    assert.deepEqual(
+      manager.listSnapshots().map((s) => s.snapshot_id),
+      [snap.snapshot_id],
+    );
+    await manager.shutdown();
+  });
+
+  test('deleting a snapshot leaves the sandboxes made from it running', async () => {
+    const { manager } = await started();
+    const { id } = await manager.create({ template: 'slim' });
+    const snap = await manager.snapshot(id);
+    const copy = await manager.create({ snapshot: snap.snapshot_id });
+    manager.deleteSnapshot(snap.snapshot_id);
+    await rejectsWith(manager.create({ snapshot: snap.snapshot_id }), 'snapshotNotFound');
+    assert.equal(await stdout(manager, copy.id, 'print alive'), 'alive');
+    await manager.shutdown();
+  });
+
+  test('past the storage cap, a snapshot is 507 and nothing is kept', async () => {
+    const { manager } = await started({ maxStorageMib: 15 });
+    const { id } = await manager.create({ template: 'slim' });
+    await manager.snapshot(id); // 10 MiB of the fake's
+    const err = await rejectsWith(manager.snapshot(id), 'storageLimit');
+    assert.equal(err.status, 507);
+    assert.equal(manager.listSnapshots().length, 1);
+    await manager.shutdown();
+  });
+});
+
+describe('pause and resume', () => {
+  test('a paused sandbox keeps its state; any exec resumes it', async () => {
+    const { manager, hv } = await started();
+    const { id } = await manager.create({ template: 'slim' });
+    await run(manager, id, 'set x before');
+    const live = hv.live.length;
+    assert.equal((await manager.pause(id)).state, 'paused');
+    assert.equal(hv.live.length, live - 1, 'its machine is stopped');
+    assert.equal((await manager.pause(id)).state, 'paused', 'pausing again is a no-op');
+    assert.equal(await stdout(manager, id, 'get x'), 'before');
+    assert.equal(manager.describe(id).state, 'ready');
+    await manager.shutdown();
+  });
+
+  test('resume and fork resume it too; a paused winner can be merged', async () => {
+    const { manager } = await started();
+    const { id } = await manager.create({ template: 'slim' });
+    await run(manager, id, 'set x 1');
+    await manager.pause(id);
+    assert.equal((await manager.resume(id)).state, 'ready');
+    await manager.pause(id);
+    const [child] = await manager.fork(id, 1);
+    assert.equal(await stdout(manager, child!.id, 'get x'), '1');
+    await run(manager, child!.id, 'set x 2');
+    await manager.pause(child!.id);
+    await manager.pause(id);
+    await manager.merge(id, child!.id);
+    assert.equal(await stdout(manager, id, 'get x'), '2');
+    await manager.shutdown();
+  });
+
+  test('a resume that fails leaves the sandbox paused, and the next one can work', async () => {
+    const { manager, hv } = await started();
+    const { id } = await manager.create({ template: 'slim' });
+    await run(manager, id, 'set x 1');
+    await manager.pause(id);
+    hv.failNextRestores = 1;
+    const err = await rejectsWith(
+      manager.exec(id, { code: 'get x', language: 'python' }),
+      'vmOperationFailed',
+    );
+    assert.equal(err.code, 'executor_error');
+    assert.equal(manager.describe(id).state, 'paused');
+    assert.equal(await stdout(manager, id, 'get x'), '1');
+    await manager.shutdown();
+  });
+
+  test('shutdown interrupts running execs and pauses every sandbox; the next start has them', async () => {
+    const records = {
+      sandboxes: memoryRecords<SandboxRecord>(),
+      snapshots: memoryRecords<SnapshotRecord>(),
+    };
+    const first = setup({ records });
+    await first.manager.start();
+    const { id: a } = await first.manager.create({ template: 'slim' });
+    const { id: b } = await first.manager.create({ template: 'slim' });
+    await run(first.manager, a, 'set who a');
+    await run(first.manager, b, 'set who b');
+    const snap = await first.manager.snapshot(a);
+    const events: ExecEvent[] = [];
+    const reading = (async () => {
+      for await (const e of await first.manager.exec(b, { code: 'hang', language: 'python' }))
+        events.push(e);
+    })();
+    await eventually('the exec to run', () => first.hv.machines.some((m) => m.running.size > 0));
+    await first.manager.shutdown();
+    await reading;
+    assert.equal(events.at(-1)!.type, 'exit', 'the running exec ended for its client');
+    assert.equal(first.hv.live.length, 0);
+
+    // The next start, on the same records and "disk".
+    const second = new SandboxManager(
+      { ...setupOptions(), records },
+      first.hv,
+      pino({ level: 'silent' }),
+    );
+    await second.start();
+    assert.deepEqual(
+      second
+        .list()
+        .map((s) => [s.id, s.state])
+        .sort(),
+      [
+        [a, 'paused'],
+        [b, 'paused'],
+      ].sort(),
+    );
+    assert.equal(await stdout(second, a, 'get who'), 'a');
+    assert.equal(await stdout(second, b, 'get who'), 'b');
+    const copy = await second.create({ snapshot: snap.snapshot_id });
+    assert.equal(await stdout(second, copy.id, 'get who'), 'a');
+    await second.shutdown();
+  });
+
+  test('after a crash, running VMs are re-adopted with their state; a dead one is lost (410)', async () => {
+    const records = {
+      sandboxes: memoryRecords<SandboxRecord>(),
+      snapshots: memoryRecords<SnapshotRecord>(),
+    };
+    const first = setup({ records });
+    await first.manager.start();
+    const { id: survivor } = await first.manager.create({ template: 'slim' });
+    const { id: victim } = await first.manager.create({ template: 'slim' });
+    await run(first.manager, survivor, 'set x kept');
+    void first.manager.exec(survivor, { code: 'hang', language: 'python' });
+    await eventually('the exec to run', () => first.hv.machines.some((m) => m.running.size > 0));
+    const pooled = first.hv.live.length - 2;
+    assert.ok(pooled > 0, 'the first hostd had pooled VMs');
+    // The crash: no shutdown; one VM dies meanwhile.
+    const victimVm = records.sandboxes.map.get(victim)!.vm;
+    first.hv.live.find((m) => m.id === victimVm)!.die('killed');
+    const second = new SandboxManager(
+      { ...setupOptions(), records },
+      first.hv,
+      pino({ level: 'silent' }),
+    );
+    await second.start();
+    assert.equal(second.describe(survivor).state, 'ready');
+    assert.equal(await stdout(second, survivor, 'get x'), 'kept', 'the running exec was ended');
+    const err = await rejectsWith(
+      Promise.resolve().then(() => second.describe(victim)),
+      'sandboxLost',
+    );
+    assert.equal(err.status, 410);
+    await second.delete(victim);
+    await rejectsWith(
+      Promise.resolve().then(() => second.describe(victim)),
+      'sandboxNotFound',
+    );
+    await second.shutdown();
   });
 });

@@ -1,0 +1,42 @@
+/** Sandboxes themselves: create, list, describe, logs, delete, pause and resume. */
+import type { FastifyInstance } from 'fastify';
+import type { SandboxManager } from '../../core/sandbox-manager.js';
+import { parseCreate, parseNoBody } from '../validate.js';
+
+type IdParams = { id: string };
+
+export function registerSandboxRoutes(app: FastifyInstance, manager: SandboxManager): void {
+  app.post('/v1/sandboxes', async (req) => {
+    const sandbox = await manager.create(parseCreate(req.body));
+    return { id: sandbox.id, state: 'ready' };
+  });
+
+  app.get('/v1/sandboxes', async () => ({ sandboxes: manager.list() }));
+
+  app.get<{ Params: IdParams }>('/v1/sandboxes/:id', async (req) =>
+    manager.describe(req.params.id),
+  );
+
+  // The VM's console and QEMU log tail: what a user needs when a guest misbehaves.
+  app.get<{ Params: IdParams }>('/v1/sandboxes/:id/logs', async (req, reply) =>
+    reply.type('text/plain; charset=utf-8').send(await manager.logTail(req.params.id)),
+  );
+
+  app.delete<{ Params: IdParams }>('/v1/sandboxes/:id', async (req, reply) => {
+    parseNoBody(req.body, 'delete');
+    await manager.delete(req.params.id);
+    return reply.code(204).send();
+  });
+
+  app.post<{ Params: IdParams }>('/v1/sandboxes/:id/pause', async (req) => {
+    parseNoBody(req.body, 'pause');
+    const { id, state } = await manager.pause(req.params.id);
+    return { id, state };
+  });
+
+  app.post<{ Params: IdParams }>('/v1/sandboxes/:id/resume', async (req) => {
+    parseNoBody(req.body, 'resume');
+    const { id, state } = await manager.resume(req.params.id);
+    return { id, state };
+  });
+}

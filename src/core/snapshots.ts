@@ -1,0 +1,124 @@
+/**
+ * Snapshots: a sandbox's whole state kept on disk (a frozen state of the hypervisor, the same
+ * thing a fork makes) under an id users create sandboxes from, any number of times. Each holds a
+ * reference to its state; sandboxes made from it hold their own, so deleting a snapshot only
+ * removes it from the list: its files go when the last sandbox using them does.
+ */
+import { fail } from '../errors.js';
+import type { FrozenState, Hypervisor } from '../vm/machine.js';
+import { isSnapshotId, newSnapshotId } from './ids.js';
+import { memoryRecords, type RecordStore, type SnapshotRecord } from './journal.js';
+
+/** What the API returns for a snapshot (docs/api.md, Snapshots). */
+export interface SnapshotInfo {
+  snapshot_id: string;
+  source_sandbox_id: string;
+  template: string;
+  size_bytes: number;
+  created_at: string;
+  /** Running or paused sandboxes still using its files (created from it, or forked from those). */
+  sandboxes: number;
+}
+
+interface Entry {
+  readonly record: SnapshotRecord;
+  readonly state: FrozenState;
+}
+
+export class Snapshots {
+  private readonly entries = new Map<string, Entry>();
+
+  constructor(
+    private readonly hypervisor: Hypervisor,
+    private readonly records: RecordStore<SnapshotRecord> = memoryRecords(),
+    /** How many sandboxes use a snapshot now. */
+    private readonly users: (snapshotId: string) => number = () => 0,
+  ) {}
+
+  /** Reopens every snapshot the records name; returns those that could not be (with why). */
+  async load(): Promise<{ id: string; why: string }[]> {
+    const failed: { id: string; why: string }[] = [];
+    for (const record of this.records.readAll()) {
+      try {
+        const state = (await this.hypervisor.openState(record.state)).retain();
+        this.entries.set(record.id, { record, state });
+      } catch (err) {
+        failed.push({ id: record.id, why: err instanceof Error ? err.message : String(err) });
+        this.records.remove(record.id);
+      }
+    }
+    return failed;
+  }
+
+  /** Keeps `state` (whose reference it takes over) as a new snapshot of `source`. */
+  add(
+    state: FrozenState,
+    source: { id: string; template: string },
+    sizeBytes: number,
+  ): SnapshotInfo {
+    const record: SnapshotRecord = {
+      id: newSnapshotId(),
+      source_sandbox_id: source.id,
+      template: source.template,
+      created_at: new Date().toISOString(),
+      size_bytes: sizeBytes,
+      state: this.hypervisor.describeState(state),
+    };
+    try {
+      this.records.write(record);
+    } catch (err) {
+      state.release();
+      throw err;
+    }
+    this.entries.set(record.id, { record, state });
+    return this.info(this.entries.get(record.id)!);
+  }
+
+  /** The state of snapshot `id`, to restore a sandbox from. */
+  get(id: string): { state: FrozenState; template: string } {
+    const entry = this.find(id);
+    return { state: entry.state, template: entry.record.template };
+  }
+
+  describe(id: string): SnapshotInfo {
+    return this.info(this.find(id));
+  }
+
+  /** Newest first. */
+  list(): SnapshotInfo[] {
+    return [...this.entries.values()]
+      .map((e) => this.info(e))
+      .sort((a, b) => b.created_at.localeCompare(a.created_at));
+  }
+
+  delete(id: string): void {
+    const entry = this.find(id);
+    this.entries.delete(id);
+    this.records.remove(id);
+    entry.state.release();
+  }
+
+  /** Bytes all snapshots take on disk. */
+  get sizeBytes(): number {
+    let n = 0;
+    for (const e of this.entries.values()) n += e.record.size_bytes;
+    return n;
+  }
+
+  private find(id: string): Entry {
+    const entry = isSnapshotId(id) ? this.entries.get(id) : undefined;
+    if (!entry) throw fail('snapshotNotFound', id);
+    return entry;
+  }
+
+  private info({ record }: Entry): SnapshotInfo {
+    return {
+      snapshot_id: record.id,
+      source_sandbox_id: record.source_sandbox_id,
+      template: record.template,
+      size_bytes: record.size_bytes,
+      created_at: record.created_at,
+      sandboxes: this.users(record.id),
+    };
+  }
+}

@@ -1,0 +1,260 @@
+/**
+ * Frozen machine states on disk, under the data directory, so that they outlive hostd:
+ *
+ *   templates/<key>/memory.img, device.state   a template's frozen boot, cached by the hash of
+ *                                               everything that shapes it (`templateKey`): a
+ *                                               restart restores from it instead of booting
+ *   images/<id>.mem, <id>.state                 fork points: a fork's, a snapshot's
+ *   paused/<id>/memory.delta, device.state      paused machines (vm/qemu-paused.ts)
+ *
+ * A state is described to core by a `StateDescriptor` (plain JSON, stored in core's records) and
+ * reopened from it after a restart. Every state open in this process is in `live`, once per id,
+ * with a reference count; files of fork points nobody holds any more are deleted at once, and
+ * `collectGarbage` removes what an earlier run left that no record reopened.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { chown, mkdir, open, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import type { PausedDescriptor, StateDescriptor } from './machine.js';
+import { MemImage } from './mem-image.js';
+import type { MachineSpec } from './qemu-args.js';
+import { readBounded } from './safe-files.js';
+import { QemuPaused } from './qemu-paused.js';
+import { QemuState } from './qemu-state.js';
+import { STATE_FORMAT } from './state-format.js';
+import type { Vm } from './vm.js';
+
+const run = promisify(execFile);
+
+const MAX_DEVICE_STATE = 64 * 1024 * 1024;
+
+/** The key of a template's frozen boot: everything that must match for a restore to work. */
+export function templateKey(spec: MachineSpec, qemuVersion: string): string {
+  const h = createHash('sha256');
+  h.update(JSON.stringify({ format: STATE_FORMAT, qemuVersion, spec }));
+  return h.digest('hex').slice(0, 24);
+}
+
+export class StateStore {
+  readonly templatesDir: string;
+  readonly imagesDir: string;
+  readonly pausedDir: string;
+  private readonly live = new Map<string, QemuState>();
+  private readonly livePaused = new Set<string>();
+
+  constructor(
+    dataDir: string,
+    /** QEMU's account, when it runs as one: it must read (and for a boot, write) images. */
+    private readonly owner?: { uid: number; gid: number },
+  ) {
+    this.templatesDir = join(dataDir, 'templates');
+    this.imagesDir = join(dataDir, 'images');
+    this.pausedDir = join(dataDir, 'paused');
+  }
+
+  async init(): Promise<void> {
+    for (const dir of [this.templatesDir, this.imagesDir, this.pausedDir]) {
+      await mkdir(dir, { recursive: true, mode: 0o750 });
+      // QEMU's account may read images, never create or rename anything among them.
+      if (this.owner) await chown(dir, 0, this.owner.gid);
+    }
+  }
+
+  /** A frozen template for `key` cached by an earlier run, or null. */
+  async cachedTemplate(key: string, spec: MachineSpec): Promise<QemuState | null> {
+    const id = `template-${key}`;
+    const known = this.live.get(id);
+    if (known) return known;
+    const dir = join(this.templatesDir, key);
+    if (!existsSync(join(dir, 'complete'))) return null;
+    const deviceState = await readBounded(join(dir, 'device.state'), MAX_DEVICE_STATE);
+    return this.adopt(id, spec, join(dir, 'memory.img'), deviceState, true);
+  }
+
+  /** A fresh directory to boot a template in; `publishTemplate` makes it the cache entry. */
+  async templateWorkDir(key: string): Promise<string> {
+    const dir = join(this.templatesDir, `.boot-${key}-${process.pid}`);
+    await rm(dir, { recursive: true, force: true });
+    await mkdir(dir, { mode: 0o750 });
+    if (this.owner) await chown(dir, 0, this.owner.gid);
+    return dir;
+  }
+
+  /**
+   * Makes the booted and frozen template in `workDir` (its RAM in memory.img) the cache entry
+   * of `key`, durably, and returns its state.
+   */
+  async publishTemplate(
+    key: string,
+    workDir: string,
+    spec: MachineSpec,
+    deviceState: Buffer,
+  ): Promise<QemuState> {
+    const image = join(workDir, 'memory.img');
+    // Zero pages become holes: that halves a fresh guest's image, and forks copy less.
+    await run('fallocate', ['--dig-holes', image]);
+    await writeDurably(join(workDir, 'device.state'), deviceState);
+    await syncFile(image);
+    await writeDurably(join(workDir, 'complete'), Buffer.from(`${STATE_FORMAT}\n`));
+    const dir = join(this.templatesDir, key);
+    await rm(dir, { recursive: true, force: true });
+    await rename(workDir, dir);
+    return this.adopt(`template-${key}`, spec, join(dir, 'memory.img'), deviceState, true);
+  }
+
+  /** A new image path for a fork point or a spare copy. */
+  newImagePath(kind: 'fork' | 'spare'): string {
+    return MemImage.freshName(this.imagesDir, kind);
+  }
+
+  /**
+   * Registers the fork point whose RAM is the complete image at `imagePath`, writing its device
+   * state next to it so that the state can be reopened after a restart.
+   */
+  async addFork(
+    imagePath: string,
+    spec: MachineSpec,
+    deviceState: Buffer,
+    standby: Vm[] = [],
+  ): Promise<QemuState> {
+    const id = imagePath.slice(this.imagesDir.length + 1).replace(/\.mem$/, '');
+    await writeFile(join(this.imagesDir, `${id}.state`), deviceState, { mode: 0o640 });
+    return this.adopt(id, spec, imagePath, deviceState, false, standby);
+  }
+
+  /** The state `desc` names: the live one, or reopened from its files. */
+  async open(desc: StateDescriptor): Promise<QemuState> {
+    const known = this.live.get(desc.id);
+    if (known) return known;
+    if (desc.format !== STATE_FORMAT) {
+      throw new Error(
+        `state ${desc.id} has format ${desc.format}; this hostd reads ${STATE_FORMAT}`,
+      );
+    }
+    const spec = desc.spec as MachineSpec;
+    if (desc.id.startsWith('template-')) {
+      const state = await this.cachedTemplate(desc.id.slice('template-'.length), spec);
+      if (!state)
+        throw new Error(`the frozen template ${desc.id} is gone from ${this.templatesDir}`);
+      return state;
+    }
+    if (!/^fork-[0-9a-f]{16}$/.test(desc.id)) throw new Error(`not a state id: ${desc.id}`);
+    const deviceState = await readBounded(
+      join(this.imagesDir, `${desc.id}.state`),
+      MAX_DEVICE_STATE,
+    );
+    return this.adopt(desc.id, spec, join(this.imagesDir, `${desc.id}.mem`), deviceState, false);
+  }
+
+  /** A fresh, empty folder for a machine being paused. */
+  async newPausedDir(): Promise<{ id: string; dir: string }> {
+    const id = `pause-${randomBytes(8).toString('hex')}`;
+    const dir = join(this.pausedDir, id);
+    await mkdir(dir, { mode: 0o700 });
+    return { id, dir };
+  }
+
+  /**
+   * Registers a machine paused into `dir` (see vm/qemu-paused.ts): it takes over a reference to
+   * `origin`, released when the paused machine is resumed or discarded.
+   */
+  addPaused(
+    id: string,
+    dir: string,
+    origin: QemuState,
+    deviceState: Buffer,
+    size: number,
+  ): QemuPaused {
+    this.livePaused.add(id);
+    return new QemuPaused(id, dir, origin, deviceState, size, () => this.livePaused.delete(id));
+  }
+
+  /** The paused machine `desc` names, reopened from its files (with a reference to its origin). */
+  async openPaused(desc: PausedDescriptor): Promise<QemuPaused> {
+    if (desc.format !== STATE_FORMAT) {
+      throw new Error(
+        `paused machine ${desc.id} has format ${desc.format}; this hostd reads ${STATE_FORMAT}`,
+      );
+    }
+    if (!/^pause-[0-9a-f]{16}$/.test(desc.id))
+      throw new Error(`not a paused machine id: ${desc.id}`);
+    const dir = join(this.pausedDir, desc.id);
+    const deviceState = await readBounded(join(dir, 'device.state'), MAX_DEVICE_STATE);
+    const size = (await stat(join(dir, 'memory.delta'))).size + deviceState.length;
+    const origin = (await this.open(desc.origin)).retain();
+    return this.addPaused(desc.id, dir, origin, deviceState, size);
+  }
+
+  describe(state: QemuState): StateDescriptor {
+    return { format: STATE_FORMAT, id: state.id, spec: state.spec };
+  }
+
+  /**
+   * Deletes the images and cached templates that no open state uses: what earlier runs left
+   * behind (fork points of sandboxes that are gone, templates of older images). Call it once
+   * every record has reopened what it needs.
+   */
+  async collectGarbage(): Promise<number> {
+    let removed = 0;
+    for (const name of await readdir(this.imagesDir)) {
+      const id = name.replace(/\.(mem|state)$/, '');
+      if (this.live.has(id)) continue;
+      await rm(join(this.imagesDir, name), { force: true });
+      removed++;
+    }
+    for (const name of await readdir(this.templatesDir)) {
+      if (this.live.has(`template-${name}`)) continue;
+      await rm(join(this.templatesDir, name), { recursive: true, force: true });
+      removed++;
+    }
+    for (const name of await readdir(this.pausedDir)) {
+      if (this.livePaused.has(name)) continue;
+      await rm(join(this.pausedDir, name), { recursive: true, force: true });
+      removed++;
+    }
+    return removed;
+  }
+
+  private adopt(
+    id: string,
+    spec: MachineSpec,
+    path: string,
+    deviceState: Buffer,
+    keep: boolean,
+    standby: Vm[] = [],
+  ): QemuState {
+    const image = new MemImage(path, {
+      keep,
+      companions: keep ? [] : [join(this.imagesDir, `${id}.state`)],
+      onFree: () => this.live.delete(id),
+    });
+    const state = new QemuState(id, spec, image, deviceState, standby);
+    this.live.set(id, state);
+    return state;
+  }
+}
+
+/** Writes `data` to `path` (via a temporary name) and makes it durable before returning. */
+export async function writeDurably(path: string, data: Buffer): Promise<void> {
+  const tmp = `${path}.tmp`;
+  const fh = await open(tmp, 'w', 0o640);
+  try {
+    await fh.writeFile(data);
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+  await rename(tmp, path);
+}
+
+async function syncFile(path: string): Promise<void> {
+  const fh = await open(path, 'r+');
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}
