@@ -266,9 +266,9 @@ export async function readRemainingEvents(
 
 /** PID of the QEMU behind sandbox `id`: its record names its VM, whose folder has the pid. */
 export async function sandboxQemuPid(h: Hostd, id: string): Promise<number> {
-  const record = JSON.parse(
-    await readFile(join(h.dataDir, 'sandboxes', `${id}.json`), 'utf8'),
-  ) as { vm: string };
+  const record = JSON.parse(await readFile(join(h.dataDir, 'sandboxes', `${id}.json`), 'utf8')) as {
+    vm: string;
+  };
   return Number((await readFile(join(h.stateDir, 'vms', record.vm, 'qemu.pid'), 'utf8')).trim());
 }
 
