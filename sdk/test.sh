@@ -88,11 +88,12 @@ run_node_tests() { # NAME FILE...
 
 if [ "$built" = 1 ]; then
   step "TypeScript SDK tests"
-  mapfile -t ts_tests < <(find "$TS/dist/test" -maxdepth 1 -name '*.test.js' ! -name 'cli.test.js' | sort)
+  mapfile -t ts_tests < <(find "$TS/dist/test" -maxdepth 1 -name '*.test.js' ! -name 'cli*.test.js' | sort)
   run_node_tests "TypeScript tests" "${ts_tests[@]}"
 
   step "CLI tests"
-  run_node_tests "CLI tests" "$TS/dist/test/cli.test.js"
+  mapfile -t cli_tests < <(find "$TS/dist/test" -maxdepth 1 -name 'cli*.test.js' | sort)
+  run_node_tests "CLI tests" "${cli_tests[@]}"
 fi
 
 step "Python SDK tests"

@@ -4,6 +4,8 @@
  * GNU base-256. What the entries mean for the local disk is tar-extract.ts's business.
  */
 
+import { HostdError } from './errors.js';
+
 const BLOCK = 512;
 
 export interface TarEntry {
@@ -21,10 +23,8 @@ export interface TarEntry {
   body: AsyncGenerator<Buffer>;
 }
 
-/** Thrown for bytes that are not a tar stream, or one cut short. */
-export class TarFormatError extends Error {
-  override readonly name = 'TarFormatError';
-}
+/** Thrown for bytes that are not a tar stream, or one cut short: hostd sent something wrong. */
+export class TarFormatError extends HostdError {}
 
 /** Pulls exact byte counts out of a stream of chunks of any size. */
 class ByteSource {

@@ -30,6 +30,20 @@ const INFO = {
   queued: 0,
 };
 const NO_STACK = /^\s+at /m;
+const COMMANDS = [
+  'create',
+  'exec',
+  'cp',
+  'fork',
+  'merge',
+  'snapshot',
+  'snapshots',
+  'pause',
+  'resume',
+  'rm',
+  'ls',
+  'templates',
+];
 
 /** Records, for each line in a chunk of output, when it arrived (ms since `start`). */
 function linesAt(chunk: string, into: number[], start: number): void {
@@ -40,11 +54,10 @@ describe('sbx help and usage', { timeout: 60_000 }, () => {
   test('--help lists every command', async () => {
     const r = await sbx(['--help']);
     assert.equal(r.code, 0);
-    for (const c of ['create', 'exec', 'fork', 'merge', 'rm', 'ls', '--url', '--api-key'])
-      assert.ok(r.stdout.includes(c), c);
+    for (const c of [...COMMANDS, '--url', '--api-key']) assert.ok(r.stdout.includes(c), c);
   });
 
-  for (const c of ['create', 'exec', 'fork', 'merge', 'rm', 'ls']) {
+  for (const c of COMMANDS) {
     test(`${c} --help shows its usage`, async () => {
       const r = await sbx([c, '--help']);
       assert.equal(r.code, 0);
