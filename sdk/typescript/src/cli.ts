@@ -39,17 +39,16 @@ const GLOBAL_HELP = `Global options:
   --url URL        hostd base URL (default: $SERVICE_HOSTD_URL, else ${DEFAULT_BASE_URL})
   --api-key KEY    API key (default: $SERVICE_API_KEY; prefer the variable, arguments are
                    visible to other users of the machine)
-  -h, --help       show help
+  -h, --help       show help`;
 
-Environment: SERVICE_REQUEST_TIMEOUT_S (default 60) and SERVICE_MAX_RETRIES (default 3) as in
-the SDK; SERVICE_SBX_DEBUG=1 prints stack traces of unexpected errors.`;
+const ENVIRONMENT_HELP = `Environment: SERVICE_HOSTD_URL and SERVICE_API_KEY (as --url and --api-key),
+SERVICE_REQUEST_TIMEOUT_S (default 60) and SERVICE_MAX_RETRIES (default 3) as in the SDK,
+SERVICE_SBX_DEBUG=1 to print the stack trace of an unexpected failure.`;
 
 function globalHelp(): string {
-  const width = Math.max(...Object.values(commands).map((c) => c.usage.length));
-  const lines = Object.values(commands).map((c) =>
-    c.usage.length > 60
-      ? `  ${c.usage}\n  ${''.padEnd(Math.min(width, 60))}  ${c.summary}`
-      : `  ${c.usage.padEnd(Math.min(width, 60))}  ${c.summary}`,
+  const width = Math.max(...Object.keys(commands).map((name) => name.length));
+  const lines = Object.entries(commands).map(
+    ([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`,
   );
   return `sbx: run code in hostd sandboxes
 
@@ -61,7 +60,9 @@ ${lines.join('\n')}
 ${GLOBAL_HELP}
   --version        print the version
 
-Run 'sbx COMMAND --help' for a command's options.
+${ENVIRONMENT_HELP}
+
+Run 'sbx COMMAND --help' for a command's usage and options.
 `;
 }
 

@@ -78,8 +78,7 @@ describe(
       'a sandbox’s env, and an exec’s own env and cwd',
       { timeout: LIVE_TIMEOUT_MS },
       async (t) => {
-        if (!(await has(t, 'create options (env, network)', 'exec options (env, cwd, display)')))
-          return;
+        if (!(await has(t, 'create-options', 'exec-options'))) return;
         const s = await create({ env: { GREETING: 'hi', SHARED: 'sandbox' } });
         assert.equal((await s.run('import os; print(os.environ["GREETING"])')).stdout, 'hi\n');
         assert.equal((await s.run('echo "$GREETING"', { language: 'bash' })).stdout, 'hi\n');
@@ -97,7 +96,7 @@ describe(
       'rich outputs come as displays with display: true',
       { timeout: LIVE_TIMEOUT_MS },
       async (t) => {
-        if (!(await has(t, 'exec options (env, cwd, display)'))) return;
+        if (!(await has(t, 'exec-options'))) return;
         const s = await create();
         const code = `class Bold:
     def _repr_html_(self): return "<b>bold</b>"
@@ -164,7 +163,7 @@ Bold()`;
       'allowOut host.hostd.internal:PORT reaches a server on this host',
       { timeout: LIVE_TIMEOUT_MS },
       async (t) => {
-        if (!(await has(t, 'create options (env, network)'))) return;
+        if (!(await has(t, 'create-options'))) return;
         const server = createServer((_req, res) => res.end('from the host'));
         await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
         try {

@@ -9,34 +9,66 @@ import { resolveConfig } from '../../src/config.js';
 import { isHostdError } from '../../src/errors.js';
 import { request } from '../../src/http.js';
 
+/** Short names, as README.md's `<!-- requires: files, snapshots -->` markers use them. */
 export type Feature =
-  | 'files'
-  | 'snapshots'
-  | 'pause'
-  | 'templates'
-  | 'exec options (env, cwd, display)'
-  | 'create options (env, network)';
+  'files' | 'snapshots' | 'pause' | 'templates' | 'exec-options' | 'create-options';
 
 const NOBODY = `/v1/sandboxes/sbx_${'0'.repeat(32)}`;
 
-const PROBES: Record<Feature, { method: string; path: string; json?: unknown; lacking: string }> = {
-  files: { method: 'GET', path: `${NOBODY}/files/stat?path=%2F`, lacking: 'route_not_found' },
-  snapshots: { method: 'GET', path: '/v1/snapshots', lacking: 'route_not_found' },
-  pause: { method: 'POST', path: `${NOBODY}/pause`, lacking: 'route_not_found' },
-  templates: { method: 'GET', path: '/v1/templates', lacking: 'route_not_found' },
-  'exec options (env, cwd, display)': {
+interface Probe {
+  what: string;
+  method: string;
+  path: string;
+  json?: unknown;
+  /** The code the server answers when it lacks the feature. */
+  lacking: string;
+}
+
+const PROBES: Record<Feature, Probe> = {
+  files: {
+    what: 'files API',
+    method: 'GET',
+    path: `${NOBODY}/files/stat?path=%2F`,
+    lacking: 'route_not_found',
+  },
+  snapshots: {
+    what: 'snapshots',
+    method: 'GET',
+    path: '/v1/snapshots',
+    lacking: 'route_not_found',
+  },
+  pause: {
+    what: 'pause and resume',
+    method: 'POST',
+    path: `${NOBODY}/pause`,
+    lacking: 'route_not_found',
+  },
+  templates: {
+    what: 'templates API',
+    method: 'GET',
+    path: '/v1/templates',
+    lacking: 'route_not_found',
+  },
+  'exec-options': {
+    what: 'exec env, cwd and display',
     method: 'POST',
     path: `${NOBODY}/exec`,
     json: { code: '', env: {}, cwd: '/', display: false },
     lacking: 'invalid_request',
   },
-  'create options (env, network)': {
+  'create-options': {
+    what: 'create env and network',
     method: 'POST',
     path: '/v1/sandboxes',
     json: { template: 'hostd-sdk-probe-no-such-template', env: {}, network: { allow_out: [] } },
     lacking: 'invalid_request',
   },
 };
+
+/** Whether `name` is a feature this module knows (for README markers). */
+export function isFeature(name: string): name is Feature {
+  return Object.hasOwn(PROBES, name);
+}
 
 const known = new Map<Feature, Promise<boolean>>();
 
@@ -66,5 +98,5 @@ export async function lacks(feature: Feature): Promise<string | undefined> {
   if (!known.has(feature)) known.set(feature, probe(feature));
   return (await known.get(feature)!)
     ? undefined
-    : `the server under test has no ${feature} yet (${PROBES[feature].lacking}): skipped`;
+    : `the server under test has no ${PROBES[feature].what} yet (it answers ${PROBES[feature].lacking})`;
 }
