@@ -115,7 +115,10 @@ class AsyncSandbox:
         cwd: Optional[str] = None,
         display: Optional[bool] = None,
     ) -> AsyncIterator[ExecEvent]:
-        """Runs code and yields its events as they arrive; see Sandbox.exec::
+        """Runs code and yields its events as they arrive; see Sandbox.exec. Closing the
+        generator (``await events.aclose()``, or ``contextlib.aclosing``) closes the connection,
+        which interrupts the code; leaving ``async for`` early without it leaves that to the
+        garbage collector::
 
             async for event in sandbox.exec("print(1)"):
                 print(event.type, event.data)

@@ -6,7 +6,7 @@ twin, method for method."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, List, Optional, Union
+from typing import Any, Iterable, Iterator, List, Union
 
 from . import _calls, _http
 from ._config import ClientConfig
