@@ -101,6 +101,20 @@ describe('files', { timeout: 60_000 }, () => {
     }
   });
 
+  test('a source stream that fails rejects with its own error, not a connection error', async () => {
+    fake.handle((req, res) => ok(res, { path: '/s', size: req.bytes.length }));
+    const failing = new Readable({
+      read() {
+        this.destroy(Object.assign(new Error('disk on fire'), { code: 'EIO' }));
+      },
+    });
+    await assert.rejects(sandbox.files.write('/s', failing), (e: unknown) => {
+      assert.equal((e as NodeJS.ErrnoException).code, 'EIO');
+      assert.equal(e instanceof ConnectionError, false);
+      return true;
+    });
+  });
+
   test('read returns the bytes; a missing file is SandboxFileNotFoundError', async () => {
     fake.handle((req, res) => {
       if (req.url.includes('missing')) {
