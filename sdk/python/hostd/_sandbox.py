@@ -1,16 +1,25 @@
 """``Sandbox``: one hostd sandbox (a microVM with a persistent Python REPL) and what can be
-done with it. Every method maps onto one HTTP call of docs/api.md."""
+done with it. Every method maps onto one HTTP call of docs/api.md; AsyncSandbox
+(_async_sandbox.py) is the asyncio twin, method for method."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, List, Optional, Union
-from urllib.parse import quote
+from typing import Callable, Dict, Iterator, List, Optional, Union
 
-from . import _http
+from . import _calls, _http
 from ._config import ClientConfig, resolve_config
-from ._errors import NotFoundException
+from ._display import to_display
+from ._errors import HostdError
 from ._exec import exec_events
-from ._types import ExecEvent, RunResult
+from ._files import Files
+from ._snapshot import Snapshot
+from ._types import Display, ExecEvent, RunResult, SandboxInfo
+
+
+def gone(e: HostdError) -> bool:
+    """Whether a delete failed only because the sandbox is gone already (deleted, or merged away
+    as a winner); ``not_found`` is what a server too old to send codes says."""
+    return e.code in ("sandbox_not_found", "not_found")
 
 
 class Sandbox:
@@ -28,59 +37,92 @@ class Sandbox:
         #: ``sbx_`` followed by 32 lowercase hex characters.
         self.id = sandbox_id
         self._config = config if config is not None else resolve_config()
+        #: The sandbox's files: read, write, list, upload and download directories.
+        self.files = Files(sandbox_id, self._config)
 
     @classmethod
     def create(
-        cls, template: Optional[str] = None, api_key: Optional[str] = None, base_url: Optional[str] = None
+        cls,
+        template: Optional[str] = None,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
+        *,
+        snapshot: Union[Snapshot, str, None] = None,
+        env: Optional[Dict[str, str]] = None,
+        allow_out: Optional[List[str]] = None,
+        request_timeout: Optional[float] = None,
+        max_retries: Optional[int] = None,
     ) -> "Sandbox":
-        """Creates a sandbox, from the template's warm pool when it has one ready. ``template``
-        defaults to the server's first template (``python``)."""
-        config = resolve_config(api_key, base_url)
-        body = {} if template is None else {"template": template}
-        created = _http.request_json(config, "POST", "/v1/sandboxes", body)
+        """Creates a sandbox, from the template's warm pool when it has one ready, or from a
+        snapshot (``snapshot``, a Snapshot or its id; not together with ``template``).
+        ``template`` defaults to the server's first (``python``). ``env`` is the environment of
+        every exec (fork children inherit it). ``allow_out`` lists what the sandbox may connect
+        to (``example.com``, ``example.com:443``, ``*.example.com``, ``203.0.113.0/24``, ``*``,
+        ``host.hostd.internal:PORT``); without it the sandbox has no network."""
+        config = resolve_config(api_key, base_url, request_timeout=request_timeout, max_retries=max_retries)
+        snapshot_id = snapshot.id if hasattr(snapshot, "id") else snapshot
+        created = _http.call_json(config, _calls.create(template, snapshot_id, env, allow_out))  # type: ignore[arg-type]
         return cls(created["id"], config)
 
     @classmethod
     def connect(
-        cls, sandbox_id: str, api_key: Optional[str] = None, base_url: Optional[str] = None
+        cls,
+        sandbox_id: str,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
+        *,
+        request_timeout: Optional[float] = None,
+        max_retries: Optional[int] = None,
     ) -> "Sandbox":
-        """Attaches to an existing sandbox, checking that it exists (NotFoundException if not)."""
-        config = resolve_config(api_key, base_url)
-        info = _http.request_json(config, "GET", _http.sandbox_path(sandbox_id))
+        """Attaches to an existing sandbox, checking that it exists (SandboxNotFoundError if not)."""
+        config = resolve_config(api_key, base_url, request_timeout=request_timeout, max_retries=max_retries)
+        info = _http.call_json(config, _calls.info(sandbox_id))
         return cls(info["id"], config)
 
     @classmethod
     def list(
-        cls, api_key: Optional[str] = None, base_url: Optional[str] = None
-    ) -> List[Dict[str, Any]]:
-        """Every live sandbox on the server, as the server describes them (dicts with ``id``,
-        ``state``, ``template``, ``created_at``, ``last_used_at``, ``parent_id``, ``busy``,
-        ``queued``)."""
-        config = resolve_config(api_key, base_url)
-        return _http.request_json(config, "GET", "/v1/sandboxes")["sandboxes"]
+        cls,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
+        *,
+        request_timeout: Optional[float] = None,
+        max_retries: Optional[int] = None,
+    ) -> List[SandboxInfo]:
+        """Every sandbox on the server, running, paused or failed."""
+        config = resolve_config(api_key, base_url, request_timeout=request_timeout, max_retries=max_retries)
+        return _http.call_json(config, _calls.list_sandboxes())["sandboxes"]
 
-    def info(self) -> Dict[str, Any]:
-        """The server's description of this sandbox (template, parent, busy, ...)."""
-        return _http.request_json(self._config, "GET", _http.sandbox_path(self.id))
+    def info(self) -> SandboxInfo:
+        """The server's description of this sandbox (state, template, parent, busy, network, ...)."""
+        return _http.call_json(self._config, _calls.info(self.id))
 
     def exec(
-        self, code: str, language: str = "python", timeout: Optional[float] = None
+        self,
+        code: str,
+        language: str = "python",
+        timeout: Optional[float] = None,
+        *,
+        env: Optional[Dict[str, str]] = None,
+        cwd: Optional[str] = None,
+        display: Optional[bool] = None,
     ) -> Iterator[ExecEvent]:
         """Runs code and yields its events in ``seq`` order as they arrive: ``stdout`` and
-        ``stderr`` lines, then one ``exit`` with the exit code. ``language`` is ``python`` (the
-        persistent REPL) or ``bash`` (a fresh process). ``timeout`` in seconds interrupts the
-        code (exit code 124). The request is sent when iteration starts; closing the generator
-        early closes the connection, which interrupts the code. A failure of the sandbox
-        during the exec raises ExecutorException::
+        ``stderr`` lines, ``display`` bundles (with ``display=True``), then one ``exit`` with the
+        exit code. ``language`` is ``python`` (the persistent REPL) or ``bash`` (a fresh
+        process). ``timeout`` in seconds interrupts the code (exit code 124); it also bounds how
+        long the SDK waits on a silent stream (``timeout`` plus ``request_timeout``): without
+        it, a running exec may stay silent forever. ``env`` and ``cwd`` apply to this exec only.
+
+        The request is sent when iteration starts; closing the generator early closes the
+        connection, which interrupts the code. A 429 or 503 answer is retried like any request
+        (no event was streamed yet); a failure of the sandbox during the exec raises
+        ExecutorError::
 
             for event in sandbox.exec("print(1)"):
                 print(event.type, event.data)
         """
-        body: Dict[str, Any] = {"code": code, "language": language}
-        if timeout is not None:
-            body["timeout"] = timeout
-        lines = _http.stream_lines(self._config, "POST", _http.sandbox_path(self.id, "/exec"), body)
-        return exec_events(lines)
+        call = _calls.exec_code(self._config, self.id, code, language, timeout, env, cwd, display)
+        yield from exec_events(_http.send(self._config, call))
 
     def run(
         self,
@@ -89,49 +131,60 @@ class Sandbox:
         timeout: Optional[float] = None,
         on_stdout: Optional[Callable[[str], None]] = None,
         on_stderr: Optional[Callable[[str], None]] = None,
+        *,
+        env: Optional[Dict[str, str]] = None,
+        cwd: Optional[str] = None,
+        display: Optional[bool] = None,
+        on_display: Optional[Callable[[Display], None]] = None,
     ) -> RunResult:
-        """Runs code to completion and collects its output. A non-zero exit code (an uncaught
-        Python exception gives 1) is a result, not an exception::
+        """Runs code to completion and collects its output and (with ``display=True``) its rich
+        outputs. A non-zero exit code (an uncaught Python exception gives 1) is a result, not an
+        exception::
 
             result = sandbox.run("x = 41\\nprint(x + 1)")   # result.stdout == "42\\n"
         """
-        stdout: List[str] = []
-        stderr: List[str] = []
-        exit_code = -1
-        for event in self.exec(code, language=language, timeout=timeout):
-            if event.type == "exit":
-                exit_code = int(event.data)
-            elif event.type == "stdout":
-                stdout.append("%s\n" % event.data)
-                if on_stdout is not None:
-                    on_stdout(str(event.data))
-            else:
-                stderr.append("%s\n" % event.data)
-                if on_stderr is not None:
-                    on_stderr(str(event.data))
-        return RunResult("".join(stdout), "".join(stderr), exit_code)
+        collected = _Collector(on_stdout, on_stderr, on_display)
+        for event in self.exec(code, language, timeout, env=env, cwd=cwd, display=display):
+            collected.add(event)
+        return collected.result()
 
     def fork(self, n: int) -> List["Sandbox"]:
         """Creates ``n`` (1 to 32) copy-on-write children that start from this sandbox's whole
         state: REPL variables, files, processes. Children come back in no particular order."""
-        body = _http.request_json(self._config, "POST", _http.sandbox_path(self.id, "/fork"), {"n": n})
+        body = _http.call_json(self._config, _calls.fork(self.id, n))
         return [Sandbox(child["id"], self._config) for child in body["children"]]
 
     def merge(self, winner: Union["Sandbox", str]) -> None:
         """Makes this sandbox adopt ``winner``'s state: from now on this id drives the winner's
         VM, this sandbox's previous VM is destroyed, and the winner's id no longer exists."""
-        winner_id = winner.id if isinstance(winner, Sandbox) else winner
-        suffix = "/merge_into/%s" % quote(winner_id, safe="")
-        _http.request(self._config, "POST", _http.sandbox_path(self.id, suffix))
+        winner_id = winner if isinstance(winner, str) else winner.id
+        _http.call_bytes(self._config, _calls.merge(self.id, winner_id))
+
+    def snapshot(self) -> Snapshot:
+        """Saves this sandbox's whole state (memory and files) as a snapshot to create sandboxes
+        from, any number of times. The sandbox keeps running::
+
+            snap = sandbox.snapshot()
+            copy = Sandbox.create(snapshot=snap)
+        """
+        return Snapshot(_http.call_json(self._config, _calls.take_snapshot(self.id)), self._config)
+
+    def pause(self) -> None:
+        """Writes the sandbox to disk and stops its VM, so that it costs no host memory; its next
+        use (or ``resume``) brings it back with its state. Pausing a paused sandbox does nothing."""
+        _http.call_bytes(self._config, _calls.pause(self.id))
+
+    def resume(self) -> None:
+        """Starts a paused sandbox again now, rather than on its next use."""
+        _http.call_bytes(self._config, _calls.resume(self.id))
 
     def delete(self) -> None:
-        """Destroys the sandbox. Deleting it twice raises NotFoundException."""
-        _http.request(self._config, "DELETE", _http.sandbox_path(self.id))
+        """Destroys the sandbox. Deleting it twice raises SandboxNotFoundError."""
+        _http.call_bytes(self._config, _calls.delete(self.id))
 
     def logs(self) -> str:
         """The tail of the VM's console and QEMU's stderr, for debugging a misbehaving guest."""
-        data = _http.request(self._config, "GET", _http.sandbox_path(self.id, "/logs"), accept="text/plain")
-        return data.decode("utf-8", errors="replace")
+        return _http.call_bytes(self._config, _calls.logs(self.id)).decode("utf-8", errors="replace")
 
     def __enter__(self) -> "Sandbox":
         return self
@@ -139,11 +192,45 @@ class Sandbox:
     def __exit__(self, *exc_info: object) -> None:
         try:
             self.delete()
-        except NotFoundException:
-            pass  # already deleted, or merged away as a winner
+        except HostdError as e:
+            if not gone(e):
+                raise
 
     def __repr__(self) -> str:
         return "Sandbox(%r)" % self.id
 
     def __str__(self) -> str:
         return self.id
+
+
+class _Collector:
+    """What ``run`` gathers from the events, calling the callbacks as they arrive."""
+
+    def __init__(
+        self,
+        on_stdout: Optional[Callable[[str], None]],
+        on_stderr: Optional[Callable[[str], None]],
+        on_display: Optional[Callable[[Display], None]],
+    ) -> None:
+        self._callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+        self._on_display = on_display
+        self._lines: Dict[str, List[str]] = {"stdout": [], "stderr": []}
+        self._displays: List[Display] = []
+        self._exit_code = -1
+
+    def add(self, event: ExecEvent) -> None:
+        if event.type == "exit":
+            self._exit_code = int(event.data)  # type: ignore[arg-type]
+        elif event.type == "display":
+            display = to_display(event.data)  # type: ignore[arg-type]
+            self._displays.append(display)
+            if self._on_display is not None:
+                self._on_display(display)
+        else:
+            self._lines[event.type].append("%s\n" % event.data)
+            callback = self._callbacks[event.type]
+            if callback is not None:
+                callback(str(event.data))
+
+    def result(self) -> RunResult:
+        return RunResult("".join(self._lines["stdout"]), "".join(self._lines["stderr"]), self._exit_code, self._displays)

@@ -1,32 +1,155 @@
-"""Data shapes of the hostd HTTP API (docs/api.md), as the SDK hands them to callers."""
+"""Data shapes of the hostd HTTP API (docs/api.md), as the SDK hands them to callers. What the
+server describes (sandboxes, snapshots, templates, file entries) stays a dict with the API's
+field names, typed as a TypedDict, so that docs/api.md, both SDKs and ``sbx ... --json`` show
+the same names; what the SDK makes itself (events, results, displays) is a dataclass."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional, Union
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Literal, Optional, TypedDict, Union
+
+#: The kinds of exec events: output lines, rich outputs (with ``display=True``), the exit code.
+EventType = Literal["stdout", "stderr", "display", "exit"]
+
+#: A MIME bundle as in Jupyter's display protocol: ``image/png`` and ``image/jpeg`` are base64,
+#: ``text/*`` and ``image/svg+xml`` strings, ``application/json`` any JSON value.
+MimeBundle = Dict[str, Any]
 
 
 @dataclass(frozen=True)
 class ExecEvent:
     """One event of an exec stream.
 
-    ``type`` is ``"stdout"`` or ``"stderr"`` (``data``: one line, without its newline) or
-    ``"exit"`` (``data``: the exit code). ``seq`` counts from 0 within one exec; ``ts`` is host
-    wall-clock milliseconds. ``error`` is set only on hostd's in-stream failure report, which
-    the SDK raises as ExecutorException instead of yielding.
+    ``type`` ``"stdout"`` or ``"stderr"``: ``data`` is one line, without its newline;
+    ``"display"``: ``data`` is a MIME bundle; ``"exit"``: ``data`` is the exit code. ``seq``
+    counts from 0 within one exec; ``ts`` is host wall-clock milliseconds. ``error`` is set only
+    on hostd's in-stream failure report, which the SDK raises as ExecutorError instead.
     """
 
-    type: str
-    data: Union[str, int]
+    type: EventType
+    data: Union[str, int, MimeBundle]
     seq: int
     ts: int
     error: Optional[str] = None
 
 
 @dataclass(frozen=True)
+class Display:
+    """A rich output made convenient: the common MIME types as fields (``png`` and ``jpeg``
+    decoded to bytes), and the whole bundle in ``data`` for the others."""
+
+    #: The raw MIME bundle, as hostd sent it.
+    data: MimeBundle
+    #: ``text/plain``: every display has one.
+    text: Optional[str] = None
+    html: Optional[str] = None
+    markdown: Optional[str] = None
+    latex: Optional[str] = None
+    #: ``image/svg+xml``.
+    svg: Optional[str] = None
+    png: Optional[bytes] = None
+    jpeg: Optional[bytes] = None
+    #: ``application/json``.
+    json: Any = None
+
+
+@dataclass(frozen=True)
 class RunResult:
-    """What ``Sandbox.run`` returns: every line of each stream followed by a newline."""
+    """What ``Sandbox.run`` returns: every line of each stream followed by a newline, and the
+    rich outputs in order (empty unless the run asked for ``display=True``)."""
 
     stdout: str
     stderr: str
     exit_code: int
+    displays: List[Display] = field(default_factory=list)
+
+
+class NetworkInfo(TypedDict):
+    """A sandbox's egress rules and traffic counts."""
+
+    allow_out: List[str]
+    bytes_out: int
+    bytes_in: int
+
+
+class _SandboxInfoRequired(TypedDict):
+    id: str
+    state: Literal["ready", "paused", "failed"]
+    template: str
+    created_at: str
+    last_used_at: str
+    parent_id: Optional[str]
+    busy: bool
+    queued: int
+
+
+class SandboxInfo(_SandboxInfoRequired, total=False):
+    """A sandbox as ``GET /v1/sandboxes/{id}`` describes it. ``state``: ``ready`` (running),
+    ``paused`` (on disk, resumed by its next use) or ``failed`` (see ``error``)."""
+
+    snapshot_id: Optional[str]
+    error: Optional[str]
+    network: NetworkInfo
+
+
+class _EntryInfoRequired(TypedDict):
+    name: str
+    path: str
+    type: Literal["file", "dir", "symlink", "other"]
+    size: int
+    mode: int
+    mtime_ms: int
+
+
+class EntryInfo(_EntryInfoRequired, total=False):
+    """A file, directory or link inside a sandbox. ``mode`` is the permission bits as a number
+    (``420`` is ``0o644``); a symlink also has ``target``."""
+
+    target: str
+
+
+class WriteInfo(TypedDict):
+    """What ``files.write`` wrote."""
+
+    path: str
+    size: int
+
+
+class TransferInfo(TypedDict):
+    """What ``files.upload_dir`` and ``files.download_dir`` moved: the destination directory,
+    regular files and their bytes."""
+
+    path: str
+    files: int
+    size: int
+
+
+class SnapshotInfo(TypedDict):
+    """A snapshot as hostd describes it; ``sandboxes`` counts those still using its files."""
+
+    snapshot_id: str
+    source_sandbox_id: str
+    template: str
+    size_bytes: int
+    created_at: str
+    sandboxes: int
+
+
+class TemplateInfo(TypedDict):
+    """A template as hostd describes it. ``state`` ``building``: creates raise
+    TemplateUnavailableError; ``failed``: TemplateFailedError (``error`` says why)."""
+
+    name: str
+    default: bool
+    state: Literal["building", "ready", "failed"]
+    error: Optional[str]
+    memory_mib: int
+    vcpus: int
+    pool_size: int
+    disk_mib: int
+    description: str
+    preload: List[str]
+    debian_packages: List[str]
+    python_packages: List[str]
+    image_key: str
+    built_at: Optional[str]

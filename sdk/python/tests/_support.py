@@ -33,6 +33,18 @@ class Request:
     def json(self) -> Any:
         return json.loads(self.body.decode("utf-8"))
 
+    @property
+    def route(self) -> str:
+        """The path without its query string."""
+        return self.path.split("?", 1)[0]
+
+    @property
+    def params(self) -> Dict[str, str]:
+        """The query string's parameters (the last value of each)."""
+        from urllib.parse import parse_qsl
+
+        return dict(parse_qsl(self.path.split("?", 1)[1] if "?" in self.path else ""))
+
 
 Handler = Callable[[Request, "Responder"], None]
 
@@ -43,16 +55,21 @@ class Responder:
     def __init__(self, handler: http.server.BaseHTTPRequestHandler) -> None:
         self._h = handler
 
-    def json(self, status: int, body: Any) -> None:
+    def json(self, status: int, body: Any, headers: Optional[Dict[str, str]] = None) -> None:
         data = json.dumps(body).encode("utf-8")
         self._h.send_response(status)
         self._h.send_header("content-type", "application/json")
         self._h.send_header("content-length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self._h.send_header(name, value)
         self._h.end_headers()
         self._h.wfile.write(data)
 
-    def error(self, status: int, message: str) -> None:
-        self.json(status, {"error": message})
+    def error(self, status: int, message: str, code: Optional[str] = None, headers: Optional[Dict[str, str]] = None) -> None:
+        """``{"error": message}``, with ``code`` when given (as hostd does; without it, like a
+        server or proxy that sends none)."""
+        body = {"error": message} if code is None else {"error": message, "code": code}
+        self.json(status, body, headers)
 
     def raw(self, status: int, body: bytes, content_type: str = "text/plain") -> None:
         self._h.send_response(status)
@@ -106,9 +123,22 @@ class FakeHostd:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def _serve(self) -> None:
+            def _read_body(self) -> bytes:
+                if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
+                    parts = []
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                        if size == 0:
+                            while self.rfile.readline().strip():
+                                pass
+                            return b"".join(parts)
+                        parts.append(self.rfile.read(size))
+                        self.rfile.readline()
                 length = int(self.headers.get("content-length") or 0)
-                body = self.rfile.read(length) if length else b""
+                return self.rfile.read(length) if length else b""
+
+            def _serve(self) -> None:
+                body = self._read_body()
                 req = Request(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
                 fake.requests.append(req)
                 try:
@@ -116,7 +146,7 @@ class FakeHostd:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-            do_GET = do_POST = do_DELETE = _serve
+            do_GET = do_POST = do_PUT = do_DELETE = _serve
 
         class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
             daemon_threads = True
@@ -158,4 +188,4 @@ def default_handler(req: Request, res: Responder) -> None:
     parts = req.path.split("/")
     if req.method == "GET" and len(parts) == 4 and parts[3].startswith("sbx_"):
         return res.json(200, info(parts[3]))
-    return res.error(404, "no route for %s %s" % (req.method, req.path))
+    return res.error(404, "no route for %s %s" % (req.method, req.path), "route_not_found")

@@ -1,5 +1,5 @@
-"""Configuration and headers: SERVICE_HOSTD_URL and SERVICE_API_KEY with explicit arguments
-winning, the bearer token, content-type only with a body, the method, path and body of every
+"""Configuration and headers: SERVICE_HOSTD_URL, SERVICE_API_KEY, SERVICE_REQUEST_TIMEOUT_S and
+SERVICE_MAX_RETRIES with explicit arguments winning, the bearer token, content-type only with a body, the method, path and body of every
 call, and the context manager."""
 
 import json
@@ -33,9 +33,25 @@ class ResolveConfigTest(unittest.TestCase):
         )
         self.assertIsNone(resolve_config(api_key="", env=env).api_key, "an empty key sends none")
 
+    def test_timeout_and_retries_default_to_60_s_and_3(self):
+        c = resolve_config(env={})
+        self.assertEqual((c.request_timeout, c.max_retries), (60.0, 3))
+
+    def test_timeout_and_retries_from_the_environment_and_arguments(self):
+        env = {"SERVICE_REQUEST_TIMEOUT_S": "2.5", "SERVICE_MAX_RETRIES": "0"}
+        c = resolve_config(env=env)
+        self.assertEqual((c.request_timeout, c.max_retries), (2.5, 0))
+        c = resolve_config(env=env, request_timeout=0, max_retries=5)
+        self.assertEqual((c.request_timeout, c.max_retries), (0, 5))
+        for bad in ({"SERVICE_REQUEST_TIMEOUT_S": "soon"}, {"SERVICE_REQUEST_TIMEOUT_S": "-1"}, {"SERVICE_MAX_RETRIES": "1.5"}):
+            with self.assertRaises(ValueError):
+                resolve_config(env=bad)
+        with self.assertRaises(ValueError):
+            resolve_config(env={}, max_retries=-1)
+
     def test_empty_variables_are_unset_and_bad_urls_raise(self):
-        c = resolve_config(env={"SERVICE_HOSTD_URL": " ", "SERVICE_API_KEY": ""})
-        self.assertEqual((c.base_url, c.api_key), (DEFAULT_BASE_URL, None))
+        c = resolve_config(env={"SERVICE_HOSTD_URL": " ", "SERVICE_API_KEY": "", "SERVICE_REQUEST_TIMEOUT_S": "", "SERVICE_MAX_RETRIES": " "})
+        self.assertEqual((c.base_url, c.api_key, c.request_timeout, c.max_retries), (DEFAULT_BASE_URL, None, 60.0, 3))
         with self.assertRaises(ValueError):
             resolve_config(base_url="not a url", env={})
         with self.assertRaises(ValueError):

@@ -14,6 +14,8 @@ from hostd import (
     InvalidRequestException,
     NotFoundException,
     Sandbox,
+    SandboxNotFoundError,
+    TemplateNotFoundError,
     is_hostd_error,
 )
 
@@ -139,16 +141,19 @@ class LiveTest(unittest.TestCase):
             Sandbox.connect(t.id)
 
     def test_the_exception_classes_a_real_server_produces(self):
-        with self.assertRaises(NotFoundException) as caught:
+        with self.assertRaises(SandboxNotFoundError) as caught:
             Sandbox.connect("sbx_" + "0" * 32)
-        self.assertIn("sandbox sbx_%s not found" % ("0" * 32), caught.exception.message)
-        with self.assertRaises(NotFoundException):
+        self.assertIsInstance(caught.exception, NotFoundException, "the first version's name still catches it")
+        self.assertEqual((caught.exception.code, caught.exception.status), ("sandbox_not_found", 404))
+        with self.assertRaises(TemplateNotFoundError):
             Sandbox.create(template="no-such-template")
         s = self.create()
         with self.assertRaises(InvalidRequestException) as caught:
             s.fork(33)
-        self.assertEqual(caught.exception.status, 400)
-        self.assertIn("n must be an integer from 1 to 32", caught.exception.message)
+        self.assertEqual((caught.exception.code, caught.exception.status), ("invalid_request", 400))
+        with self.assertRaises(InvalidRequestException) as caught:
+            s.merge(s)
+        self.assertEqual(caught.exception.code, "merge_into_self")
         with self.assertRaises(InvalidRequestException):
             s.run("1", timeout=-5)
         with self.assertRaises(InvalidRequestException):
@@ -157,11 +162,11 @@ class LiveTest(unittest.TestCase):
             self.skipTest("SERVICE_API_KEY unset: assuming the server does not check keys; 401 not tested")
         with self.assertRaises(AuthenticationException) as caught:
             Sandbox.create(api_key="definitely-not-a-valid-key")
-        self.assertEqual(caught.exception.message, "invalid api key")
+        self.assertEqual(caught.exception.code, "invalid_api_key")
         self.assertTrue(is_hostd_error(caught.exception, "authentication_error"))
         with self.assertRaises(AuthenticationException) as caught:
             Sandbox.list(api_key="")
-        self.assertEqual(caught.exception.message, "missing Authorization: Bearer <key>")
+        self.assertEqual(caught.exception.code, "missing_api_key")
 
 
 if __name__ == "__main__":

@@ -2,31 +2,31 @@
  * Turns the body of an exec response into events: split into NDJSON lines as bytes arrive,
  * put in `seq` order, and checked for the in-stream failure report. Any way the stream can go
  * wrong after its 200 (a broken connection, a malformed line, no `exit` event, an `exit` with
- * `error`) becomes an ExecutorError.
+ * `error`) becomes an ExecutorError; silence past the stream's timeout is RequestTimeoutError.
  */
-import { ExecutorError } from './errors.js';
-import { describeFetchError } from './http.js';
+import type { IncomingMessage } from 'node:http';
+import { ExecutorError, RequestTimeoutError } from './errors.js';
+import { describe } from './transport.js';
 import type { ExecEvent, ExitEvent } from './types.js';
 
 /** Yields each complete line of the body as soon as its newline arrives. */
 export async function* ndjsonLines(
-  body: ReadableStream<Uint8Array>,
+  body: IncomingMessage,
   signal?: AbortSignal,
 ): AsyncGenerator<string> {
-  const reader = body.getReader();
   const decoder = new TextDecoder();
   let buffered = '';
   let done = false;
+  const chunks = body[Symbol.asyncIterator]();
   try {
     for (;;) {
-      let chunk: Awaited<ReturnType<typeof reader.read>>;
+      let chunk: IteratorResult<Buffer>;
       try {
-        chunk = await reader.read();
+        chunk = (await chunks.next()) as IteratorResult<Buffer>;
       } catch (err) {
         if (signal?.aborted) throw signal.reason;
-        throw new ExecutorError(`the exec stream broke: ${describeFetchError(err)}`, {
-          cause: err,
-        });
+        if (err instanceof RequestTimeoutError) throw err;
+        throw new ExecutorError(`the exec stream broke: ${describe(err)}`, { cause: err });
       }
       if (chunk.done) break;
       buffered += decoder.decode(chunk.value, { stream: true });
@@ -43,8 +43,7 @@ export async function* ndjsonLines(
   } finally {
     // Leaving early (break, an exception, abort) closes the connection, which tells hostd to
     // interrupt the code so that the sandbox's queue moves on.
-    if (!done) await reader.cancel().catch(() => undefined);
-    reader.releaseLock();
+    if (!done) body.destroy();
   }
 }
 
@@ -68,10 +67,15 @@ export function parseEvent(line: string): { seq: number; event: ExecEvent | unde
     return { seq, event: value as ExecEvent };
   }
   if (e.type === 'exit' && typeof e.data === 'number') return { seq, event: value as ExitEvent };
-  if (e.type === 'stdout' || e.type === 'stderr' || e.type === 'exit') {
+  if (e.type === 'display' && isBundle(e.data)) return { seq, event: value as ExecEvent };
+  if (e.type === 'stdout' || e.type === 'stderr' || e.type === 'exit' || e.type === 'display') {
     throw new ExecutorError(`hostd sent a malformed exec event: ${line.slice(0, 200)}`);
   }
   return { seq, event: undefined };
+}
+
+function isBundle(data: unknown): boolean {
+  return typeof data === 'object' && data !== null && !Array.isArray(data);
 }
 
 /**
@@ -104,7 +108,7 @@ export async function* inSeqOrder(
  * ExecutorError for an `exit` carrying `error` and for a stream with no `exit` at all.
  */
 export async function* execEvents(
-  body: ReadableStream<Uint8Array>,
+  body: IncomingMessage,
   signal?: AbortSignal,
 ): AsyncGenerator<ExecEvent> {
   async function* parsed(): AsyncGenerator<{ seq: number; event: ExecEvent | undefined }> {

@@ -1,124 +1,168 @@
 /**
- * The one place that sends requests: headers (authorization, traceparent, content-type), the
- * mapping of failures onto error classes, and JSON decoding.
+ * The one place that sends API requests: headers (authorization, traceparent, content-type),
+ * query strings, retries of 429 and 503, the mapping of error responses onto error classes,
+ * and reading bodies.
  */
+import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
+import type { Readable } from 'node:stream';
 import type { ClientConfig } from './config.js';
-import { ConnectionError, HostdError, errorForStatus } from './errors.js';
+import { ConnectionError, HostdError, RequestTimeoutError, errorFromResponse } from './errors.js';
+import { parseRetryAfter, retryDelayMs, sleep } from './retry.js';
 import { traceparent } from './trace.js';
+import { describe, exchange } from './transport.js';
 
-export interface RequestOptions {
-  /** Serialized as JSON; no body (and no content-type) when undefined. */
-  body?: unknown;
-  signal?: AbortSignal | undefined;
+/**
+ * A raw request body: bytes (sent again on a retry), a function that makes a fresh stream for
+ * each attempt (so it can be retried too), or a stream, which can be read only once and so is
+ * never retried.
+ */
+export type BodySource = Uint8Array | (() => Readable) | Readable;
+
+export interface ApiRequest {
+  method: string;
+  /** From `/v1/...`; the base URL's own path is put in front. */
+  path: string;
+  /** Encoded like encodeURIComponent; undefined values are left out. */
+  query?: Record<string, string | undefined>;
+  /** Sent as `application/json`. */
+  json?: unknown;
+  body?: BodySource;
+  /** Of `body`; default `application/octet-stream`. */
+  contentType?: string;
   accept?: string;
+  signal?: AbortSignal | undefined;
+  /** The longest silence while the response body is read; default the request timeout, 0 none. */
+  bodyTimeoutMs?: number;
 }
 
 /**
- * Sends a request and returns the 2xx response with its body unread; any other status becomes
- * the matching HostdError subclass.
+ * Sends a request, retrying 429 and 503 answers as config.ts describes, and returns the 2xx
+ * response with its body unread (read it or destroy it). Any other status becomes the matching
+ * HostdError subclass.
  */
-export async function request(
-  config: ClientConfig,
-  method: string,
-  path: string,
-  opts: RequestOptions = {},
-): Promise<Response> {
-  const headers: Record<string, string> = {
-    accept: opts.accept ?? 'application/json',
+export async function request(config: ClientConfig, req: ApiRequest): Promise<IncomingMessage> {
+  const url = new URL(`${config.baseUrl}${req.path}${queryString(req.query)}`);
+  const headers: OutgoingHttpHeaders = {
+    accept: req.accept ?? 'application/json',
     traceparent: await traceparent(),
   };
   if (config.apiKey !== undefined) headers.authorization = `Bearer ${config.apiKey}`;
-  let body: string | undefined;
-  if (opts.body !== undefined) {
+  let bytes: Uint8Array | undefined;
+  if (req.json !== undefined) {
     headers['content-type'] = 'application/json';
-    body = JSON.stringify(opts.body);
+    bytes = Buffer.from(JSON.stringify(req.json));
+  } else if (req.body !== undefined) {
+    headers['content-type'] = req.contentType ?? 'application/octet-stream';
+    if (req.body instanceof Uint8Array) bytes = req.body;
   }
-  const url = `${config.baseUrl}${path}`;
-  let res: Response;
-  try {
-    res = await fetch(url, { method, headers, body, signal: opts.signal });
-  } catch (err) {
-    if (opts.signal?.aborted) throw opts.signal.reason;
-    throw new ConnectionError(
-      `cannot reach hostd at ${config.baseUrl}: ${describeFetchError(err)}`,
-      {
-        cause: err,
-      },
-    );
+  if (bytes !== undefined) headers['content-length'] = bytes.byteLength;
+  const replayable = typeof req.body !== 'object' || req.body instanceof Uint8Array;
+  for (let attempt = 0; ; attempt++) {
+    const body = typeof req.body === 'function' ? req.body() : (bytes ?? req.body);
+    const { res, setIdleTimeout } = await exchange({
+      url,
+      method: req.method,
+      headers,
+      body,
+      signal: req.signal,
+      timeoutMs: config.requestTimeoutMs,
+      baseUrl: config.baseUrl,
+    });
+    const status = res.statusCode ?? 0;
+    if (status >= 200 && status < 300) {
+      setIdleTimeout(req.bodyTimeoutMs ?? config.requestTimeoutMs);
+      return res;
+    }
+    const err = await errorOf(res, req.signal);
+    const delay = replayable
+      ? retryDelayMs(status, err.retryAfterMs, attempt, config.maxRetries)
+      : undefined;
+    if (delay === undefined) throw err;
+    await sleep(delay, req.signal);
   }
-  if (res.ok) return res;
-  throw errorForStatus(res.status, await errorMessage(res, opts.signal));
 }
 
-/** `request` and then the JSON body. */
-export async function requestJson<T>(
-  config: ClientConfig,
-  method: string,
-  path: string,
-  opts: RequestOptions = {},
-): Promise<T> {
-  const res = await request(config, method, path, opts);
-  const text = await readText(res, opts.signal);
+/** `request`, then the JSON body. */
+export async function requestJson<T>(config: ClientConfig, req: ApiRequest): Promise<T> {
+  const res = await request(config, req);
+  const text = (await readAll(res, req.signal)).toString('utf8');
   try {
     return JSON.parse(text) as T;
   } catch {
     throw new HostdError(`hostd sent a response that is not JSON: ${clip(text)}`, {
-      status: res.status,
+      status: res.statusCode,
     });
   }
 }
 
-/** `request` and then the whole body as text (empty for 204). */
-export async function requestText(
-  config: ClientConfig,
-  method: string,
-  path: string,
-  opts: RequestOptions = {},
-): Promise<string> {
-  const res = await request(config, method, path, opts);
-  return readText(res, opts.signal);
+/** `request`, then the whole body as text (empty for 204). */
+export async function requestText(config: ClientConfig, req: ApiRequest): Promise<string> {
+  return (await readAll(await request(config, req), req.signal)).toString('utf8');
 }
 
-/** Path segment for a sandbox id; ids are `sbx_` + hex, but nothing odd should reach the URL. */
+/** Path of a sandbox route; ids are `sbx_` + hex, but nothing odd should reach the URL. */
 export function sandboxPath(id: string, suffix = ''): string {
   return `/v1/sandboxes/${encodeURIComponent(id)}${suffix}`;
 }
 
-async function readText(res: Response, signal: AbortSignal | undefined): Promise<string> {
+/**
+ * The whole body. A failure while reading is the signal's reason, RequestTimeoutError, or
+ * ConnectionError.
+ */
+export async function readAll(res: IncomingMessage, signal?: AbortSignal): Promise<Buffer> {
+  const chunks: Buffer[] = [];
   try {
-    return await res.text();
+    for await (const chunk of res) chunks.push(chunk as Buffer);
   } catch (err) {
-    if (signal?.aborted) throw signal.reason;
-    throw new ConnectionError(`the connection to hostd broke: ${describeFetchError(err)}`, {
-      cause: err,
-    });
+    throw streamError(err, signal);
   }
+  return Buffer.concat(chunks);
 }
 
-/** The server's `{"error": message}`, or whatever text it sent, or the status line. */
-async function errorMessage(res: Response, signal: AbortSignal | undefined): Promise<string> {
+/** What a failure while reading a response body becomes. */
+export function streamError(err: unknown, signal?: AbortSignal): unknown {
+  if (signal?.aborted) return signal.reason;
+  if (err instanceof RequestTimeoutError) return err;
+  return new ConnectionError(`the connection to hostd broke: ${describe(err)}`, { cause: err });
+}
+
+function queryString(query: Record<string, string | undefined> | undefined): string {
+  const pairs = Object.entries(query ?? {}).filter(
+    (e): e is [string, string] => e[1] !== undefined,
+  );
+  if (pairs.length === 0) return '';
+  return `?${pairs.map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`).join('&')}`;
+}
+
+/** The error a non-2xx response stands for: the server's `{"error", "code"}` when it sent one. */
+async function errorOf(res: IncomingMessage, signal: AbortSignal | undefined): Promise<HostdError> {
+  const status = res.statusCode ?? 0;
   let text = '';
   try {
-    text = await res.text();
+    text = (await readAll(res, signal)).toString('utf8');
   } catch {
     if (signal?.aborted) throw signal.reason;
   }
+  let message: string | undefined;
+  let code: string | undefined;
   try {
-    const parsed = JSON.parse(text) as { error?: unknown };
-    if (typeof parsed.error === 'string' && parsed.error !== '') return parsed.error;
+    const parsed = JSON.parse(text) as { error?: unknown; code?: unknown };
+    if (typeof parsed.error === 'string' && parsed.error !== '') message = parsed.error;
+    if (typeof parsed.code === 'string' && parsed.code !== '') code = parsed.code;
   } catch {
     // Not JSON: a proxy's HTML page, say.
   }
-  const trimmed = text.trim();
-  return trimmed === '' ? `HTTP ${res.status} ${res.statusText}`.trim() : clip(trimmed);
-}
-
-/** undici hides the useful part (ECONNREFUSED, ENOTFOUND) in `cause`. */
-export function describeFetchError(err: unknown): string {
-  const cause = (err as { cause?: { code?: unknown; message?: unknown } } | undefined)?.cause;
-  if (cause && typeof cause.code === 'string') return cause.code;
-  if (cause && typeof cause.message === 'string') return cause.message;
-  return err instanceof Error ? err.message : String(err);
+  if (message === undefined) {
+    const trimmed = text.trim();
+    message = trimmed === '' ? `HTTP ${status} ${res.statusMessage ?? ''}`.trim() : clip(trimmed);
+  }
+  const retryAfter = res.headers['retry-after'];
+  return errorFromResponse({
+    status,
+    code,
+    message,
+    retryAfterMs: parseRetryAfter(Array.isArray(retryAfter) ? retryAfter[0] : retryAfter),
+  });
 }
 
 function clip(text: string): string {

@@ -2,20 +2,52 @@
  * `Sandbox`: one hostd sandbox (a microVM with a persistent Python REPL) and what can be done
  * with it. Every method maps onto one HTTP call of docs/api.md.
  */
-import { resolveConfig, type ClientConfig, type ConnectionOptions } from './config.js';
-import { ExecutorError } from './errors.js';
+import {
+  resolveConfig,
+  type CallOptions,
+  type ClientConfig,
+  type ConnectionOptions,
+} from './config.js';
+import { toDisplay } from './display.js';
+import { isHostdError } from './errors.js';
 import { execEvents } from './exec-stream.js';
+import { Files } from './files.js';
 import { request, requestJson, requestText, sandboxPath } from './http.js';
-import type { ExecEvent, Language, RunResult, SandboxInfo } from './types.js';
+import { Snapshot } from './snapshot.js';
+import type {
+  Display,
+  ExecEvent,
+  Language,
+  RunResult,
+  SandboxInfo,
+  SnapshotInfo,
+} from './types.js';
 
-/** Options of every call: aborting the signal aborts the request (and rejects with its reason). */
-export interface CallOptions {
-  signal?: AbortSignal;
-}
+export type { CallOptions } from './config.js';
+
+// `await using` needs Symbol.asyncDispose, which Node only has from 18.18 and 20.4.
+(Symbol as { asyncDispose?: symbol }).asyncDispose ??= Symbol.for('nodejs.asyncDispose');
 
 export interface CreateOptions extends ConnectionOptions, CallOptions {
-  /** Template (pool) name; default: the server's first template (`python`). */
+  /** Template name (see `Template.list()`); default: the server's first template (`python`). */
   template?: string;
+  /** Start from this snapshot's state instead of a template (not together with `template`). */
+  snapshot?: Snapshot | string;
+  /**
+   * Environment of every exec of this sandbox (bash's environment, Python's `os.environ`);
+   * fork children inherit it.
+   */
+  env?: Record<string, string>;
+  /** Outbound network access; without it the sandbox has none. */
+  network?: NetworkOptions;
+}
+
+export interface NetworkOptions {
+  /**
+   * Rules for what the sandbox may connect to: `example.com`, `example.com:443`,
+   * `*.example.com`, `203.0.113.0/24`, `*` (any public address), `host.hostd.internal:PORT`.
+   */
+  allowOut?: string[];
 }
 
 export interface ExecOptions extends CallOptions {
@@ -23,9 +55,20 @@ export interface ExecOptions extends CallOptions {
   language?: Language;
   /**
    * Interrupt the code after this many milliseconds (sent as `timeout` in seconds); the exec
-   * then ends with the stderr line `hostd: execution timed out` and exit code 124.
+   * then ends with the stderr line `hostd: execution timed out` and exit code 124. It also
+   * bounds how long the SDK waits on a silent stream: this plus `requestTimeoutMs`. Without
+   * it, a running exec may stay silent forever.
    */
   timeoutMs?: number;
+  /** Extra environment for this exec only, over the sandbox's `env`. */
+  env?: Record<string, string>;
+  /** Working directory for this exec only (absolute; it must exist). Default `/root`. */
+  cwd?: string;
+  /**
+   * Python only: rich outputs (matplotlib figures, DataFrames, `display(obj)`) come as
+   * `display` events, and in `run`'s `displays`.
+   */
+  display?: boolean;
 }
 
 export interface RunOptions extends ExecOptions {
@@ -33,6 +76,8 @@ export interface RunOptions extends ExecOptions {
   onStdout?: (line: string) => void;
   /** Called with each stderr line (without its newline) as it arrives. */
   onStderr?: (line: string) => void;
+  /** Called with each rich output as it arrives (with `display: true`). */
+  onDisplay?: (display: Display) => void;
 }
 
 interface CreatedBody {
@@ -43,80 +88,107 @@ interface CreatedBody {
 export class Sandbox {
   /** `sbx_` followed by 32 lowercase hex characters. */
   readonly id: string;
+  /** The sandbox's files: read, write, list, upload and download directories. */
+  readonly files: Files;
   readonly #config: ClientConfig;
 
   private constructor(id: string, config: ClientConfig) {
     this.id = id;
     this.#config = config;
+    this.files = new Files(id, config);
   }
 
   /**
-   * Creates a sandbox, from the template's warm pool when it has one ready.
+   * Creates a sandbox, from the template's warm pool when it has one ready, or from a snapshot.
    *
    * @example
-   * const sandbox = await Sandbox.create();
+   * await using sandbox = await Sandbox.create({ env: { MODE: 'test' } }); // deleted at scope end
    */
   static async create(opts: CreateOptions = {}): Promise<Sandbox> {
     const config = resolveConfig(opts);
-    const body = opts.template === undefined ? {} : { template: opts.template };
-    const created = await requestJson<CreatedBody>(config, 'POST', '/v1/sandboxes', {
-      body,
+    const body: Record<string, unknown> = {};
+    if (opts.template !== undefined) body.template = opts.template;
+    if (opts.snapshot !== undefined) {
+      body.snapshot = typeof opts.snapshot === 'string' ? opts.snapshot : opts.snapshot.id;
+    }
+    if (opts.env !== undefined) body.env = opts.env;
+    if (opts.network !== undefined) body.network = { allow_out: opts.network.allowOut ?? [] };
+    const created = await requestJson<CreatedBody>(config, {
+      method: 'POST',
+      path: '/v1/sandboxes',
+      json: body,
       signal: opts.signal,
     });
     return new Sandbox(created.id, config);
   }
 
   /**
-   * Attaches to an existing sandbox, checking that it exists (NotFoundError otherwise).
+   * Attaches to an existing sandbox, checking that it exists (SandboxNotFoundError otherwise).
    *
    * @example
    * const sandbox = await Sandbox.connect('sbx_0123456789abcdef0123456789abcdef');
    */
-  static async connect(id: string, opts: ConnectionOptions & CallOptions = {}): Promise<Sandbox> {
+  static async connect(
+    sandboxId: string,
+    opts: ConnectionOptions & CallOptions = {},
+  ): Promise<Sandbox> {
     const config = resolveConfig(opts);
-    const info = await requestJson<SandboxInfo>(config, 'GET', sandboxPath(id), {
+    const info = await requestJson<SandboxInfo>(config, {
+      method: 'GET',
+      path: sandboxPath(sandboxId),
       signal: opts.signal,
     });
     return new Sandbox(info.id, config);
   }
 
-  /** Every live sandbox on the server. */
+  /** Every sandbox on the server, running, paused or failed. */
   static async list(opts: ConnectionOptions & CallOptions = {}): Promise<SandboxInfo[]> {
-    const config = resolveConfig(opts);
-    const body = await requestJson<{ sandboxes: SandboxInfo[] }>(config, 'GET', '/v1/sandboxes', {
+    const body = await requestJson<{ sandboxes: SandboxInfo[] }>(resolveConfig(opts), {
+      method: 'GET',
+      path: '/v1/sandboxes',
       signal: opts.signal,
     });
     return body.sandboxes;
   }
 
-  /** The server's description of this sandbox (template, parent, busy, ...). */
+  /** The server's description of this sandbox (state, template, parent, busy, network, ...). */
   async info(opts: CallOptions = {}): Promise<SandboxInfo> {
-    return requestJson<SandboxInfo>(this.#config, 'GET', sandboxPath(this.id), {
+    return requestJson<SandboxInfo>(this.#config, {
+      method: 'GET',
+      path: sandboxPath(this.id),
       signal: opts.signal,
     });
   }
 
   /**
    * Runs code and yields its events in `seq` order as they arrive: `stdout` and `stderr` lines,
-   * then one `exit` with the exit code. The request is sent when iteration starts; leaving the
-   * loop early closes the connection, which interrupts the code. A failure of the sandbox
-   * during the exec raises ExecutorError.
+   * `display` bundles (with `display: true`), then one `exit` with the exit code. The request is
+   * sent when iteration starts; leaving the loop early closes the connection, which interrupts
+   * the code. A 429 or 503 answer is retried like any request (no event was streamed yet); a
+   * failure of the sandbox during the exec raises ExecutorError.
    *
    * @example
    * for await (const event of sandbox.exec('print(1)')) console.log(event.type, event.data);
    */
   async *exec(code: string, opts: ExecOptions = {}): AsyncGenerator<ExecEvent, void, undefined> {
-    const body: { code: string; language?: Language; timeout?: number } = { code };
+    const body: Record<string, unknown> = { code };
     if (opts.language !== undefined) body.language = opts.language;
     // Bounds are the server's to check (InvalidRequestError), as for fork's n.
     if (opts.timeoutMs !== undefined) body.timeout = opts.timeoutMs / 1000;
-    const res = await request(this.#config, 'POST', sandboxPath(this.id, '/exec'), {
-      body,
-      signal: opts.signal,
+    if (opts.env !== undefined) body.env = opts.env;
+    if (opts.cwd !== undefined) body.cwd = opts.cwd;
+    if (opts.display !== undefined) body.display = opts.display;
+    const silence = this.#config.requestTimeoutMs;
+    const res = await request(this.#config, {
+      method: 'POST',
+      path: sandboxPath(this.id, '/exec'),
+      json: body,
       accept: 'application/x-ndjson',
+      signal: opts.signal,
+      // A running exec may print nothing for as long as its own timeout allows.
+      bodyTimeoutMs: opts.timeoutMs !== undefined && silence > 0 ? opts.timeoutMs + silence : 0,
     });
-    if (!res.body) throw new ExecutorError('the exec response has no body');
-    yield* execEvents(res.body, opts.signal);
+    yield* execEvents(res, opts.signal);
   }
 
   /**
@@ -130,18 +202,23 @@ export class Sandbox {
     let stdout = '';
     let stderr = '';
     let exitCode = -1;
+    const displays: Display[] = [];
     for await (const event of this.exec(code, opts)) {
       if (event.type === 'exit') {
         exitCode = event.data;
       } else if (event.type === 'stdout') {
         stdout += `${event.data}\n`;
         opts.onStdout?.(event.data);
-      } else {
+      } else if (event.type === 'stderr') {
         stderr += `${event.data}\n`;
         opts.onStderr?.(event.data);
+      } else {
+        const display = toDisplay(event.data);
+        displays.push(display);
+        opts.onDisplay?.(display);
       }
     }
-    return { stdout, stderr, exitCode };
+    return { stdout, stderr, exitCode, displays };
   }
 
   /**
@@ -152,12 +229,12 @@ export class Sandbox {
    * const [a, b] = await sandbox.fork(2);
    */
   async fork(n: number, opts: CallOptions = {}): Promise<Sandbox[]> {
-    const body = await requestJson<{ children: CreatedBody[] }>(
-      this.#config,
-      'POST',
-      sandboxPath(this.id, '/fork'),
-      { body: { n }, signal: opts.signal },
-    );
+    const body = await requestJson<{ children: CreatedBody[] }>(this.#config, {
+      method: 'POST',
+      path: sandboxPath(this.id, '/fork'),
+      json: { n },
+      signal: opts.signal,
+    });
     return body.children.map((child) => new Sandbox(child.id, this.#config));
   }
 
@@ -170,27 +247,83 @@ export class Sandbox {
    */
   async merge(winner: Sandbox | string, opts: CallOptions = {}): Promise<void> {
     const winnerId = typeof winner === 'string' ? winner : winner.id;
-    await requestText(
-      this.#config,
-      'POST',
-      sandboxPath(this.id, `/merge_into/${encodeURIComponent(winnerId)}`),
-      {
-        signal: opts.signal,
-      },
-    );
+    await requestText(this.#config, {
+      method: 'POST',
+      path: sandboxPath(this.id, `/merge_into/${encodeURIComponent(winnerId)}`),
+      signal: opts.signal,
+    });
   }
 
-  /** Destroys the sandbox. Deleting it twice is a NotFoundError. */
+  /**
+   * Saves this sandbox's whole state (memory and files) as a snapshot to create sandboxes from,
+   * any number of times. The sandbox keeps running.
+   *
+   * @example
+   * const snap = await sandbox.snapshot();
+   * const copy = await Sandbox.create({ snapshot: snap });
+   */
+  async snapshot(opts: CallOptions = {}): Promise<Snapshot> {
+    const info = await requestJson<SnapshotInfo>(this.#config, {
+      method: 'POST',
+      path: sandboxPath(this.id, '/snapshot'),
+      signal: opts.signal,
+    });
+    return new Snapshot(info, this.#config);
+  }
+
+  /**
+   * Writes the sandbox to disk and stops its VM, so that it costs no host memory; its next use
+   * (or `resume`) brings it back with its state. Pausing a paused sandbox does nothing.
+   */
+  async pause(opts: CallOptions = {}): Promise<void> {
+    await requestText(this.#config, {
+      method: 'POST',
+      path: sandboxPath(this.id, '/pause'),
+      signal: opts.signal,
+    });
+  }
+
+  /** Starts a paused sandbox again now, rather than on its next use. */
+  async resume(opts: CallOptions = {}): Promise<void> {
+    await requestText(this.#config, {
+      method: 'POST',
+      path: sandboxPath(this.id, '/resume'),
+      signal: opts.signal,
+    });
+  }
+
+  /** Destroys the sandbox. Deleting it twice is a SandboxNotFoundError. */
   async delete(opts: CallOptions = {}): Promise<void> {
-    await requestText(this.#config, 'DELETE', sandboxPath(this.id), { signal: opts.signal });
+    await requestText(this.#config, {
+      method: 'DELETE',
+      path: sandboxPath(this.id),
+      signal: opts.signal,
+    });
   }
 
   /** The tail of the VM's console and QEMU's stderr, for debugging a misbehaving guest. */
   async logs(opts: CallOptions = {}): Promise<string> {
-    return requestText(this.#config, 'GET', sandboxPath(this.id, '/logs'), {
-      signal: opts.signal,
+    return requestText(this.#config, {
+      method: 'GET',
+      path: sandboxPath(this.id, '/logs'),
       accept: 'text/plain',
+      signal: opts.signal,
     });
+  }
+
+  /**
+   * `await using sandbox = await Sandbox.create()` deletes the sandbox when the scope ends. A
+   * sandbox already gone (deleted, or merged away as a winner) is not an error here.
+   */
+  async [Symbol.asyncDispose](): Promise<void> {
+    try {
+      await this.delete();
+    } catch (err) {
+      // `not_found` is what a server too old to send codes says for an unknown sandbox.
+      if (!isHostdError(err) || (err.code !== 'sandbox_not_found' && err.code !== 'not_found')) {
+        throw err;
+      }
+    }
   }
 
   /** So that `console.log(sandbox)` and template strings show the id. */

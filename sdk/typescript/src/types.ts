@@ -1,12 +1,31 @@
-/** Data shapes of the hostd HTTP API (docs/api.md), as the SDK hands them to callers. */
+/**
+ * Data shapes of the hostd HTTP API (docs/api.md), as the SDK hands them to callers. Objects the
+ * server describes (sandboxes, snapshots, templates, file entries) keep the API's snake_case
+ * field names, so that docs/api.md, both SDKs and `sbx ... --json` show the same names.
+ */
 
 /** One line of output of an exec: `data` is the line without its newline. */
-export interface OutputEvent {
-  type: 'stdout' | 'stderr';
+export interface OutputEvent<T extends 'stdout' | 'stderr' = 'stdout' | 'stderr'> {
+  type: T;
   data: string;
   /** Position in this exec's stream, from 0. */
   seq: number;
   /** Host wall-clock time, milliseconds since the epoch. */
+  ts: number;
+}
+
+/**
+ * A MIME bundle as in Jupyter's display protocol: `image/png` and `image/jpeg` are base64,
+ * `text/*` and `image/svg+xml` strings, `application/json` any JSON value. Every bundle has
+ * `text/plain`.
+ */
+export type MimeBundle = Record<string, unknown>;
+
+/** A rich output of a Python exec run with `display: true` (a figure, a DataFrame, ...). */
+export interface DisplayEvent {
+  type: 'display';
+  data: MimeBundle;
+  seq: number;
   ts: number;
 }
 
@@ -23,25 +42,34 @@ export interface ExitEvent {
   error?: string;
 }
 
-export type ExecEvent = OutputEvent | ExitEvent;
+/** One member per type, so that checking `type` narrows an event to its shape. */
+export type ExecEvent = OutputEvent<'stdout'> | OutputEvent<'stderr'> | DisplayEvent | ExitEvent;
 
 export type Language = 'python' | 'bash';
 
-/** A sandbox as `GET /v1/sandboxes/{id}` describes it. */
-export interface SandboxInfo {
-  id: string;
-  state: string;
-  template: string;
-  /** ISO 8601. */
-  created_at: string;
-  /** ISO 8601. */
-  last_used_at: string;
-  /** The sandbox this one was forked from (which may have been deleted since), or null. */
-  parent_id: string | null;
-  /** True while an exec, fork or merge holds the sandbox. */
-  busy: boolean;
-  /** Requests waiting behind the one that holds it. */
-  queued: number;
+/**
+ * A display decoded for use: the common MIME types as fields (`png` and `jpeg` as bytes), and
+ * the whole bundle in `data` for the others.
+ */
+export interface Display {
+  /** The raw MIME bundle, as hostd sent it. */
+  data: MimeBundle;
+  /** `text/plain`: every display has one. */
+  text?: string;
+  /** `text/html` (a DataFrame, an object with `_repr_html_`). */
+  html?: string;
+  /** `text/markdown`. */
+  markdown?: string;
+  /** `text/latex`. */
+  latex?: string;
+  /** `image/svg+xml`. */
+  svg?: string;
+  /** `image/png`, decoded from base64. */
+  png?: Buffer;
+  /** `image/jpeg`, decoded from base64. */
+  jpeg?: Buffer;
+  /** `application/json`. */
+  json?: unknown;
 }
 
 /** What `Sandbox.run` resolves to. */
@@ -51,4 +79,100 @@ export interface RunResult {
   /** Every stderr line, each followed by a newline. */
   stderr: string;
   exitCode: number;
+  /** Rich outputs in the order they came; empty unless the run asked for `display: true`. */
+  displays: Display[];
+}
+
+export type SandboxState = 'ready' | 'paused' | 'failed';
+
+/** A sandbox's egress rules and traffic counts. */
+export interface NetworkInfo {
+  allow_out: string[];
+  bytes_out: number;
+  bytes_in: number;
+}
+
+/** A sandbox as `GET /v1/sandboxes/{id}` describes it. */
+export interface SandboxInfo {
+  id: string;
+  /** `ready` (running), `paused` (on disk, resumed by its next use) or `failed` (see `error`). */
+  state: SandboxState;
+  template: string;
+  /** ISO 8601. */
+  created_at: string;
+  /** ISO 8601. */
+  last_used_at: string;
+  /** The sandbox this one was forked from (which may have been deleted since), or null. */
+  parent_id: string | null;
+  /** The snapshot this sandbox was created from, or null. */
+  snapshot_id?: string | null;
+  /** True while an exec, fork, merge, snapshot or pause holds the sandbox. */
+  busy: boolean;
+  /** Requests waiting behind the one that holds it. */
+  queued: number;
+  /** Why a `failed` sandbox's VM died; null otherwise. */
+  error?: string | null;
+  network?: NetworkInfo;
+}
+
+/** A file, directory or link inside a sandbox, as `files.list` and `files.stat` describe it. */
+export interface EntryInfo {
+  name: string;
+  /** Absolute path in the sandbox. */
+  path: string;
+  type: 'file' | 'dir' | 'symlink' | 'other';
+  size: number;
+  /** Permission bits as a number: `420` is `0o644`. */
+  mode: number;
+  mtime_ms: number;
+  /** Where a symlink points. */
+  target?: string;
+}
+
+/** What `files.write` wrote. */
+export interface WriteInfo {
+  path: string;
+  size: number;
+}
+
+/** What `files.uploadDir` and `files.downloadDir` moved: regular files and their bytes. */
+export interface TransferInfo {
+  /** The destination directory. */
+  path: string;
+  files: number;
+  size: number;
+}
+
+/** A snapshot as hostd describes it. */
+export interface SnapshotInfo {
+  snapshot_id: string;
+  source_sandbox_id: string;
+  template: string;
+  size_bytes: number;
+  /** ISO 8601. */
+  created_at: string;
+  /** Running or paused sandboxes that still use the snapshot's files. */
+  sandboxes: number;
+}
+
+/** A template (guest environment) as hostd describes it. */
+export interface TemplateInfo {
+  name: string;
+  /** True for the template that creates use when they name none. */
+  default: boolean;
+  /** `building`: creates get TemplateUnavailableError; `failed`: TemplateFailedError (`error`). */
+  state: 'building' | 'ready' | 'failed';
+  error: string | null;
+  memory_mib: number;
+  vcpus: number;
+  pool_size: number;
+  disk_mib: number;
+  description: string;
+  /** Python modules already imported in every sandbox's REPL. */
+  preload: string[];
+  debian_packages: string[];
+  python_packages: string[];
+  image_key: string;
+  /** ISO 8601, or null while building. */
+  built_at: string | null;
 }

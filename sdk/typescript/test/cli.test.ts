@@ -30,6 +30,20 @@ const INFO = {
   queued: 0,
 };
 const NO_STACK = /^\s+at /m;
+const COMMANDS = [
+  'create',
+  'exec',
+  'cp',
+  'fork',
+  'merge',
+  'snapshot',
+  'snapshots',
+  'pause',
+  'resume',
+  'rm',
+  'ls',
+  'templates',
+];
 
 /** Records, for each line in a chunk of output, when it arrived (ms since `start`). */
 function linesAt(chunk: string, into: number[], start: number): void {
@@ -40,11 +54,10 @@ describe('sbx help and usage', { timeout: 60_000 }, () => {
   test('--help lists every command', async () => {
     const r = await sbx(['--help']);
     assert.equal(r.code, 0);
-    for (const c of ['create', 'exec', 'fork', 'merge', 'rm', 'ls', '--url', '--api-key'])
-      assert.ok(r.stdout.includes(c), c);
+    for (const c of [...COMMANDS, '--url', '--api-key']) assert.ok(r.stdout.includes(c), c);
   });
 
-  for (const c of ['create', 'exec', 'fork', 'merge', 'rm', 'ls']) {
+  for (const c of COMMANDS) {
     test(`${c} --help shows its usage`, async () => {
       const r = await sbx([c, '--help']);
       assert.equal(r.code, 0);
@@ -364,23 +377,20 @@ describe('sbx against a real hostd', { skip: skipLive, timeout: 10 * LIVE_TIMEOU
     assert.equal((await live(['rm', id, kids[1]!])).code, 0);
     const partly = await live(['rm', kids[0]!, kids[1]!]);
     assert.equal(partly.code, 1);
-    assert.equal(
-      partly.stderr,
-      `sbx: not found: sandbox ${kids[0]} not found\nsbx: not found: sandbox ${kids[1]} not found\n`,
-    );
+    const lines = partly.stderr.trimEnd().split('\n');
+    assert.equal(lines.length, 2, partly.stderr);
+    for (const line of lines) assert.ok(line.startsWith('sbx: not found: '), line);
     const again = await live(['rm', id]);
     assert.equal(again.code, 1);
-    assert.equal(again.stderr, `sbx: not found: sandbox ${id} not found\n`);
+    assert.ok(again.stderr.startsWith('sbx: not found: '), again.stderr);
   });
 
   test('errors: invalid request, wrong key', { timeout: LIVE_TIMEOUT_MS }, async (t) => {
     const id = await create();
     const fork = await live(['fork', id, '-n', '33']);
     assert.equal(fork.code, 1);
-    assert.match(
-      fork.stderr,
-      /^sbx: invalid request: n must be an integer from 1 to 32, got 33\n$/,
-    );
+    assert.ok(fork.stderr.startsWith('sbx: invalid request: '), fork.stderr);
+    assert.equal(fork.stderr.split('\n').length, 2, 'one line');
     if (!process.env.SERVICE_API_KEY) {
       t.diagnostic(
         'SERVICE_API_KEY unset: assuming the server does not check keys; 401 not tested',
@@ -389,6 +399,6 @@ describe('sbx against a real hostd', { skip: skipLive, timeout: 10 * LIVE_TIMEOU
     }
     const bad = await live(['ls', '--api-key', 'wrong-key']);
     assert.equal(bad.code, 1);
-    assert.equal(bad.stderr, 'sbx: authentication failed: invalid api key\n');
+    assert.ok(bad.stderr.startsWith('sbx: authentication failed: '), bad.stderr);
   });
 });

@@ -1,48 +1,82 @@
 /**
- * Configuration and headers: SERVICE_HOSTD_URL and SERVICE_API_KEY with explicit options
- * winning, the bearer token, content-type only with a body, and the paths and bodies of every
- * call.
+ * Configuration and headers: SERVICE_HOSTD_URL, SERVICE_API_KEY, SERVICE_REQUEST_TIMEOUT_S and
+ * SERVICE_MAX_RETRIES with explicit options winning, the bearer token, content-type only with a
+ * body, and the paths and bodies of every sandbox call.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { DEFAULT_BASE_URL, Sandbox, resolveConfig } from '../src/index.js';
+import { DEFAULT_BASE_URL, Sandbox, resolveConfig, type ClientConfig } from '../src/index.js';
 import { defaultHandler, startFakeHostd, type FakeHostd } from './helpers/fake-hostd.js';
 
 const ID = 'sbx_' + 'd'.repeat(32);
 const CHILD = 'sbx_' + 'e'.repeat(32);
 
+const DEFAULTS: ClientConfig = {
+  baseUrl: DEFAULT_BASE_URL,
+  apiKey: undefined,
+  requestTimeoutMs: 60_000,
+  maxRetries: 3,
+};
+
 describe('resolveConfig', () => {
-  test('defaults to 127.0.0.1:7070 and no key', () => {
-    assert.deepEqual(resolveConfig({}, {}), { baseUrl: DEFAULT_BASE_URL, apiKey: undefined });
+  test('defaults to 127.0.0.1:7070, no key, a 60 s request timeout and 3 retries', () => {
+    assert.deepEqual(resolveConfig({}, {}), DEFAULTS);
     assert.equal(DEFAULT_BASE_URL, 'http://127.0.0.1:7070');
   });
 
-  test('reads SERVICE_HOSTD_URL and SERVICE_API_KEY', () => {
-    assert.deepEqual(
-      resolveConfig({}, { SERVICE_HOSTD_URL: 'http://h:1/', SERVICE_API_KEY: 'k1' }),
-      {
-        baseUrl: 'http://h:1',
-        apiKey: 'k1',
-      },
-    );
+  test('reads SERVICE_HOSTD_URL, SERVICE_API_KEY, SERVICE_REQUEST_TIMEOUT_S, SERVICE_MAX_RETRIES', () => {
+    const env = {
+      SERVICE_HOSTD_URL: 'http://h:1/',
+      SERVICE_API_KEY: 'k1',
+      SERVICE_REQUEST_TIMEOUT_S: '2.5',
+      SERVICE_MAX_RETRIES: '0',
+    };
+    assert.deepEqual(resolveConfig({}, env), {
+      baseUrl: 'http://h:1',
+      apiKey: 'k1',
+      requestTimeoutMs: 2500,
+      maxRetries: 0,
+    });
+    assert.equal(resolveConfig({}, { SERVICE_REQUEST_TIMEOUT_S: '0' }).requestTimeoutMs, 0);
   });
 
   test('explicit options win over the environment', () => {
-    const env = { SERVICE_HOSTD_URL: 'http://h:1', SERVICE_API_KEY: 'k1' };
-    assert.deepEqual(resolveConfig({ baseUrl: 'https://x.example/api/', apiKey: 'k2' }, env), {
+    const env = {
+      SERVICE_HOSTD_URL: 'http://h:1',
+      SERVICE_API_KEY: 'k1',
+      SERVICE_REQUEST_TIMEOUT_S: '9',
+      SERVICE_MAX_RETRIES: '9',
+    };
+    const opts = {
+      baseUrl: 'https://x.example/api/',
+      apiKey: 'k2',
+      requestTimeoutMs: 0,
+      maxRetries: 1,
+    };
+    assert.deepEqual(resolveConfig(opts, env), {
       baseUrl: 'https://x.example/api',
       apiKey: 'k2',
+      requestTimeoutMs: 0,
+      maxRetries: 1,
     });
     assert.equal(resolveConfig({ apiKey: '' }, env).apiKey, undefined, 'an empty key sends none');
   });
 
-  test('empty variables count as unset; a bad URL is a TypeError', () => {
-    assert.deepEqual(resolveConfig({}, { SERVICE_HOSTD_URL: ' ', SERVICE_API_KEY: '' }), {
-      baseUrl: DEFAULT_BASE_URL,
-      apiKey: undefined,
-    });
+  test('empty variables count as unset; malformed values are TypeErrors', () => {
+    const empty = {
+      SERVICE_HOSTD_URL: ' ',
+      SERVICE_API_KEY: '',
+      SERVICE_REQUEST_TIMEOUT_S: '',
+      SERVICE_MAX_RETRIES: ' ',
+    };
+    assert.deepEqual(resolveConfig({}, empty), DEFAULTS);
     assert.throws(() => resolveConfig({ baseUrl: 'not a url' }, {}), TypeError);
     assert.throws(() => resolveConfig({ baseUrl: 'ftp://x' }, {}), TypeError);
+    assert.throws(() => resolveConfig({}, { SERVICE_REQUEST_TIMEOUT_S: 'soon' }), TypeError);
+    assert.throws(() => resolveConfig({}, { SERVICE_REQUEST_TIMEOUT_S: '-1' }), TypeError);
+    assert.throws(() => resolveConfig({}, { SERVICE_MAX_RETRIES: '1.5' }), TypeError);
+    assert.throws(() => resolveConfig({ maxRetries: -1 }, {}), TypeError);
+    assert.throws(() => resolveConfig({ requestTimeoutMs: Number.NaN }, {}), TypeError);
   });
 });
 

@@ -82,6 +82,17 @@ describe('exec stream', { timeout: 30_000 }, () => {
     assert.deepEqual(JSON.parse(fake.requests.at(-1)!.body), { code: '1' });
   });
 
+  test('sends env, cwd and display as docs/api.md names them', async () => {
+    fake.handle(execScript([eventLine('exit', 0, 0)]));
+    await collect(sandbox.exec('1', { env: { A: '1', B: '' }, cwd: '/tmp', display: true }));
+    assert.deepEqual(JSON.parse(fake.requests.at(-1)!.body), {
+      code: '1',
+      env: { A: '1', B: '' },
+      cwd: '/tmp',
+      display: true,
+    });
+  });
+
   test('reassembles lines split across chunks, including a multi-byte character', async () => {
     const line = eventLine('stdout', 'héllo wörld', 0);
     const bytes = Buffer.from(line + eventLine('exit', 0, 1));
@@ -180,7 +191,7 @@ describe('exec stream', { timeout: 30_000 }, () => {
     fake.handle(execScript([eventLine('stdout', 'a', 0)]));
     await assert.rejects(collect(sandbox.exec('x')), {
       name: 'ExecutorError',
-      message: /without an exit event/,
+      code: 'executor_error',
     });
   });
 
@@ -198,7 +209,7 @@ describe('exec stream', { timeout: 30_000 }, () => {
     fake.handle(execScript(['not json\n', eventLine('exit', 0, 0)]));
     await assert.rejects(collect(sandbox.exec('x')), {
       name: 'ExecutorError',
-      message: /not JSON/,
+      code: 'executor_error',
     });
   });
 
@@ -244,14 +255,24 @@ describe('exec stream', { timeout: 30_000 }, () => {
       onStdout: (l) => out.push(l),
       onStderr: (l) => err.push(l),
     });
-    assert.deepEqual(result, { stdout: 'one\ntwo\n\n', stderr: 'warn\n', exitCode: 3 });
+    assert.deepEqual(result, {
+      stdout: 'one\ntwo\n\n',
+      stderr: 'warn\n',
+      exitCode: 3,
+      displays: [],
+    });
     assert.deepEqual(out, ['one', 'two', '']);
     assert.deepEqual(err, ['warn']);
   });
 
   test('run() of code with no output gives empty strings', async () => {
     fake.handle(execScript([eventLine('exit', 0, 0)]));
-    assert.deepEqual(await sandbox.run('x = 1'), { stdout: '', stderr: '', exitCode: 0 });
+    assert.deepEqual(await sandbox.run('x = 1'), {
+      stdout: '',
+      stderr: '',
+      exitCode: 0,
+      displays: [],
+    });
   });
 
   test('aborting the signal aborts the request mid-stream and closes the connection', async () => {

@@ -1,7 +1,9 @@
 /**
  * The README's examples are programs: every `js` block runs as an ES module importing
  * `@hostd/sdk` (this package, by self-reference), every `sh` block runs in bash with `sbx` on
- * PATH, both against the real hostd. Unit part: the README has the blocks it promises.
+ * PATH, both against the real hostd. A block after a `<!-- requires: files, pause -->` line is
+ * skipped, saying why, while the server lacks one of those features. Unit part: the README has
+ * the blocks it promises, and shows `sbx --help` as it is.
  */
 import assert from 'node:assert/strict';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -9,13 +11,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { LIVE_TIMEOUT_MS, LIVE_URL, PACKAGE_DIR, skipLive } from './helpers/live.js';
-import { run, sbxShimDir } from './helpers/run.js';
+import { isFeature, lacks, type Feature } from './helpers/features.js';
+import { run, sbx, sbxShimDir } from './helpers/run.js';
 
 interface Block {
   lang: 'js' | 'sh';
   code: string;
   line: number;
   title: string;
+  /** From a `<!-- requires: ... -->` line right before the block. */
+  requires: Feature[];
 }
 
 function blocks(markdown: string): Block[] {
@@ -25,7 +30,19 @@ function blocks(markdown: string): Block[] {
   for (let m = fence.exec(markdown); m; m = fence.exec(markdown)) {
     const before = markdown.slice(0, m.index);
     title = [...before.matchAll(/^#+ (.*)$/gm)].at(-1)?.[1] ?? title;
-    found.push({ lang: m[1] as 'js' | 'sh', code: m[2]!, line: before.split('\n').length, title });
+    const marker = /<!-- requires: ([^>]*) -->\n\s*$/.exec(before);
+    const requires = (marker?.[1] ?? '')
+      .split(',')
+      .map((f) => f.trim())
+      .filter((f) => f !== '');
+    for (const f of requires) assert.ok(isFeature(f), `README.md: unknown feature "${f}"`);
+    found.push({
+      lang: m[1] as 'js' | 'sh',
+      code: m[2]!,
+      line: before.split('\n').length,
+      title,
+      requires: requires as Feature[],
+    });
   }
   return found;
 }
@@ -41,7 +58,13 @@ describe('README', () => {
       'Exceptions',
       'Bash',
       'Streaming',
+      'Environment',
+      'Rich outputs',
       'Fork',
+      'Files',
+      'Snapshots',
+      'Pause',
+      'Templates',
       'Errors',
       'Tracing',
       'CLI',
@@ -49,6 +72,14 @@ describe('README', () => {
       assert.ok(titles.includes(word), `no block under a heading with "${word}": ${titles}`);
     }
     for (const b of all.filter((x) => x.lang === 'js')) assert.match(b.code, /from '@hostd\/sdk'/);
+  });
+
+  test('shows `sbx --help` as it is', async () => {
+    const help = await sbx(['--help']);
+    assert.ok(
+      readme.includes(`$ sbx --help\n${help.stdout}\`\`\``),
+      'README.md: update the sbx --help block',
+    );
   });
 });
 
@@ -67,7 +98,11 @@ describe(
       test(
         `${block.lang} block at README.md:${block.line} (${block.title})`,
         { timeout: LIVE_TIMEOUT_MS },
-        async () => {
+        async (t) => {
+          for (const feature of block.requires) {
+            const lacking = await lacks(feature);
+            if (lacking) return t.skip(lacking);
+          }
           let r;
           if (block.lang === 'js') {
             // Inside the package directory, so that `import '@hostd/sdk'` resolves to this package.

@@ -14,7 +14,10 @@ export interface RecordedRequest {
   method: string;
   url: string;
   headers: IncomingHttpHeaders;
+  /** The body as UTF-8 text. */
   body: string;
+  /** The body's bytes (uploads). */
+  bytes: Buffer;
 }
 
 export type Handler = (
@@ -31,10 +34,19 @@ export interface FakeHostd {
   close(): Promise<void>;
 }
 
-/** Responds with `{"error": message}` and the given status. */
-export function sendError(res: ServerResponse, status: number, message: string): void {
-  res.writeHead(status, { 'content-type': 'application/json' });
-  res.end(JSON.stringify({ error: message }));
+/**
+ * Responds with `{"error": message}` (and `code` when given, as hostd does; without it, like a
+ * server or proxy that sends none) and the given status.
+ */
+export function sendError(
+  res: ServerResponse,
+  status: number,
+  message: string,
+  code?: string,
+  headers: Record<string, string> = {},
+): void {
+  res.writeHead(status, { 'content-type': 'application/json', ...headers });
+  res.end(JSON.stringify(code === undefined ? { error: message } : { error: message, code }));
 }
 
 export function sendJson(res: ServerResponse, status: number, body: unknown): void {
@@ -45,7 +57,7 @@ export function sendJson(res: ServerResponse, status: number, body: unknown): vo
 /** An exec event line as hostd writes it. */
 export function eventLine(
   type: string,
-  data: string | number,
+  data: unknown,
   seq: number,
   extra: Record<string, unknown> = {},
 ): string {
@@ -72,7 +84,7 @@ export const defaultHandler: Handler = (req, res) => {
       queued: 0,
     });
   }
-  sendError(res, 404, `no route for ${req.method} ${req.url}`);
+  sendError(res, 404, `no route for ${req.method} ${req.url}`, 'route_not_found');
 };
 
 export async function startFakeHostd(handler: Handler = defaultHandler): Promise<FakeHostd> {
@@ -83,11 +95,13 @@ export async function startFakeHostd(handler: Handler = defaultHandler): Promise
     const chunks: Buffer[] = [];
     raw.on('data', (c: Buffer) => chunks.push(c));
     raw.on('end', () => {
+      const bytes = Buffer.concat(chunks);
       const req: RecordedRequest = {
         method: raw.method ?? '',
         url: raw.url ?? '',
         headers: raw.headers,
-        body: Buffer.concat(chunks).toString('utf8'),
+        body: bytes.toString('utf8'),
+        bytes,
       };
       requests.push(req);
       Promise.resolve(current(req, res, raw)).catch((err: unknown) => {
