@@ -31,7 +31,7 @@ import traceback
 import guest_system
 from bash_runner import BashRunner, Exec
 from cgroups import Cgroups
-from default_env import DefaultEnvironment
+from default_env import DefaultEnvironment, invalid_entry
 from executor import Executor
 from host_channel import Channel, open_port
 from hostd_shared import MAX_INPUT_LINE, encode, parse_line, read_lines
@@ -138,7 +138,10 @@ class Agent:
         if not isinstance(nonce, str) or not is_env(env):
             return self.error("set_env needs a string nonce and an env object of strings")
         reply = {"op": "set_env", "nonce": nonce}
-        if not self.supervisor.set_sandbox_env(env):
+        invalid = invalid_entry(env)
+        if invalid is not None:          # nothing changes: every later process would fail
+            reply["error"] = invalid
+        elif not self.supervisor.set_sandbox_env(env):
             reply["error"] = "the Python REPL is not reading its commands; it keeps its environment"
         self.channel.send_control(reply)
 

@@ -55,3 +55,14 @@ def diff(before, after):
     """What turns environment `before` into `after`: ({name: value} to set, [names] to unset)."""
     changed = {k: v for k, v in after.items() if before.get(k) != v}
     return changed, [k for k in before if k not in after]
+
+
+def invalid_entry(variables):
+    """Why `variables` cannot be an environment (a name that is empty or holds '=' or NUL, a
+    value that holds NUL, or not strings), or None: a process cannot be started with it."""
+    for name, value in variables.items():
+        if not isinstance(name, str) or not name or "=" in name or "\0" in name:
+            return "invalid variable name %r" % (name,)
+        if not isinstance(value, str) or "\0" in value:
+            return "invalid value of %s" % name
+    return None

@@ -56,7 +56,7 @@ def rich_representations(obj, figures=None):
             return _only_some({"text/html": _call(_call(obj, "to_frame"), "_repr_html_")})
     bundle = {}
     if _has_method(obj, "_repr_mimebundle_"):
-        data = _call(obj, "_repr_mimebundle_")
+        data = _call(obj, "_repr_mimebundle_", include=None, exclude=None)
         if isinstance(data, tuple):      # (data, metadata)
             data = data[0] if data else None
         if isinstance(data, dict):
@@ -82,13 +82,13 @@ def _has_method(obj, name):
     return getattr(type(obj), name, None) is not None
 
 
-def _call(obj, name):
-    """obj.name(), or None when it fails: a broken representation is skipped, as IPython does
-    (the text/plain one still shows)."""
+def _call(obj, name, **options):
+    """obj.name(**options), or None when it fails: a broken representation is skipped, as
+    IPython does (the text/plain one still shows)."""
     if obj is None:
         return None
     try:
-        value = getattr(obj, name)()
+        value = getattr(obj, name)(**options)
     except Exception:
         return None
     return value[0] if isinstance(value, tuple) and value else value

@@ -25,7 +25,7 @@ def apply_env_changes(changes):
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        except ValueError:              # NUL or '=' in it: hostd never sends those
+        except (TypeError, ValueError):  # not a string, NUL or '=': the agent sends none
             pass
 
 

@@ -160,7 +160,7 @@ class Supervisor:
         Python execs wait in the port meanwhile."""
         try:
             self._spawn()
-        except OSError as e:
+        except (OSError, ValueError) as e:
             self.log("cannot start the Python REPL:", e)
             self.executor.call_at(time.monotonic() + 1.0, self._respawn)
 

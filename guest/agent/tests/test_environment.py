@@ -87,6 +87,15 @@ class SandboxEnvironment(AgentTestCase):
         self.set_env({}, "e5")
         self.assertEqual(self.run_ok("os.environ['LANG']").stdout, ["'C.UTF-8'"])
 
+    def test_one_no_process_could_be_started_with_changes_nothing(self):
+        self.set_env({"S": "1"})
+        reply = self.agent.request({"op": "set_env", "nonce": "bad", "env": {"S": "a\0b"}})
+        self.assertEqual((reply["op"], reply["nonce"]), ("set_env", "bad"))
+        self.assertIsInstance(reply["error"], str)
+        self.assertEqual(self.run_ok("echo $S", "bash").stdout, ["1"])
+        self.assertEqual(self.agent.run("import os\nos._exit(1)").code, 1)
+        self.assertEqual(self.run_ok("import os\nos.environ['S']").stdout, ["'1'"])
+
     def test_a_fresh_worker_starts_with_it(self):
         self.set_env({"S": "kept"})
         self.assertEqual(self.agent.run("import os\nos._exit(1)").code, 1)
