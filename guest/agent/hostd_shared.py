@@ -222,7 +222,8 @@ class SharedPage:
     ready        (worker) 1 once it has preloaded its modules and handles SIGINT: before, a
                  SIGINT would kill it
     taken        (worker) id of the last exec it took from its port (0 after a REPL hello)
-    done         (worker) id of the last exec whose exit it wrote (0 after a REPL hello)
+    done         (worker) id of the last exec whose exit is in the outbox or written (0 after
+                 a REPL hello)
     outlen       (worker) bytes of encoded messages in the outbox, not yet written to the port
     hello_epoch  (worker; seeded by the agent for a fresh worker) the epoch of the last REPL
                  hello it read: its taken/done ids belong to that connection, and an exec it

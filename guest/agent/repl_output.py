@@ -37,6 +37,7 @@ class Output:
         self.port_out, self.shared, self.log = port_out, shared, log
         self.lock = threading.RLock()     # a signal handler of user code may print
         self.current = 0                 # the exec output is attributed to; 0: discard it
+        self.ended = True                # its exit is in the outbox (end())
         self.pending = []                # messages the cutters just made
         self.size = 0                    # bytes in the shared outbox
         self.flush_at = 0.0              # monotonic deadline of the io thread's flush, or 0
@@ -52,6 +53,7 @@ class Output:
 
     def arm(self, exec_id):
         self.current = exec_id
+        self.ended = False
         for cutter in self.cutters.values():
             cutter.arm(exec_id)
 
@@ -106,13 +108,20 @@ class Output:
         return any(n)
 
     def end(self, exec_id, code):
-        """The exec is over: what its pipes still hold, its last partial lines, its exit."""
-        self._read_pipes()
-        for cutter in self.cutters.values():
-            cutter.finish()
-        self.current = 0                 # (no flush to schedule: it happens now)
-        self.pending.append(b'{"op":"exit","id":%d,"code":%d}\n' % (exec_id, code))
-        self._commit()
+        """The exec is over: what its pipes still hold, its last partial lines, its exit. Once
+        the exit is in the outbox the exec is done for the agent (shared.done), even while the
+        write waits for the host: a worker that dies then leaves the exit to the agent, which
+        must not add one of its own. Called again after a signal handler of user code raised
+        in it, it only finishes the write."""
+        if not self.ended:
+            self._read_pipes()
+            for cutter in self.cutters.values():
+                cutter.finish()
+            self.current = 0             # (no flush to schedule: it happens now)
+            self.pending.append(b'{"op":"exit","id":%d,"code":%d}\n' % (exec_id, code))
+            self._commit()
+            self.ended = True            # (after: an exit twice rather than none)
+            self.shared.done = exec_id
         self.flush()
 
     def _read_pipes(self):
@@ -155,8 +164,9 @@ class Output:
 
     def flush(self):
         """Writes the outbox to the port. The outbox and its length in the shared page move
-        with every write, so that neither a signal handler of user code raising in between
-        nor a death makes anything go out twice."""
+        with every write, so that a signal handler of user code raising in between makes
+        nothing go out twice, and a death at most what the last write had just sent (between
+        the write's return and the length's update: the agent sends the outbox again)."""
         self.flush_at = 0.0
         outbox = self.shared.outbox
         while self.size:

@@ -143,7 +143,6 @@ class Worker:
             except BaseException:
                 pass
         state.current = None
-        shared.done = exec_id
 
     def _execute(self, key, code, env, cwd, display):
         """Runs the cell of exec `key` in its scope; returns its exit code."""

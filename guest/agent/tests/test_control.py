@@ -7,7 +7,9 @@ import sys
 import time
 import unittest
 
-from agent_harness import AgentTestCase
+from agent_harness import AgentTestCase, main_thread_syscall, wait_for
+
+SYS_READ = 0
 
 
 class ControlMessages(AgentTestCase):
@@ -129,7 +131,9 @@ class Connections(AgentTestCase):
         self.run_ok("x = 1")
         self.run_ok("x = 2")
         self.agent.agent_hello()
-        os.kill(self.agent.worker_pid(), signal.SIGKILL)
+        worker = self.agent.worker_pid()
+        wait_for(lambda: main_thread_syscall(worker) == SYS_READ, what="the worker to be idle")
+        os.kill(worker, signal.SIGKILL)
         self.assertEqual(self.agent.recv_repl(),
                          {"op": "repl_died", "code": 128 + signal.SIGKILL, "upto": 0})
 
