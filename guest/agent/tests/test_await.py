@@ -33,6 +33,14 @@ class TopLevelAwait(AgentTestCase):
         self.assertEqual(self.run_ok("task.cancel()\nawait asyncio.sleep(0)\ntask.cancelled()")
                          .stdout, ["True"])
 
+    def test_a_repl_running_tasks_between_cells_counts_as_idle_for_a_stray_cancel(self):
+        # A cancel of an exec the worker never got (see test_control): the agent ends it
+        # itself, instead of killing a worker it would take for busy
+        self.run_ok(TICKER)
+        self.agent.send({"op": "cancel", "id": 99, "reason": "client"})
+        self.assertEqual(self.agent.recv_repl(), {"op": "exit", "id": 99, "code": 130})
+        self.assertEqual(self.run_ok("task.done(), len(ticks) > 0").stdout, ["(False, True)"])
+
     def test_a_cancel_interrupts_an_awaiting_cell_and_ends_its_coroutine(self):
         exec_id = self.agent.start("import asyncio\nprint('waiting', flush=True)\n"
                                    "await asyncio.sleep(30)\nprint('never')")
