@@ -81,13 +81,15 @@ class ControlMessages(AgentTestCase):
         self.assertEqual(self.run_ok("print('alive')").stdout, ["alive"])
         self.assertEqual(self.run_ok("echo alive", "bash").stdout, ["alive"])
 
-    def test_cancel_of_unknown_or_finished_exec_is_ignored(self):
+    def test_cancel_of_unknown_or_finished_exec_changes_nothing(self):
         exec_id = self.agent.start("1")
         self.agent.collect(exec_id)
         self.agent.send({"op": "cancel", "id": exec_id, "reason": "client"})
         self.agent.send({"op": "cancel", "id": 999, "reason": "timeout"})
         self.agent.send({"op": "ping", "nonce": "x"})
         self.assertEqual(self.agent.recv(), {"op": "pong", "nonce": "x"})
+        # The idle worker will never see 999: the agent ends it (hostd ignores that exit)
+        self.assertEqual(self.agent.recv_repl(), {"op": "exit", "id": 999, "code": 124})
         self.assertEqual(self.run_ok("print('next')").stdout, ["next"])
 
 
