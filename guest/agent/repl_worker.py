@@ -49,6 +49,9 @@ NO_STDIN = "input() is not available: a sandbox exec has no stdin"
 
 
 class Worker:
+    """The REPL: one namespace, and the execs of its port, one at a time, in its main thread
+    (user code expects signals and the GIL's main thread there)."""
+
     def __init__(self, port_in, output, shared, notice, log):
         self.port_in, self.output, self.shared, self.log = port_in, output, shared, log
         self.notice = notice             # exit status of the worker this one replaces
@@ -106,6 +109,9 @@ class Worker:
             self.output.message(msg)
 
     def run(self, exec_id, code, env=None, cwd=None, display=False):
+        """One exec, from taking it to its exit. The shared page says which exec the worker
+        holds (taken) and which it has finished (done), for the agent's cancels and for when
+        the worker dies; the cell itself runs in _execute."""
         out, shared = self.output, self.shared
         key = (self.hello_epoch, exec_id)
         state.current = key
