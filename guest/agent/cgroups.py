@@ -36,16 +36,19 @@ class Cgroups:
         """A preexec_fn moving the new process into group `name` before it runs anything, and
         with die_with_agent, making it die with the agent's thread that starts it (the REPL
         worker: an orphan would keep the REPL port open, and an agent that /init restarts
-        could not open it). It only calls os.open/os.write/prctl: safe between fork and exec
-        in a threaded process."""
+        could not open it). It only calls os.open/os.write/prctl/getppid: safe between fork
+        and exec in a threaded process."""
         if not self.enabled and not die_with_agent:
             return None
         path = os.path.join(SANDBOX_CGROUP, name, "cgroup.procs").encode()
         enabled = self.enabled
+        agent = os.getpid()
 
         def join():
             if die_with_agent:
                 _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+                if os.getppid() != agent:
+                    os._exit(1)          # the agent died before the prctl: no signal comes
             if not enabled:
                 return
             try:

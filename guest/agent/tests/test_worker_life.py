@@ -2,11 +2,25 @@
 
 import os
 import signal
+import tempfile
 import unittest
 
-from agent_harness import NOTICE, AgentTestCase, main_thread_syscall, wait_for
+from agent_harness import NOTICE, AgentProcess, AgentTestCase, main_thread_syscall, wait_for
 
 SYS_READ = 0
+
+
+def processes_in(directory):
+    """Pids of the live processes whose working directory is `directory`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.readlink("/proc/%s/cwd" % entry) == directory:
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
 
 
 class WorkerLife(AgentTestCase):
@@ -49,6 +63,17 @@ class WorkerLife(AgentTestCase):
             except FileNotFoundError:
                 return True
         wait_for(dead, 5, "the worker to die with the agent")
+
+    def test_an_agent_that_exits_while_starting_its_worker_leaves_none_behind(self):
+        # The agent may exit while its worker is being started, before that worker has
+        # asked to die with it: the worker must notice. An orphan is no longer the agent's
+        # descendant; it is found by its working directory.
+        for _ in range(5):
+            workdir = tempfile.mkdtemp(prefix="hostd-agent-test-", dir=self.workdir)
+            agent = AgentProcess(os.path.realpath(workdir))
+            agent.close()
+            wait_for(lambda: not processes_in(os.path.realpath(workdir)), 10,
+                     "no process left in " + workdir)
 
     def test_a_cancelled_exec_behind_a_wedged_worker_ends_and_the_worker_is_replaced(self):
         # A thread of user code holds the GIL in C code: the worker cannot even read exec 2
