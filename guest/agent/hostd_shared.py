@@ -17,9 +17,15 @@ import time
 
 MAX_PIECE = 65536           # at most this many bytes of output per `out` message
 MAX_INPUT_LINE = 4 << 20    # the host never sends more than 1 MiB per line; beyond is garbage
+MAX_DISPLAY_LINE = 16 << 20  # a `display` line (a base64 image) may be this long, newline included
 DRAIN_LIMIT = 1 << 20       # bytes read from a pipe beyond what it held (orphans may write forever)
 F_GETPIPE_SZ = 1032         # Linux: a pipe's capacity (user code may have grown it)
 TIMED_OUT = "hostd: execution timed out"
+
+
+def cwd_error(path, error):
+    """The stderr line of an exec whose `cwd` cannot be used (it then exits 1 without running)."""
+    return "hostd: cwd %s: %s" % (path, error.strerror or error)
 
 
 def cancel_exit_code(reason):
@@ -36,17 +42,21 @@ def drain_budget(fd):
         return DRAIN_LIMIT
 
 
-def read_lines(fd, on_line, log, stop_at_eof=False, on_oversized=None):
+def read_lines(fd, on_line, log, stop_at_eof=False, on_oversized=None, before_read=None):
     """Reads newline-delimited messages from a host port and calls on_line(bytes) for each.
 
     At EOF the host end of a virtio port is closed: reads return EOF at once until it
     reconnects, and a reconnection starts with a fresh hello, so the partial line is dropped
     and reading goes on. With stop_at_eof (pipes, in tests) EOF or a read error returns. A
     line over MAX_INPUT_LINE is dropped up to its newline, after on_oversized() if given.
+    before_read(), if given, is called whenever every line read so far has been handled, right
+    before the read that waits for more (the REPL runs its asyncio tasks there).
     """
     buf = bytearray()
     skipping = False                 # inside an oversized line: drop up to its newline
     while True:
+        if before_read is not None:
+            before_read()
         try:
             data = os.read(fd, 65536)
         except OSError as e:
@@ -205,30 +215,37 @@ _Q = struct.Struct("<q")
 class SharedPage:
     """A memfd both processes map. Each field has one writer. All start at 0.
 
-    epoch      (agent) bumped on each hello on its port: exec ids start again, and cancels of
-               an older epoch (a fork child inherits its parent's pipe) are stale
-    cancels    (agent) count of cancel messages written to the worker's command pipe: the
-               worker reads the pipe only when this moved, so an exec costs no syscall for it
-    ready      (worker) 1 once it handles SIGINT: before, a SIGINT would kill it
-    taken      (worker) id of the last exec it took from its port (0 after a hello)
-    done       (worker) id of the last exec whose exit it wrote
-    outlen     (worker) bytes of encoded messages in the outbox, not yet written to the port
-    outbox     (worker) those messages: they survive the worker, so output printed just
-               before a crash (os._exit, a segfault, the OOM killer) still reaches the host
-
-    The agent resets taken and done on hello, when the worker runs nothing (the VM was just
-    restored, or booted).
+    epoch        (agent) bumped on each hello on its port: a new host connection, whose exec
+                 ids start again at 1
+    commands     (agent) count of messages written to the worker's command pipe: the worker
+                 reads the pipe only when this moved, so an exec costs no syscall for it
+    ready        (worker) 1 once it has preloaded its modules and handles SIGINT: before, a
+                 SIGINT would kill it
+    taken        (worker) id of the last exec it took from its port (0 after a REPL hello)
+    done         (worker) id of the last exec whose exit is in the outbox or written (0 after
+                 a REPL hello)
+    outlen       (worker) bytes of encoded messages in the outbox, not yet written to the port
+    hello_epoch  (worker; seeded by the agent for a fresh worker) the epoch of the last REPL
+                 hello it read: its taken/done ids belong to that connection, and an exec it
+                 reads while this differs from epoch was sent before the latest hello
+    idle_loop    (worker) 1 while it runs asyncio tasks between cells, waiting for its port
+    outbox       (worker) the unwritten messages: they survive the worker, so output printed
+                 just before a crash (os._exit, a segfault, the OOM killer) still reaches the
+                 host. A message longer than the outbox goes through it in pieces, so the
+                 outbox may end inside a message (see take_outbox).
     """
 
     HEAD_SIZE = 64
     OUTBOX_SIZE = 1 << 20
 
     epoch = _field(0)
-    cancels = _field(1)
+    commands = _field(1)
     ready = _field(2)
     taken = _field(3)
     done = _field(4)
     outlen = _field(5)
+    hello_epoch = _field(6)
+    idle_loop = _field(7)
 
     def __init__(self, fd=None):
         if fd is None:
@@ -240,8 +257,12 @@ class SharedPage:
         self.outbox = self.view[self.HEAD_SIZE:]
 
     def take_outbox(self):
-        """The messages the worker left unwritten (it is dead), emptying the outbox."""
+        """What the worker left unwritten (it is dead), emptying the outbox, and ended by a
+        newline: the worker may have died half-way through a message (while writing it, or
+        between two pieces of a long one); that newline ends the torn line, which the host
+        drops, instead of gluing it to what the agent writes next. After whole messages it
+        only adds an empty line, which the host ignores as well."""
         n = min(max(self.outlen, 0), self.OUTBOX_SIZE)
-        data = bytes(self.outbox[:n])
+        data = bytes(self.outbox[:n]) + b"\n"
         self.outlen = 0
         return data

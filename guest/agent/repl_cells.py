@@ -1,0 +1,147 @@
+"""Running one cell like a notebook does (guest/PROTOCOL.md, "Python semantics").
+
+The code is compiled as a module; if its last statement is an expression, that expression is
+evaluated separately and its value, if not None, echoed (printed, or displayed as a rich
+output). Top-level `await` is allowed: a cell that uses it runs on the worker's persistent
+event loop (repl_loop.py).
+"""
+
+import ast
+import linecache
+import os
+import sys
+import traceback
+
+from repl_loop import CO_COROUTINE
+
+FLAGS = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _compile_expression(src, filename):
+    """The code of a one-line cell that is a single expression, else None.
+
+    Same result as the general path below, without its round trip through Python AST objects,
+    which costs a one-liner like `print(x)` or `df.head()` ~3x its compile time. Only for one
+    line starting at column 0: a failed attempt then costs little, and the general path's
+    IndentationError for a leading space stays.
+    """
+    if "\n" in src.rstrip() or not src[:1].strip():
+        return None
+    try:
+        return compile(src, filename, "eval", FLAGS, dont_inherit=True)
+    except SyntaxError:
+        return None
+
+
+class CellRunner:
+    """Runs cells in one namespace. `echo(value)` shows the value of a last expression that is
+    not None; `loop` runs the cells that await."""
+
+    def __init__(self, namespace, echo, loop, fallback_stderr):
+        self.ns, self.echo, self.loop = namespace, echo, loop
+        self.fallback_stderr = fallback_stderr   # for a traceback when sys.stderr is broken
+
+    def run(self, src, filename):
+        """Runs one cell; returns its exit code. KeyboardInterrupt (a cancel) propagates."""
+        # Registered so that tracebacks and inspect show the source, also from later cells
+        linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+        try:
+            expression = _compile_expression(src, filename)
+            if expression is not None:
+                value = self._evaluate(expression)
+                if value is not None:
+                    self.echo(value)
+                return 0
+            tree = compile(src, filename, "exec", ast.PyCF_ONLY_AST | FLAGS, dont_inherit=True)
+            last = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                expression = ast.Expression(tree.body.pop().value)
+                last = compile(expression, filename, "eval", FLAGS, dont_inherit=True)
+            body = compile(tree, filename, "exec", FLAGS, dont_inherit=True)
+            if (body.co_flags | (last.co_flags if last else 0)) & CO_COROUTINE:
+                # A cell that awaits anywhere runs on the loop as a whole
+                value = self.loop.run(self._run_async(body, last))
+            else:
+                eval(body, self.ns)
+                value = None if last is None else eval(last, self.ns)
+            if value is not None:
+                self.echo(value)
+            return 0
+        except SystemExit as e:
+            if e.code is None:
+                return 0
+            if isinstance(e.code, int):
+                return e.code
+            self._print_stderr(e.code)   # as the interpreter does for sys.exit("message")
+            return 1
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:
+            self._print_exception(e)
+            return 1
+
+    def _evaluate(self, code):
+        # eval, not exec: code that awaits evaluates to a coroutine, which exec would drop
+        value = eval(code, self.ns)
+        if code.co_flags & CO_COROUTINE:
+            value = self.loop.run(value)
+        return value
+
+    async def _run_async(self, body, last):
+        """The body, then the last expression's value, on the loop."""
+        result = eval(body, self.ns)
+        if body.co_flags & CO_COROUTINE:
+            await result
+        if last is None:
+            return None
+        value = eval(last, self.ns)
+        if last.co_flags & CO_COROUTINE:
+            value = await value
+        return value
+
+    def _print_exception(self, exc):
+        sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, exc.__traceback__
+        if sys.version_info >= (3, 12):
+            sys.last_exc = exc  # pdb.pm() looks here
+        try:
+            tbe = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+            _strip_frames(tbe)
+            text = "".join(tbe.format())
+        except Exception:
+            text = "".join(traceback.format_exception_only(type(exc), exc))
+        try:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        except Exception:     # user code replaced sys.stderr with something broken
+            self.fallback_stderr.write(text)
+
+    @staticmethod
+    def _print_stderr(obj):
+        try:
+            print(obj, file=sys.stderr, flush=True)
+        except Exception:
+            pass
+
+
+def _is_own(filename):
+    return os.path.dirname(filename) == _OWN_DIR
+
+
+def _strip_frames(tbe):
+    """Removes the worker's frames from a TracebackException and its causes/contexts, and the
+    asyncio frames that lead from the worker to an awaiting cell: the user sees their code."""
+    asyncio_dir = None
+    if "asyncio" in sys.modules:
+        asyncio_dir = os.path.dirname(sys.modules["asyncio"].__file__)
+    seen, todo = set(), [tbe]
+    while todo:
+        t = todo.pop()
+        if t is None or id(t) in seen:
+            continue
+        seen.add(id(t))
+        frames = [f for f in t.stack if not _is_own(f.filename)]
+        while frames and asyncio_dir and os.path.dirname(frames[0].filename) == asyncio_dir:
+            del frames[0]
+        t.stack = traceback.StackSummary.from_list(frames)
+        todo += [t.__cause__, t.__context__] + list(getattr(t, "exceptions", None) or ())

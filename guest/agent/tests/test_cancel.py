@@ -1,0 +1,124 @@
+"""Cancelling execs: one (cancel) or all of them (cancel_all)."""
+
+import glob
+import signal
+import time
+import unittest
+
+from agent_harness import NOTICE, TIMED_OUT, AgentTestCase, wait_for
+
+SYS_WRITE = 1
+
+
+def blocked_writing(pid):
+    """Whether a thread of pid is blocked in write() (its output backpressured)."""
+    for path in glob.glob("/proc/%d/task/*/syscall" % pid):
+        try:
+            with open(path) as f:
+                if f.read().split()[0] == str(SYS_WRITE):
+                    return True
+        except (OSError, IndexError):
+            pass
+    return False
+
+
+class Cancel(AgentTestCase):
+    def test_timeout_cancel_interrupts_keeps_state_and_exits_124(self):
+        self.run_ok("x = 'kept'")
+        exec_id = self.agent.start("import time\nprint('started', flush=True)\ntime.sleep(30)")
+        self.assertEqual(self.agent.recv_repl()["data"], "started")
+        self.agent.send({"op": "cancel", "id": exec_id, "reason": "timeout"})
+        result = self.agent.collect(exec_id, timeout=5)
+        self.assertEqual(result.code, 124)
+        self.assertEqual(result.stderr, [TIMED_OUT])
+        self.assertEqual(self.run_ok("x").stdout, ["'kept'"])   # same worker, no notice
+
+    def test_client_cancel_exits_130_without_the_timeout_line(self):
+        exec_id = self.agent.start("import time\ntime.sleep(30)")
+        # Sent at once: it may well arrive before the cell has started
+        self.agent.send({"op": "cancel", "id": exec_id, "reason": "client"})
+        result = self.agent.collect(exec_id, timeout=5)
+        self.assertEqual((result.code, result.stderr), (130, []))
+        self.assertEqual(self.run_ok("print(1)").stderr, [])
+
+    def test_cancel_of_a_loop_that_swallows_keyboard_interrupt_restarts_the_worker(self):
+        self.run_ok("state = 1")
+        exec_id = self.agent.start("import time\nwhile True:\n    try:\n"
+                                   "        print('in the loop', flush=True)\n"
+                                   "        time.sleep(10)\n"
+                                   "    except KeyboardInterrupt:\n        pass")
+        self.agent.recv_repl()
+        t0 = time.monotonic()
+        self.agent.send({"op": "cancel", "id": exec_id, "reason": "timeout"})
+        result = self.agent.collect(exec_id, timeout=6)
+        self.assertEqual(result.code, 124)
+        self.assertEqual(result.stderr, [TIMED_OUT])
+        self.assertGreater(time.monotonic() - t0, 1.8)       # SIGINT first, SIGKILL after 2 s
+        result = self.agent.run("state")
+        self.assertEqual(result.stderr[0], NOTICE % (128 + signal.SIGKILL))
+        self.assertEqual(result.stderr[-1], "NameError: name 'state' is not defined")
+
+    def test_infinite_output_is_cancellable(self):
+        exec_id = self.agent.start("while True:\n    print('x' * 1000)")
+        for _ in range(100):
+            self.assertEqual(self.agent.recv_repl()["data"], "x" * 1000)
+        self.agent.send({"op": "cancel", "id": exec_id, "reason": "client"})
+        result = self.agent.collect(exec_id, timeout=10)
+        self.assertEqual(result.code, 130)
+        self.assertTrue(all(line.strip("x") == "" for line in result.stdout))
+        self.assertEqual(self.run_ok("print('after')").stdout, ["after"])
+
+    def test_backpressure_bounds_memory_and_cancel_still_works(self):
+        self.run_ok("kept = True")
+        exec_id = self.agent.start("while True:\n    print('x' * 1000)")
+        self.agent.recv_repl()                              # output is flowing
+        worker = self.agent.worker_pid()
+        wait_for(lambda: blocked_writing(worker), what="the worker blocked on its port")
+        rss_before = self.agent.rss_kib(worker)
+        time.sleep(1.2)                                     # a while of not reading
+        rss_after = self.agent.rss_kib(worker)
+        self.assertLess(rss_after - rss_before, 4096, "worker memory grew while blocked")
+        # The cancel is read and acted on although the worker cannot write; the host stays
+        # away past the 2 s escalation delay, which must not count while output is blocked
+        self.agent.send({"op": "cancel", "id": exec_id, "reason": "timeout"})
+        time.sleep(2.5)
+        result = self.agent.collect(exec_id, timeout=10)
+        self.assertEqual(result.code, 124)
+        self.assertEqual(result.stderr, [TIMED_OUT])
+        self.assertEqual(self.run_ok("kept").stdout, ["True"])   # interrupted, not killed
+
+
+class CancelAll(AgentTestCase):
+    """What hostd sends when it re-adopts a VM after it crashed: the clients of every exec
+    that runs or waits are gone, and the next exec must not wait behind them."""
+
+    def test_it_ends_running_and_queued_bash_execs_and_answers_after_their_exits(self):
+        running = self.agent.start("echo started; sleep 60", "bash")
+        queued = self.agent.start("touch ran", "bash")
+        self.assertEqual(self.agent.recv()["data"], "started")
+        self.agent.send({"op": "cancel_all", "nonce": "c"})
+        messages = [self.agent.recv() for _ in range(3)]
+        self.assertEqual(messages, [{"op": "exit", "id": queued, "code": 130},
+                                    {"op": "exit", "id": running, "code": 130},
+                                    {"op": "cancel_all", "nonce": "c"}])
+        self.assertEqual(self.run_ok("echo next", "bash").stdout, ["next"])
+
+    def test_it_interrupts_the_running_python_exec_of_the_previous_connection(self):
+        self.run_ok("kept = 'state'")
+        old = self.agent.start("import time\nprint('running', flush=True)\ntime.sleep(60)")
+        self.assertEqual(self.agent.recv_repl()["data"], "running")
+        self.agent.agent_hello()                        # the new hostd
+        self.assertEqual(self.agent.request({"op": "cancel_all", "nonce": "c"}),
+                         {"op": "cancel_all", "nonce": "c"})
+        # The old exec ends before the REPL hello's echo (hostd drops that part)
+        self.assertEqual(self.agent.repl_hello()[-1], {"op": "exit", "id": old, "code": 130})
+        self.assertEqual(self.run_ok("kept").stdout, ["'state'"])   # interrupted, not killed
+
+    def test_with_nothing_running_it_just_answers(self):
+        self.assertEqual(self.agent.request({"op": "cancel_all", "nonce": "n"}),
+                         {"op": "cancel_all", "nonce": "n"})
+        self.assertEqual(self.run_ok("print('ok')").stdout, ["ok"])
+
+
+if __name__ == "__main__":
+    unittest.main()

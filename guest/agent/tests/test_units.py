@@ -1,0 +1,126 @@
+"""The agent's pieces that need no processes: zero filling, the template file, the default
+environment, MIME bundles."""
+
+import os
+import tempfile
+import unittest
+
+import agent_harness  # noqa: F401  (puts the agent's modules on sys.path)
+from default_env import DefaultEnvironment
+from guest_system import fill_with_zeros
+from hostd_shared import SharedPage
+from repl_display import mime_bundle
+from template_config import load_template
+
+MIB = 1 << 20
+
+
+class ZeroFill(unittest.TestCase):
+    def test_it_writes_zeros_until_only_the_margin_is_free(self):
+        fd = os.memfd_create("test-zero")
+        self.addCleanup(os.close, fd)
+        free_at_start = 20 * MIB + 300 * 1024
+
+        def free():                      # what the writes took is no longer free
+            return free_at_start - os.fstat(fd).st_size
+        written = fill_with_zeros(fd, free, margin=4 * MIB, chunk=MIB)
+        self.assertEqual(written, 16 * MIB)
+        self.assertEqual(os.pread(fd, written, 0), bytes(written))
+
+    def test_with_no_more_than_the_margin_free_it_writes_nothing(self):
+        fd = os.memfd_create("test-zero")
+        self.addCleanup(os.close, fd)
+        self.assertEqual(fill_with_zeros(fd, lambda: 3 * MIB, margin=4 * MIB, chunk=MIB), 0)
+
+
+class TemplateFile(unittest.TestCase):
+    def load(self, text):
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            f.write(text)
+        self.addCleanup(os.unlink, f.name)
+        logged = []
+        return load_template(f.name, lambda *args: logged.append(args)), logged
+
+    def test_preload_and_env_are_read(self):
+        template, logged = self.load('{"name": "python", "preload": ["numpy", "pandas"], '
+                                     '"env": {"MPLBACKEND": "Agg"}}')
+        self.assertEqual((template.name, template.preload, template.env),
+                         ("python", ["numpy", "pandas"], {"MPLBACKEND": "Agg"}))
+        self.assertEqual(logged, [])
+
+    def test_entries_of_the_wrong_type_are_dropped_and_logged(self):
+        template, logged = self.load('{"preload": ["ok", 3, ""], '
+                                     '"env": {"A": "1", "B": 2, "C=D": "x"}}')
+        self.assertEqual((template.preload, template.env), (["ok"], {"A": "1"}))
+        self.assertEqual(len(logged), 1)
+
+    def test_a_broken_or_missing_file_is_an_empty_template(self):
+        for text in ("{broken", "[1, 2]"):
+            template, logged = self.load(text)
+            self.assertEqual((template.preload, template.env, len(logged)), ([], {}, 1))
+        logged = []
+        template = load_template("/nonexistent/template.json", lambda *a: logged.append(a))
+        self.assertEqual((template.preload, template.env, len(logged)), ([], {}, 1))
+
+
+class DefaultEnvironmentLayers(unittest.TestCase):
+    def test_sandbox_over_services_over_template_over_base(self):
+        env = DefaultEnvironment("/root", {"LANG": "C", "T": "template"})
+        env.merge({"HTTP_PROXY": "http://10.0.2.2:3128", "T": "service"})
+        self.assertEqual(env.current(), {
+            "HOME": "/root", "LANG": "C", "PATH": env.current()["PATH"], "T": "service",
+            "HTTP_PROXY": "http://10.0.2.2:3128"})
+        changed, unset = env.set_sandbox({"T": "sandbox", "S": "1"})
+        self.assertEqual((changed, unset), ({"T": "sandbox", "S": "1"}, []))
+        changed, unset = env.set_sandbox({})
+        self.assertEqual((changed, unset), ({"T": "service"}, ["S"]))
+
+    def test_the_current_dict_is_replaced_not_changed(self):
+        env = DefaultEnvironment("/root")
+        before = env.current()
+        env.set_sandbox({"S": "1"})
+        self.assertNotIn("S", before)
+
+
+class MimeBundles(unittest.TestCase):
+    def test_plain_values_have_text_plain_only(self):
+        for value in (1, "s", [1], {"a": 1}, None, int):
+            self.assertEqual(mime_bundle(value), {"text/plain": repr(value)})
+
+    def test_representation_values_are_normalized(self):
+        class Odd:
+            def _repr_png_(self):
+                return (b"png", {"width": 3})        # (data, metadata)
+            def _repr_html_(self):
+                return b"<b>bytes</b>"
+            def _repr_json_(self):
+                return object()                       # not JSON: left out
+            def _repr_markdown_(self):
+                return None                           # not available
+
+        self.assertEqual(sorted(mime_bundle(Odd()).items())[:2],
+                         [("image/png", "cG5n"), ("text/html", "<b>bytes</b>")])
+        self.assertEqual(sorted(mime_bundle(Odd())), ["image/png", "text/html", "text/plain"])
+
+    def test_a_mimebundle_method_is_used_too(self):
+        class Chart:
+            def _repr_mimebundle_(self, include=None, exclude=None):
+                return {"application/vnd.chart+json": {"x": 1}, "text/plain": "ignored"}
+
+        bundle = mime_bundle(Chart())
+        self.assertEqual(bundle["application/vnd.chart+json"], {"x": 1})
+        self.assertTrue(bundle["text/plain"].startswith("<"))
+
+
+class SharedPageOutbox(unittest.TestCase):
+    def test_what_a_dead_worker_left_ends_with_a_newline(self):
+        page = SharedPage()
+        self.addCleanup(os.close, page.fd)
+        page.outbox[:5] = b'{"op"'
+        page.outlen = 5
+        self.assertEqual(page.take_outbox(), b'{"op"\n')
+        self.assertEqual((page.outlen, page.take_outbox()), (0, b"\n"))
+
+
+if __name__ == "__main__":
+    unittest.main()
