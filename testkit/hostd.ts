@@ -167,8 +167,8 @@ export interface ErrorBody {
 
 /** Parses an NDJSON exec response into events. */
 export interface ExecEvent {
-  type: 'stdout' | 'stderr' | 'exit';
-  data: string | number;
+  type: 'stdout' | 'stderr' | 'display' | 'exit';
+  data: string | number | Record<string, unknown>;
   seq: number;
   ts: number;
   error?: string;

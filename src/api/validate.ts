@@ -35,18 +35,82 @@ function optionalName(b: Body, field: string): string | undefined {
   return v;
 }
 
-export function parseCreate(body: unknown): { template?: string; snapshot?: string } {
+/** Environment variables: names a shell accepts, string values, bounded in number and size. */
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+const MAX_ENV_ENTRIES = 256;
+const MAX_ENV_BYTES = 64 * 1024;
+
+function optionalEnv(b: Body, field: string): Record<string, string> | undefined {
+  const v = b[field];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'object' || Array.isArray(v)) {
+    throw fail('invalidField', field, 'an object of string values', v);
+  }
+  const entries = Object.entries(v as Record<string, unknown>);
+  let bytes = 0;
+  for (const [name, value] of entries) {
+    if (!ENV_NAME.test(name)) {
+      throw fail(
+        'invalidField',
+        `${field} name`,
+        'letters, digits and _ (not first a digit)',
+        name,
+      );
+    }
+    if (typeof value !== 'string' || value.includes('\0')) {
+      throw fail('invalidField', `${field}.${name}`, 'a string without NUL', value);
+    }
+    bytes += name.length + value.length + 2;
+  }
+  if (entries.length > MAX_ENV_ENTRIES || bytes > MAX_ENV_BYTES) {
+    throw fail(
+      'invalidField',
+      field,
+      `at most ${MAX_ENV_ENTRIES} variables, ${MAX_ENV_BYTES} bytes`,
+      `${entries.length} variables, ${bytes} bytes`,
+    );
+  }
+  return Object.fromEntries(entries) as Record<string, string>;
+}
+
+export interface CreateBody {
+  template?: string;
+  snapshot?: string;
+  env?: Record<string, string>;
+  network?: { allow_out: unknown[] };
+}
+
+export function parseCreate(body: unknown): CreateBody {
   const b = objectBody(body, true);
-  onlyFields(b, ['template', 'snapshot']);
+  onlyFields(b, ['template', 'snapshot', 'env', 'network']);
   const template = optionalName(b, 'template');
   const snapshot = optionalName(b, 'snapshot');
   if (template !== undefined && snapshot !== undefined) {
     throw fail('conflictingFields', 'template', 'snapshot');
   }
+  const env = optionalEnv(b, 'env');
+  const network = optionalNetwork(b);
   return {
     ...(template === undefined ? {} : { template }),
     ...(snapshot === undefined ? {} : { snapshot }),
+    ...(env === undefined ? {} : { env }),
+    ...(network === undefined ? {} : { network }),
   };
+}
+
+/** `{"allow_out": [...]}`; the rules themselves are parsed by core's egress policy. */
+function optionalNetwork(b: Body): { allow_out: unknown[] } | undefined {
+  const v = b.network;
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'object' || Array.isArray(v)) {
+    throw fail('invalidField', 'network', 'an object with allow_out', v);
+  }
+  onlyFields(v as Body, ['allow_out']);
+  const rules = (v as Body).allow_out ?? [];
+  if (!Array.isArray(rules) || rules.length > 256) {
+    throw fail('invalidField', 'network.allow_out', 'an array of at most 256 rules', rules);
+  }
+  return { allow_out: rules };
 }
 
 /** Routes that take no body: anything sent is a mistake worth a 400. */
@@ -57,9 +121,18 @@ export function parseNoBody(body: unknown, op: string): void {
 /** Longest accepted exec timeout: a day. */
 export const MAX_TIMEOUT_S = 86_400;
 
-export function parseExec(body: unknown): { code: string; language: Language; timeoutMs?: number } {
+export interface ExecBody {
+  code: string;
+  language: Language;
+  timeoutMs?: number;
+  env?: Record<string, string>;
+  cwd?: string;
+  display?: boolean;
+}
+
+export function parseExec(body: unknown): ExecBody {
   const b = objectBody(body, false);
-  onlyFields(b, ['code', 'language', 'timeout']);
+  onlyFields(b, ['code', 'language', 'timeout', 'env', 'cwd', 'display']);
   if (typeof b.code !== 'string') {
     throw fail('invalidField', 'code', 'a string (required)', b.code);
   }
@@ -67,7 +140,26 @@ export function parseExec(body: unknown): { code: string; language: Language; ti
   if (language !== 'python' && language !== 'bash') {
     throw fail('invalidField', 'language', '"python" or "bash"', language);
   }
-  if (b.timeout === undefined || b.timeout === null) return { code: b.code, language };
+  const env = optionalEnv(b, 'env');
+  const cwd = b.cwd ?? undefined;
+  if (
+    cwd !== undefined &&
+    (typeof cwd !== 'string' || !cwd.startsWith('/') || cwd.includes('\0'))
+  ) {
+    throw fail('invalidField', 'cwd', 'an absolute path', cwd);
+  }
+  const display = b.display ?? undefined;
+  if (display !== undefined && typeof display !== 'boolean') {
+    throw fail('invalidField', 'display', 'a boolean', display);
+  }
+  const options: ExecBody = {
+    code: b.code,
+    language: language as Language,
+    ...(env === undefined ? {} : { env }),
+    ...(cwd === undefined ? {} : { cwd: cwd as string }),
+    ...(display ? { display: true } : {}),
+  };
+  if (b.timeout === undefined || b.timeout === null) return options;
   if (
     typeof b.timeout !== 'number' ||
     !Number.isFinite(b.timeout) ||
@@ -81,7 +173,7 @@ export function parseExec(body: unknown): { code: string; language: Language; ti
       b.timeout,
     );
   }
-  return { code: b.code, language, timeoutMs: Math.ceil(b.timeout * 1000) };
+  return { ...options, timeoutMs: Math.ceil(b.timeout * 1000) };
 }
 
 export function parseFork(body: unknown): { n: number } {

@@ -5,11 +5,12 @@
  * that pace into backpressure on the VM (pause reading the agent channel when too many events
  * wait), so `while True: print(...)` to a stalled client keeps hostd's memory bounded.
  */
-import type { Language, Machine, OutputStream } from '../vm/machine.js';
+import type { DisplayData, ExecSpec, Machine, OutputStream } from '../vm/machine.js';
 
 export interface ExecEvent {
-  type: OutputStream | 'exit';
-  data: string | number;
+  /** `display` only when the exec asked for rich outputs (docs/api.md, Rich outputs). */
+  type: OutputStream | 'display' | 'exit';
+  data: string | number | DisplayData;
   seq: number;
   ts: number;
   /** Only on an `exit` that hostd produced because the exec could not finish (VM died). */
@@ -25,9 +26,7 @@ export const OUTPUT_LIMIT_EXIT = 125;
 const HIGH_WATER = 256;
 const LOW_WATER = 32;
 
-export interface ExecOptions {
-  language: Language;
-  code: string;
+export interface ExecOptions extends ExecSpec {
   timeoutMs?: number;
   /** Aborted when the HTTP client goes away: the exec is interrupted so the queue moves on. */
   signal?: AbortSignal;
@@ -69,10 +68,12 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
     this.done = new Promise((r) => (this.resolveDone = r));
     this.signal = options.signal;
     this.maxOutputBytes = options.maxOutputBytes ?? Infinity;
+    const { language, code, env, cwd, display } = options;
     this.execId = vm.exec(
-      { language: options.language, code: options.code },
+      { language, code, env, cwd, display },
       {
         onOutput: (stream, data) => this.output(stream, data),
+        onDisplay: (data) => this.display(data),
         onExit: (code) => this.finish({ type: 'exit', data: code }),
         onLost: (reason) => this.fail(reason),
       },
@@ -150,16 +151,23 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
     this.cancel('client');
   }
 
-  /** Counts output against the cap; past it, drops the rest and interrupts the code. */
-  private output(stream: 'stdout' | 'stderr', data: string): void {
-    if (this.limitNotice) return;
-    this.outputBytes += Buffer.byteLength(data) + 1;
-    if (this.outputBytes > this.maxOutputBytes) {
-      this.limitNotice = `hostd: output limit of ${this.maxOutputBytes} bytes reached; execution interrupted`;
-      this.cancel('client');
-      return;
-    }
-    this.push({ type: stream, data });
+  /** Counts `bytes` of output against the cap; past it, drops the rest and interrupts the code. */
+  private withinCap(bytes: number): boolean {
+    if (this.limitNotice) return false;
+    this.outputBytes += bytes;
+    if (this.outputBytes <= this.maxOutputBytes) return true;
+    this.limitNotice = `hostd: output limit of ${this.maxOutputBytes} bytes reached; execution interrupted`;
+    this.cancel('client');
+    return false;
+  }
+
+  private output(stream: OutputStream, data: string): void {
+    if (this.withinCap(Buffer.byteLength(data) + 1)) this.push({ type: stream, data });
+  }
+
+  /** A rich output counts against the cap like text (its JSON size). */
+  private display(data: DisplayData): void {
+    if (this.withinCap(JSON.stringify(data).length)) this.push({ type: 'display', data });
   }
 
   private push(event: Omit<ExecEvent, 'seq' | 'ts'>): void {

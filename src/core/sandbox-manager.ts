@@ -7,7 +7,7 @@
  */
 import type { Logger } from 'pino';
 import { fail } from '../errors.js';
-import type { Hypervisor, Language } from '../vm/machine.js';
+import type { ExecSpec, Hypervisor, Machine } from '../vm/machine.js';
 import { Admission } from './admission.js';
 import { ExecRun } from './exec-run.js';
 import { ForkStandby } from './fork-standby.js';
@@ -33,9 +33,7 @@ export interface ManagerObserver {
   vmStartFailed?(): void;
 }
 
-export interface ExecRequest {
-  code: string;
-  language: Language;
+export interface ExecRequest extends ExecSpec {
   timeoutMs?: number;
   signal?: AbortSignal;
 }
@@ -43,6 +41,8 @@ export interface ExecRequest {
 export interface CreateRequest {
   template?: string;
   snapshot?: string;
+  /** The sandbox's default environment (forks inherit it with the VM). */
+  env?: Readonly<Record<string, string>>;
 }
 
 export interface ManagerOptions {
@@ -205,8 +205,8 @@ export class SandboxManager {
     this.ensureRunning();
     const p =
       req.snapshot !== undefined
-        ? this.createFromSnapshot(req.snapshot)
-        : this.createFromPool(req.template);
+        ? this.createFromSnapshot(req.snapshot, req.env)
+        : this.createFromPool(req.template, req.env);
     this.creating.add(p);
     try {
       return await p;
@@ -215,7 +215,10 @@ export class SandboxManager {
     }
   }
 
-  private async createFromPool(template: string | undefined): Promise<Sandbox> {
+  private async createFromPool(
+    template: string | undefined,
+    env: CreateRequest['env'],
+  ): Promise<Sandbox> {
     const name = template ?? this.defaultTemplate;
     const pool = this.pools.get(name);
     if (!pool) throw fail('templateNotFound', name, [...this.pools.keys()]);
@@ -229,10 +232,7 @@ export class SandboxManager {
     } finally {
       admitted();
     }
-    if (this.stopping) {
-      await taken.machine.destroy();
-      throw fail('shuttingDown');
-    }
+    await this.prepare(taken.machine, env);
     const sandbox = this.registry.adopt(taken.machine, {
       template: name,
       parentId: null,
@@ -402,7 +402,28 @@ export class SandboxManager {
     return n;
   }
 
-  private async createFromSnapshot(snapshotId: string): Promise<Sandbox> {
+  /**
+   * Last steps before a new machine becomes a sandbox: refused once hostd stops, given the
+   * sandbox's environment. On failure the machine is destroyed.
+   */
+  private async prepare(machine: Machine, env: CreateRequest['env']): Promise<void> {
+    try {
+      if (this.stopping) throw fail('shuttingDown');
+      if (env && Object.keys(env).length > 0) {
+        await machine.setEnv(env).catch((err: unknown) => {
+          throw asMachineError(err, this.log, 'vmOperationFailed', 'set the environment');
+        });
+      }
+    } catch (err) {
+      await machine.destroy();
+      throw err;
+    }
+  }
+
+  private async createFromSnapshot(
+    snapshotId: string,
+    env: CreateRequest['env'],
+  ): Promise<Sandbox> {
     const { state, template } = this.snapshots.get(snapshotId);
     const admitted = this.admission.admit(1);
     try {
@@ -410,10 +431,7 @@ export class SandboxManager {
         this.observer.vmStartFailed?.();
         throw asMachineError(err, this.log, 'vmStartFailed');
       });
-      if (this.stopping) {
-        await machine.destroy();
-        throw fail('shuttingDown');
-      }
+      await this.prepare(machine, env);
       return this.registry.adopt(machine, { template, parentId: null, snapshotId });
     } finally {
       admitted();

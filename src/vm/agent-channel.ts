@@ -8,11 +8,14 @@
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
-import type { CancelReason, ExecSink, ExecSpec } from './machine.js';
+import type { CancelReason, DisplayData, ExecSink, ExecSpec } from './machine.js';
 import { connectWithRetry, LineReader, parseJsonObject } from './unix-socket.js';
 
-/** The guest never sends a line over 1 MiB (PROTOCOL.md); anything longer is garbage. */
-const MAX_GUEST_LINE = 4 * 1024 * 1024;
+/**
+ * The guest never sends a line over 1 MiB, or 16 MiB for a display (PROTOCOL.md); anything
+ * longer is garbage.
+ */
+const MAX_GUEST_LINE = 16 * 1024 * 1024 + 1024;
 
 /** The agent did not answer, or the connection broke. */
 export class AgentError extends Error {
@@ -27,10 +30,17 @@ interface GuestMessage {
   id?: number;
   nonce?: string;
   stream?: string;
-  data?: string;
+  data?: unknown;
   code?: number;
   upto?: number;
   message?: string;
+  error?: unknown;
+  zeroed_bytes?: unknown;
+}
+
+/** A MIME bundle whose every type is a string key (values are checked by the API layer). */
+function isBundle(data: unknown): data is DisplayData {
+  return typeof data === 'object' && data !== null && !Array.isArray(data);
 }
 
 /** A guest's exit code; -1 when it sent none that is valid. */
@@ -70,6 +80,8 @@ export class AgentChannel extends EventEmitter {
   /** Python execs not yet ended, with the reason of their cancel once there is one. */
   private readonly python = new Map<number, CancelReason | null>();
   private helloWaiter: { nonce: string; resolve: () => void } | null = null;
+  /** Control requests waiting for their answer (set_env, cancel_all, prepare_freeze), by nonce. */
+  private readonly answers = new Map<string, (msg: GuestMessage) => void>();
   private synced = false;
   /**
    * The REPL port's own hello: sent with the first Python exec after each agent hello (not
@@ -152,22 +164,59 @@ export class AgentChannel extends EventEmitter {
     });
   }
 
+  /**
+   * Sends control request `op` (with a fresh nonce) and resolves with the guest's answer, the
+   * message with the same op and nonce; rejects when the guest does not answer in `timeoutMs`
+   * or the channel closes.
+   */
+  request(op: string, fields: Record<string, unknown>, timeoutMs: number): Promise<GuestMessage> {
+    if (this.closedReason) return Promise.reject(new AgentError(this.closedReason));
+    const nonce = randomBytes(8).toString('hex');
+    return new Promise((resolve, reject) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        this.answers.delete(`${op}:${nonce}`);
+        this.off('close', onClose);
+      };
+      const timer = setTimeout(() => {
+        done();
+        reject(new AgentError(`the guest agent did not answer ${op} within ${timeoutMs} ms`));
+      }, timeoutMs);
+      const onClose = (reason: string): void => {
+        done();
+        reject(new AgentError(reason));
+      };
+      this.once('close', onClose);
+      this.answers.set(`${op}:${nonce}`, (msg) => {
+        done();
+        resolve(msg);
+      });
+      this.send(this.control, { op, nonce, ...fields });
+    });
+  }
+
   /** Starts an exec; returns its id for cancel(). The sink receives its output. */
-  exec({ language, code }: ExecSpec, sink: ExecSink): number {
+  exec({ language, code, env, cwd, display }: ExecSpec, sink: ExecSink): number {
     const id = this.nextExecId++;
     if (this.closedReason) {
       queueMicrotask(() => sink.onLost(this.closedReason ?? 'closed'));
       return id;
     }
     this.sinks.set(id, sink);
+    // Options only when given: the hot path's message stays as small as before.
+    const options = {
+      ...(env === undefined ? {} : { env }),
+      ...(cwd === undefined ? {} : { cwd }),
+      ...(display ? { display: true } : {}),
+    };
     if (language === 'bash') {
-      this.send(this.control, { op: 'exec', id, language, code });
+      this.send(this.control, { op: 'exec', id, language, code, ...options });
       return id;
     }
     this.python.set(id, null);
     // One write: the worker reads its hello and the exec together.
     const hello = this.replNonce === null ? this.newReplHello() : '';
-    this.repl.write(hello + JSON.stringify({ op: 'exec', id, code }) + '\n');
+    this.repl.write(hello + JSON.stringify({ op: 'exec', id, code, ...options }) + '\n');
     return id;
   }
 
@@ -176,11 +225,6 @@ export class AgentChannel extends EventEmitter {
     if (!this.sinks.has(id)) return;
     if (this.python.get(id) === null) this.python.set(id, reason);
     this.send(this.control, { op: 'cancel', id, reason });
-  }
-
-  /** Ends every exec the guest runs or has queued (their clients are gone: guest/PROTOCOL.md). */
-  cancelAll(): void {
-    this.send(this.control, { op: 'cancel_all' });
   }
 
   pause(): void {
@@ -211,7 +255,10 @@ export class AgentChannel extends EventEmitter {
       waiter.resolve();
       return;
     }
-    if (this.synced) this.onExecMessage(msg);
+    if (!this.synced) return;
+    const answer = this.answers.get(`${msg.op}:${String(msg.nonce)}`);
+    if (answer) answer(msg);
+    else this.onExecMessage(msg);
   }
 
   private onRepl(msg: GuestMessage): void {
@@ -255,6 +302,8 @@ export class AgentChannel extends EventEmitter {
     if (!sink) return;
     if (msg.op === 'out' && typeof msg.data === 'string') {
       sink.onOutput(msg.stream === 'stderr' ? 'stderr' : 'stdout', msg.data);
+    } else if (msg.op === 'display' && isBundle(msg.data)) {
+      sink.onDisplay?.(msg.data);
     } else if (msg.op === 'exit') {
       this.endExec(msg.id, exitCode(msg));
     }

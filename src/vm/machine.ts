@@ -14,15 +14,26 @@ export type OutputStream = 'stdout' | 'stderr';
 /** Why hostd interrupts an exec; decides the exit code the guest reports (124 or 130). */
 export type CancelReason = 'timeout' | 'client';
 
-/** One exec as the guest runs it. */
+/** One exec as the guest runs it (docs/api.md, Exec). */
 export interface ExecSpec {
   readonly language: Language;
   readonly code: string;
+  /** Variables for this exec only, over the sandbox's default environment. */
+  readonly env?: Readonly<Record<string, string>>;
+  /** Working directory for this exec only. */
+  readonly cwd?: string;
+  /** Python: send rich outputs as display bundles. */
+  readonly display?: boolean;
 }
+
+/** A rich output: a MIME bundle as in Jupyter's display protocol. */
+export type DisplayData = Readonly<Record<string, unknown>>;
 
 /** Receives one exec's output; exactly one of onExit / onLost is called, last. */
 export interface ExecSink {
   onOutput(stream: OutputStream, data: string): void;
+  /** A rich output of a Python exec that asked for them (`display`). */
+  onDisplay?(data: DisplayData): void;
   onExit(code: number): void;
   /** The machine died or its channel closed before the exec's exit arrived. */
   onLost(reason: string): void;
@@ -48,6 +59,11 @@ export interface Machine {
   /** Starts an exec; returns its id for `cancel`. */
   exec(spec: ExecSpec, sink: ExecSink): number;
   cancel(execId: number, reason: CancelReason): void;
+  /**
+   * Sets the sandbox's default environment in the guest (every later exec starts from it); it
+   * replaces the previous one. Resolves once the guest will apply it to the next exec.
+   */
+  setEnv(env: Readonly<Record<string, string>>): Promise<void>;
   /** Stop / resume reading the guest's output: backpressure from a slow client. */
   pauseOutput(): void;
   resumeOutput(): void;

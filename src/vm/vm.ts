@@ -39,6 +39,11 @@ const BOOT_TIMEOUT_MS = 120_000;
 const RESTORE_TIMEOUT_MS = 30_000;
 const HELLO_TIMEOUT_MS = 30_000;
 const WARM_UP_TIMEOUT_MS = 30_000;
+/** A template's preloads (pandas, matplotlib) import for minutes under TCG before it freezes. */
+const PREPARE_FREEZE_TIMEOUT_MS = 15 * 60_000;
+/** Ending a crashed hostd's execs: a cancel's escalation takes 2 s, a kill a moment more. */
+const CANCEL_ALL_TIMEOUT_MS = 30_000;
+const SET_ENV_TIMEOUT_MS = 30_000;
 
 /** A copy of a VM's base image made ahead, with standby QEMUs on it (vm/fork-target.ts). */
 export interface PreparedCopy {
@@ -148,7 +153,8 @@ export class Vm implements Machine {
       await vm.connectAgent(deadline);
       const agent = vm.requireAgent();
       await agent.hello(HELLO_TIMEOUT_MS);
-      agent.cancelAll();
+      // Nothing may be sent before the answer: a bash exit that follows it is a new exec's.
+      await agent.request('cancel_all', {}, CANCEL_ALL_TIMEOUT_MS);
       return vm;
     } catch (err) {
       throw await vm.process.failed(err);
@@ -244,11 +250,24 @@ export class Vm implements Machine {
     });
   }
 
+  async setEnv(env: Readonly<Record<string, string>>): Promise<void> {
+    const answer = await this.requireAgent().request('set_env', { env }, SET_ENV_TIMEOUT_MS);
+    if (typeof answer.error === 'string') throw new VmError(`set_env: ${answer.error}`);
+  }
+
   /**
-   * Freezes this template VM: its RAM already lives in its shared RAM file, so only the device
-   * state is saved; the VM is then destroyed so that the file never changes again.
+   * Freezes this template VM: the guest first finishes its preloads and zeroes its free memory
+   * (zero pages become holes in the image, which forks never copy); its RAM already lives in its
+   * shared RAM file, so only the device state is saved; the VM is then destroyed so that the
+   * file never changes again. Returns that device state.
    */
-  async freeze(): Promise<Buffer> {
+  async freeze(log: (fields: Record<string, unknown>) => void = () => undefined): Promise<Buffer> {
+    const prepared = await this.requireAgent().request(
+      'prepare_freeze',
+      {},
+      PREPARE_FREEZE_TIMEOUT_MS,
+    );
+    log({ zeroedBytes: prepared.zeroed_bytes, error: prepared.error });
     await this.process.qmp.execute('stop');
     const deviceState = await this.process.saveDeviceState();
     await this.destroy();

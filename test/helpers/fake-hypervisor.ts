@@ -7,6 +7,8 @@
  * Exec language (one command per exec):
  *   `set K V`  stores V under K, prints nothing      `get K`  prints the value of K (or `None`)
  *   `print T`  prints T                                `fail`   exits 1
+ *   `env K`    prints variable K of the default environment with the exec's `env` over it
+ *   `show T`   a display bundle with text/plain T
  *   `hang`     never ends by itself: only a cancel (124/130) or the machine's death ends it
  *   `die`      the machine dies while running it
  */
@@ -102,6 +104,12 @@ export class FakeMachine implements Machine {
       } else if (cmd === 'print') {
         sink.onOutput('stdout', args.join(' '));
         end(0);
+      } else if (cmd === 'env') {
+        sink.onOutput('stdout', { ...this.env, ...spec.env }[args[0]!] ?? 'None');
+        end(0);
+      } else if (cmd === 'show') {
+        sink.onDisplay?.({ 'text/plain': args.join(' ') });
+        end(0);
       } else if (cmd === 'fail') {
         end(1);
       } else if (cmd === 'die') {
@@ -119,6 +127,13 @@ export class FakeMachine implements Machine {
     if (!sink) return;
     this.running.delete(execId);
     queueMicrotask(() => sink.onExit(reason === 'timeout' ? 124 : 130));
+  }
+
+  /** The default environment the guest was given (`setEnv`). */
+  env: Readonly<Record<string, string>> = {};
+
+  async setEnv(env: Readonly<Record<string, string>>): Promise<void> {
+    this.env = env;
   }
 
   pauseOutput(): void {

@@ -602,3 +602,34 @@ describe('pause and resume', () => {
     await second.shutdown();
   });
 });
+
+describe('environment and rich outputs', () => {
+  test('the create env is the default of every exec; an exec env goes over it', async () => {
+    const { manager } = await started();
+    const { id } = await manager.create({ template: 'slim', env: { GREETING: 'hi', LANG: 'C' } });
+    assert.equal(await stdout(manager, id, 'env GREETING'), 'hi');
+    const events: ExecEvent[] = [];
+    for await (const e of await manager.exec(id, {
+      code: 'env GREETING',
+      language: 'python',
+      env: { GREETING: 'over' },
+    }))
+      events.push(e);
+    assert.equal(events[0]!.data, 'over');
+    await manager.shutdown();
+  });
+
+  test('display bundles are events of their own, in order with the output', async () => {
+    const { manager } = await started();
+    const { id } = await manager.create({ template: 'slim' });
+    const events = await run(manager, id, 'show a chart');
+    assert.deepEqual(
+      events.map((e) => [e.type, e.data]),
+      [
+        ['display', { 'text/plain': 'a chart' }],
+        ['exit', 0],
+      ],
+    );
+    await manager.shutdown();
+  });
+});

@@ -48,3 +48,34 @@ test('fork n is an integer from 1 to 32', () => {
   }
   rejects400(() => parseFork(undefined), 'bodyNotObject');
 });
+
+test('create takes env, network and a snapshot instead of a template', () => {
+  assert.deepEqual(parseCreate({ env: { A: '1' }, network: { allow_out: ['pypi.org'] } }), {
+    env: { A: '1' },
+    network: { allow_out: ['pypi.org'] },
+  });
+  assert.deepEqual(parseCreate({ snapshot: 'snap_x' }), { snapshot: 'snap_x' });
+  rejects400(() => parseCreate({ template: 'a', snapshot: 'b' }), 'conflictingFields');
+  rejects400(() => parseCreate({ env: { '1BAD': 'x' } }), 'invalidField', 'env name');
+  rejects400(() => parseCreate({ env: { A: 1 } }), 'invalidField', 'env.A');
+  rejects400(() => parseCreate({ env: ['A=1'] }), 'invalidField', 'env');
+  rejects400(() => parseCreate({ network: { allow: [] } }), 'unknownField', 'allow');
+  rejects400(
+    () => parseCreate({ network: { allow_out: 'x' } }),
+    'invalidField',
+    'network.allow_out',
+  );
+});
+
+test('exec takes env, an absolute cwd and display', () => {
+  assert.deepEqual(parseExec({ code: 'x', env: { A: 'b' }, cwd: '/tmp', display: true }), {
+    code: 'x',
+    language: 'python',
+    env: { A: 'b' },
+    cwd: '/tmp',
+    display: true,
+  });
+  assert.deepEqual(parseExec({ code: 'x', display: false }), { code: 'x', language: 'python' });
+  rejects400(() => parseExec({ code: 'x', cwd: 'tmp' }), 'invalidField', 'cwd');
+  rejects400(() => parseExec({ code: 'x', display: 'yes' }), 'invalidField', 'display');
+});
