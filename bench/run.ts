@@ -12,12 +12,8 @@ import type { Readable, Writable } from 'node:stream';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import {
-  forkStandbySettled as standbySettled,
-  sandboxQemuPid,
-  startHostd,
-  type Hostd,
-} from '../testkit/hostd.js';
+import { sandboxQemuPid, startHostd, connect, type Hostd } from '../testkit/hostd.js';
+import { forkStandbySettled as standbySettled } from '../testkit/metrics.js';
 import { findProcessesUsing } from '../src/state-dir.js';
 import { runSoak } from './soak.js';
 
@@ -120,7 +116,7 @@ async function poolReady(c: Client, template: string): Promise<number> {
  * QEMUs it starts ahead start some children's QEMUs from scratch, ~35 ms more CPU each.
  */
 async function forkStandbySettled(c: Client): Promise<void> {
-  await standbySettled(async () => (await call(c, 'GET', '/metrics')).text());
+  await standbySettled(connect(c.url, c.headers.authorization?.replace(/^Bearer /, '')));
 }
 
 async function accelOf(c: Client): Promise<string> {

@@ -4,16 +4,9 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  execEvents,
-  sandboxQemuPid,
-  readRemainingEvents,
-  run,
-  startHostd,
-  withSandbox,
-  type Hostd,
-  type ErrorBody,
-} from '../../testkit/hostd.js';
+import { sandboxQemuPid, startHostd, type Hostd, type ErrorBody } from '../../testkit/hostd.js';
+import { execEvents, readRemainingEvents, run } from '../../testkit/exec.js';
+import { createSandbox, withSandbox } from '../../testkit/sandboxes.js';
 
 let hostd: Hostd;
 before(async () => {
@@ -268,7 +261,6 @@ describe('ordering, timeouts and disconnects', () => {
 
 describe('failures after the stream started', () => {
   test('a VM that dies mid-exec ends the stream with stderr + exit -1 and an error; then 500; DELETE works', async () => {
-    const { createSandbox } = await import('../../testkit/hostd.js');
     const id = await createSandbox(hostd);
     try {
       const res = await hostd.request('POST', `/v1/sandboxes/${id}/exec`, {

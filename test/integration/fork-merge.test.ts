@@ -7,17 +7,16 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import {
-  createSandbox,
-  forkStandbySettled,
   nothingLeft,
   qemuProcesses,
-  reportFailure,
-  run,
   sandboxQemuPid,
   startHostd,
   type Hostd,
   type ErrorBody,
 } from '../../testkit/hostd.js';
+import { run } from '../../testkit/exec.js';
+import { forkStandbySettled } from '../../testkit/metrics.js';
+import { createSandbox, reportFailure } from '../../testkit/sandboxes.js';
 
 let hostd: Hostd;
 before(async () => {
@@ -234,8 +233,7 @@ describe('fork', () => {
   });
 });
 
-const settledStandby = (): Promise<number> =>
-  forkStandbySettled(async () => (await hostd.request('GET', '/metrics')).text());
+const settledStandby = (): Promise<number> => forkStandbySettled(hostd);
 
 /** QEMUs waiting for a fork: started on a spare image copy, not (yet) any sandbox's. */
 async function standbyPids(): Promise<number[]> {

@@ -6,14 +6,9 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
-import {
-  createSandbox,
-  sandboxQemuPid,
-  run,
-  startHostd,
-  withSandbox,
-  type Hostd,
-} from '../../testkit/hostd.js';
+import { sandboxQemuPid, startHostd, type Hostd } from '../../testkit/hostd.js';
+import { run } from '../../testkit/exec.js';
+import { createSandbox, withSandbox } from '../../testkit/sandboxes.js';
 import { findProcessesUsing } from '../../src/state-dir.js';
 
 let hostd: Hostd;

@@ -6,7 +6,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { readdir, writeFile } from 'node:fs/promises';
-import { createSandbox, nothingLeft, run, startHostd } from '../../testkit/hostd.js';
+import { nothingLeft, startHostd } from '../../testkit/hostd.js';
+import { run } from '../../testkit/exec.js';
+import { createSandbox } from '../../testkit/sandboxes.js';
 import { findProcessesUsing } from '../../src/state-dir.js';
 import { eventually } from '../../testkit/eventually.js';
 

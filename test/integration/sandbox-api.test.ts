@@ -4,16 +4,9 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';
-import {
-  createSandbox,
-  nothingLeft,
-  readRemainingEvents,
-  startHostd,
-  withSandbox,
-  run,
-  type Hostd,
-  type ErrorBody,
-} from '../../testkit/hostd.js';
+import { nothingLeft, startHostd, type Hostd, type ErrorBody } from '../../testkit/hostd.js';
+import { readRemainingEvents, run } from '../../testkit/exec.js';
+import { createSandbox, withSandbox } from '../../testkit/sandboxes.js';
 
 let hostd: Hostd;
 before(async () => {
