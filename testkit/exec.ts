@@ -184,16 +184,3 @@ export async function holdSandbox(
   const seen = await stream.until('the cell started holding', (e) => e.data === HOLDING);
   return { printed: seen.slice(0, -1), release: () => stream.abort() };
 }
-
-/** Reads a streamed exec response to its end and parses the remaining NDJSON events. */
-export async function readRemainingEvents(
-  reader: ReadableStreamDefaultReader<Uint8Array>,
-): Promise<ExecEvent[]> {
-  let text = '';
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    text += new TextDecoder().decode(value);
-  }
-  return parseLines(text);
-}
