@@ -219,6 +219,7 @@ describe('faults on the host', () => {
     await withSandbox(hostd, async (id) => {
       assert.equal((await run(hostd, id, 'print(3)')).stdout, '3\n');
     });
+    await poolHolds(hostd, 'python', 1);
   });
 });
 
