@@ -1,28 +1,38 @@
 /**
- * `npm run bench`: measures hostd against its targets and writes bench/results/latest.json.
- * Starts its own hostd (pool of 4, plus a `cold` template with no pool for pool misses), or
- * uses HOSTD_URL (then template_boot_ms and memory figures are null: they need the processes).
+ * `npm run bench`: measures hostd against its targets, prints a table and writes
+ * bench/results/latest.json. Speeds are measured here, never asserted in tests: tests check
+ * behaviour, this file says how fast it is.
  *
- * BENCH_QUICK=1 runs fewer iterations (used by a smoke test in CI).
+ * Environment:
+ * - `SERVICE_HOSTD_URL`: measure the hostd serving there (with `SERVICE_API_KEY` if it needs
+ *   a key) instead of starting one. Figures that need hostd's processes or logs
+ *   (`template_boot_ms`, `create_pool_miss_p50_ms`, the fork memory figures) are then null.
+ * - Without it, the bench starts its own hostd (needs `SERVICE_IMAGE_DIR`, as `npm run bench`
+ *   sets): a pool of 4, plus a `cold` template with no pool for pool misses.
+ *
+ * Every wait is on a condition hostd reports (a pool refilled, the fork standby settled, no
+ * exec running, a deleted VM's process gone), so samples are taken on a host at rest.
  */
 import { spawn } from 'node:child_process';
 import { Agent, request } from 'node:http';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { join } from 'node:path';
 import {
-  forkStandbySettled as standbySettled,
+  connect,
+  processGone,
+  ROOT,
   sandboxQemuPid,
   startHostd,
+  type Api,
   type Hostd,
 } from '../testkit/hostd.js';
+import { openExec } from '../testkit/exec.js';
+import { forkStandbySettled, metricsText, noExecRunning, poolHolds } from '../testkit/metrics.js';
+import { createSandbox, untilSandbox } from '../testkit/sandboxes.js';
 import { findProcessesUsing } from '../src/state-dir.js';
 import { runSoak } from './soak.js';
-
-const ROOT = resolve(import.meta.dirname, '..', '..');
-const QUICK = process.env.BENCH_QUICK === '1';
 
 type Results = Record<string, number | string | null>;
 
@@ -34,30 +44,8 @@ function pct(values: number[], p: number): number {
 
 const now = (): number => Number(process.hrtime.bigint()) / 1e6;
 
-interface Client {
-  url: string;
-  headers: Record<string, string>;
-}
-
-async function call(c: Client, method: string, path: string, body?: unknown): Promise<Response> {
-  return fetch(c.url + path, {
-    method,
-    headers: {
-      ...c.headers,
-      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-    },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-}
-
-async function create(c: Client, template?: string): Promise<string> {
-  const res = await call(c, 'POST', '/v1/sandboxes', template ? { template } : {});
-  if (res.status !== 200) throw new Error(`create: ${res.status} ${await res.text()}`);
-  return ((await res.json()) as { id: string }).id;
-}
-
-async function exec(c: Client, id: string, code: string): Promise<string> {
-  const res = await call(c, 'POST', `/v1/sandboxes/${id}/exec`, { code });
+async function exec(c: Api, id: string, code: string): Promise<string> {
+  const res = await c.request('POST', `/v1/sandboxes/${id}/exec`, { code });
   const text = await res.text();
   checkExec(id, res.status, text);
   return text;
@@ -71,7 +59,7 @@ function checkExec(id: string, status: number | undefined, text: string): void {
 }
 
 /** `exec` through a node:http agent (keep-alive) instead of fetch. */
-function execHttp(c: Client, agent: Agent, id: string, code: string): Promise<void> {
+function execHttp(c: Api, agent: Agent, id: string, code: string): Promise<void> {
   const body = JSON.stringify({ code });
   const url = new URL(`${c.url}/v1/sandboxes/${id}/exec`);
   return new Promise((resolve, reject) => {
@@ -105,27 +93,35 @@ function execHttp(c: Client, agent: Agent, id: string, code: string): Promise<vo
   });
 }
 
-async function del(c: Client, id: string): Promise<void> {
-  await call(c, 'DELETE', `/v1/sandboxes/${id}`);
-}
-
-async function poolReady(c: Client, template: string): Promise<number> {
-  const text = await (await call(c, 'GET', '/metrics')).text();
-  const m = new RegExp(`^hostd_pool_ready\\{template="${template}"\\} (\\d+)`, 'm').exec(text);
-  return m ? Number(m[1]) : 0;
+async function del(c: Api, id: string): Promise<void> {
+  await c.request('DELETE', `/v1/sandboxes/${id}`);
 }
 
 /**
- * Fork figures are for a host at rest: back-to-back forks faster than hostd's refill of the
- * QEMUs it starts ahead start some children's QEMUs from scratch, ~35 ms more CPU each.
+ * Deletes a sandbox and, on our own hostd, waits until its QEMU has exited, so that the next
+ * sample does not share the CPU with a VM being torn down.
  */
-async function forkStandbySettled(c: Client): Promise<void> {
-  await standbySettled(async () => (await call(c, 'GET', '/metrics')).text());
+async function delAndSettle(c: Api, hostd: Hostd | null, id: string): Promise<void> {
+  const pid = hostd ? await sandboxQemuPid(hostd, id) : null;
+  await del(c, id);
+  if (pid !== null) await processGone("a deleted sandbox's QEMU", pid);
 }
 
-async function accelOf(c: Client): Promise<string> {
-  const text = await (await call(c, 'GET', '/metrics')).text();
-  return /hostd_info\{accel="(\w+)"/.exec(text)?.[1] ?? 'unknown';
+async function accelOf(c: Api): Promise<string> {
+  return /hostd_info\{accel="(\w+)"/.exec(await metricsText(c))?.[1] ?? 'unknown';
+}
+
+/** The template's boot time from hostd's structured start-up log (its fields, not its text). */
+function templateBootMs(hostd: Hostd | null, template: string): number | null {
+  for (const line of hostd?.logs ?? []) {
+    try {
+      const entry = JSON.parse(line) as { template?: unknown; bootMs?: unknown };
+      if (entry.template === template && typeof entry.bootMs === 'number') return entry.bootMs;
+    } catch {
+      /* not one of pino's lines */
+    }
+  }
+  return null;
 }
 
 /** Proportional set size of a process in MiB (shared pages divided among their users). */
@@ -212,10 +208,9 @@ async function baselineLocalRepl(iterations: number): Promise<number> {
 async function main(): Promise<void> {
   const results: Results = {};
   let hostd: Hostd | null = null;
-  let client: Client;
-  if (process.env.HOSTD_URL) {
-    const key = process.env.SERVICE_API_KEY;
-    client = { url: process.env.HOSTD_URL, headers: key ? { authorization: `Bearer ${key}` } : {} };
+  let client: Api;
+  if (process.env.SERVICE_HOSTD_URL) {
+    client = connect(process.env.SERVICE_HOSTD_URL, process.env.SERVICE_API_KEY || undefined);
   } else {
     hostd = await startHostd({
       env: {
@@ -224,66 +219,63 @@ async function main(): Promise<void> {
         SERVICE_LOG_LEVEL: 'info',
       },
     });
-    client = { url: hostd.url, headers: {} };
+    client = hostd;
   }
+  // Our own hostd has a pool of 4; another's: wait for at least 1.
+  const poolFull = (): Promise<void> => poolHolds(client, 'python', hostd ? 4 : 1);
   try {
     results.accelerator = await accelOf(client);
-    const bootLine = hostd?.logs.find(
-      (l) => l.includes('template booted and frozen') && l.includes('"python"'),
-    );
-    results.template_boot_ms = bootLine
-      ? (JSON.parse(bootLine) as { bootMs: number }).bootMs
-      : null;
+    results.template_boot_ms = templateBootMs(hostd, 'python');
 
     // Pool hits: wait until the pool is full again before each create, so each sample is a
     // hand-over on a host that is not busy restoring the previous refill.
     // hostd's start-up work includes copying each template's image for forks: let it end.
+    // Fork figures are for a host at rest too: back-to-back forks faster than hostd's refill
+    // of the QEMUs it starts ahead start some children's QEMUs from scratch.
     await forkStandbySettled(client);
     const hits: number[] = [];
-    const target = hostd ? 4 : 1; // our own hostd has a pool of 4; another's: at least 1
-    for (let i = 0; i < (QUICK ? 5 : 40); i++) {
-      for (let w = 0; w < 600 && (await poolReady(client, 'python')) < target; w++) await sleep(25);
-      await sleep(100);
+    for (let i = 0; i < 40; i++) {
+      await poolFull();
       const t = now();
-      const id = await create(client);
+      const id = await createSandbox(client);
       hits.push(now() - t);
-      await del(client, id);
+      await delAndSettle(client, hostd, id);
     }
     results.create_pool_hit_p50_ms = pct(hits, 50);
     results.create_pool_hit_p99_ms = pct(hits, 99);
 
     // Pool misses: the `cold` template has no pool, so every create restores a VM.
     const misses: number[] = [];
-    for (let i = 0; i < (QUICK ? 3 : 10); i++) {
+    for (let i = 0; i < 10; i++) {
       const t = now();
-      const id = await create(client, hostd ? 'cold' : undefined);
+      const id = await createSandbox(client, hostd ? { template: 'cold' } : {});
       misses.push(now() - t);
-      await del(client, id);
+      await delAndSettle(client, hostd, id);
     }
     results.create_pool_miss_p50_ms = hostd ? pct(misses, 50) : null;
 
     // The first exec in a freshly created sandbox (what "create, then run" feels like).
     const firsts: number[] = [];
-    for (let i = 0; i < (QUICK ? 2 : 5); i++) {
-      for (let w = 0; w < 600 && (await poolReady(client, 'python')) < target; w++) await sleep(25);
-      const fresh = await create(client);
+    for (let i = 0; i < 5; i++) {
+      await poolFull();
+      const fresh = await createSandbox(client);
       const t = now();
       await exec(client, fresh, 'print(1)');
       firsts.push(now() - t);
-      await del(client, fresh);
+      await delAndSettle(client, hostd, fresh);
     }
     results.exec_first_in_new_sandbox_p50_ms = pct(firsts, 50);
 
     // Exec round trip of a trivial print in a warm sandbox, once the pool has refilled after
     // the create (a refill restores a VM: ~0.3 s of CPU that would land in the samples).
-    const id = await create(client);
-    for (let w = 0; w < 600 && (await poolReady(client, 'python')) < target; w++) await sleep(25);
+    const id = await createSandbox(client);
+    await poolFull();
     // Through a keep-alive node:http client, which costs little itself: the figure is hostd's.
     // What a fetch() client sees is reported too (undici added ~1 ms per request here).
     const keepAlive = new Agent({ keepAlive: true, maxSockets: 1 });
     const execs: number[] = [];
     const fetched: number[] = [];
-    for (let i = 0; i < (QUICK ? 50 : 300); i++) {
+    for (let i = 0; i < 300; i++) {
       let t = now();
       await execHttp(client, keepAlive, id, 'print(1)');
       if (i >= 20) execs.push(now() - t);
@@ -295,17 +287,19 @@ async function main(): Promise<void> {
     results.exec_print_p50_ms = pct(execs, 50);
     results.exec_print_p99_ms = pct(execs, 99);
     results.exec_print_fetch_p50_ms = pct(fetched, 50);
-    results.baseline_local_repl_exec_p50_ms = await baselineLocalRepl(QUICK ? 50 : 300);
+    results.baseline_local_repl_exec_p50_ms = await baselineLocalRepl(300);
+
+    Object.assign(results, await streamingFigures(client, id));
 
     // Fork latency: request sent until every child answers (the response), p50 over runs.
     // The first run of each size finds fewer QEMUs started ahead (as many as the last fork
     // had children), so every size gets five runs: a median of three would rest on two.
     for (const n of [1, 8, 32]) {
       const times: number[] = [];
-      for (let r = 0; r < (QUICK ? 1 : 5); r++) {
+      for (let r = 0; r < 5; r++) {
         await forkStandbySettled(client);
         const t = now();
-        const res = await call(client, 'POST', `/v1/sandboxes/${id}/fork`, { n });
+        const res = await client.request('POST', `/v1/sandboxes/${id}/fork`, { n });
         const body = (await res.json()) as { children?: { id: string }[]; error?: string };
         times.push(now() - t);
         if (!body.children) throw new Error(`fork ${n}: ${res.status} ${body.error}`);
@@ -316,12 +310,10 @@ async function main(): Promise<void> {
     await del(client, id);
 
     if (hostd) Object.assign(results, await forkMemory(client, hostd));
-    if (!QUICK || process.env.BENCH_SOAK === '1') {
-      Object.assign(
-        results,
-        await runSoak(client, { seconds: QUICK ? 10 : 60, hostdPid: hostd?.proc.pid }),
-      );
-    }
+    Object.assign(results, await runSoak(client, { seconds: 60, hostdPid: hostd?.proc.pid }));
+  } catch (err) {
+    if (hostd) console.error(`hostd log tail:\n${hostd.logs.slice(-30).join('\n')}`);
+    throw err;
   } finally {
     if (hostd) await hostd.stop();
   }
@@ -338,11 +330,61 @@ async function main(): Promise<void> {
 }
 
 /**
+ * How soon a streamed exec shows progress, on the warm sandbox `id` (p50 of 10 each): the
+ * first line of a cell that goes on running, the status and headers of a cell that prints
+ * nothing, how long past its `timeout` a busy cell ends, and how soon the next exec is served
+ * after a client walks away from a running one. Tests only check that these things happen.
+ */
+async function streamingFigures(c: Api, id: string): Promise<Results> {
+  const firstLine: number[] = [];
+  const headers: number[] = [];
+  const overrun: number[] = [];
+  const afterDisconnect: number[] = [];
+  for (let i = 0; i < 10; i++) {
+    let t = now();
+    let stream = await openExec(c, id, {
+      code: 'import time\nprint("first", flush=True)\ntime.sleep(0.2)',
+    });
+    await stream.until('the first line', (e) => e.type === 'stdout');
+    firstLine.push(now() - t);
+    await stream.rest();
+
+    t = now();
+    stream = await openExec(c, id, { code: 'import time\ntime.sleep(0.2)' });
+    headers.push(now() - t);
+    await stream.rest();
+
+    const timeoutS = 0.5;
+    t = now();
+    stream = await openExec(c, id, { code: 'while True:\n    pass', timeout: timeoutS });
+    const events = await stream.rest();
+    overrun.push(now() - t - timeoutS * 1000);
+    if (events.at(-1)?.data !== 124) throw new Error(`timeout exec: ${JSON.stringify(events)}`);
+
+    stream = await openExec(c, id, {
+      code: 'import time\nprint("go", flush=True)\nwhile True:\n    time.sleep(60)',
+    });
+    await stream.until('the cell to start', (e) => e.type === 'stdout');
+    t = now();
+    stream.abort();
+    await exec(c, id, 'print(1)');
+    afterDisconnect.push(now() - t);
+    await untilSandbox(c, id, 'the sandbox to be idle', (s) => !s.busy);
+  }
+  return {
+    exec_first_line_p50_ms: pct(firstLine, 50),
+    exec_silent_headers_p50_ms: pct(headers, 50),
+    exec_timeout_overrun_p50_ms: pct(overrun, 50),
+    exec_next_after_disconnect_p50_ms: pct(afterDisconnect, 50),
+  };
+}
+
+/**
  * Memory of a 32-way fork of a parent that imported the standard library and holds a 50 MB
  * object: host PSS added per idle child, against what a full copy of the parent would cost.
  */
-async function forkMemory(c: Client, hostd: Hostd): Promise<Results> {
-  const parent = await create(c);
+async function forkMemory(c: Api, hostd: Hostd): Promise<Results> {
+  const parent = await createSandbox(c);
   await exec(
     c,
     parent,
@@ -354,8 +396,13 @@ async function forkMemory(c: Client, hostd: Hostd): Promise<Results> {
       'print(len(blob))',
     ].join('\n'),
   );
-  await sleep(1000);
-  await forkStandbySettled(c);
+  // Measured on a host at rest: no exec running, the pool full, the fork standby started.
+  const atRest = async (): Promise<void> => {
+    await noExecRunning(c);
+    await poolHolds(c, 'python', 4);
+    await forkStandbySettled(c); // the standby QEMUs are counted before and after alike
+  };
+  await atRest();
   const qemuPss = async (): Promise<Map<number, number>> => {
     const m = new Map<number, number>();
     for (const pid of await findProcessesUsing(hostd.stateDir)) m.set(pid, pssMib(pid));
@@ -363,7 +410,7 @@ async function forkMemory(c: Client, hostd: Hostd): Promise<Results> {
   };
   const before = await qemuPss();
   const fullCopy = rssMib(await sandboxQemuPid(hostd, parent));
-  const res = await call(c, 'POST', `/v1/sandboxes/${parent}/fork`, { n: 32 });
+  const res = await c.request('POST', `/v1/sandboxes/${parent}/fork`, { n: 32 });
   const children = ((await res.json()) as { children: { id: string }[] }).children;
   // 32 live children run code at the same time.
   const outcomes = await Promise.allSettled(
@@ -375,8 +422,7 @@ async function forkMemory(c: Client, hostd: Hostd): Promise<Results> {
       ),
     ),
   );
-  await sleep(3000); // idle
-  await forkStandbySettled(c); // the standby QEMUs are counted before and after alike
+  await atRest();
   const after = await qemuPss();
   const totalBefore = [...before.values()].reduce((a, b) => a + b, 0);
   const totalAfter = [...after.values()].reduce((a, b) => a + b, 0);

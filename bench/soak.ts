@@ -4,11 +4,7 @@
  * hostd's RSS is sampled before and after (when the bench started hostd itself).
  */
 import { readFileSync } from 'node:fs';
-
-interface Client {
-  url: string;
-  headers: Record<string, string>;
-}
+import type { Api } from '../testkit/hostd.js';
 
 function rssMib(pid: number): number {
   const m = /^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
@@ -16,18 +12,11 @@ function rssMib(pid: number): number {
 }
 
 export async function runSoak(
-  c: Client,
+  c: Api,
   opts: { seconds: number; hostdPid?: number },
 ): Promise<Record<string, number | null>> {
   const call = (method: string, path: string, body?: unknown): Promise<Response> =>
-    fetch(c.url + path, {
-      method,
-      headers: {
-        ...c.headers,
-        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-      },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
+    c.request(method, path, body);
   let errors = 0;
   let execs = 0;
   const errorSamples: string[] = [];

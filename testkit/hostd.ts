@@ -5,23 +5,25 @@
  * its directories (`hostd.url` and `vms/<vm>/qemu.pid` in the state directory, the sandbox
  * records `sandboxes/<id>.json` in the data directory), never from the wording of its logs; the
  * logs are kept only to print when a test fails.
+ *
+ * The rest of testkit: sandboxes.ts (create, scoped cleanup, failure reports, waiting on a
+ * sandbox's state), exec.ts (exec streams, holding a sandbox busy), metrics.ts (/metrics),
+ * eventually.ts (waiting on a condition).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { eventually } from './eventually.js';
+import { findProcessesUsing } from '../src/state-dir.js';
 
 export const ROOT = resolve(import.meta.dirname, '..', '..');
 
-export interface Hostd {
+/** A client of hostd's HTTP API: a hostd this process started, or one reached by URL. */
+export interface Api {
   url: string;
-  stateDir: string;
-  dataDir: string;
-  proc: ChildProcess;
-  /** Every log line hostd printed (JSON from pino), for assertions and failure reports. */
-  logs: string[];
-  stop(signal?: NodeJS.Signals): Promise<number | null>;
+  /** The Authorization header the helpers send, if any (for clients of their own). */
+  headers: Record<string, string>;
   request(
     method: string,
     path: string,
@@ -35,16 +37,62 @@ export interface Hostd {
   ): Promise<{ status: number; body: T }>;
 }
 
+/** A hostd this process started: its API, its process, its state directory and its logs. */
+export interface Hostd extends Api {
+  stateDir: string;
+  dataDir: string;
+  proc: ChildProcess;
+  /** Every log line hostd printed (JSON from pino), printed when a test fails. */
+  logs: string[];
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+/** The body of every error answer (docs/api.md, Errors). */
+export interface ErrorBody {
+  error: string;
+  code: string;
+}
+
+/** An API client for the hostd at `url`, sending `Bearer apiKey` when given. */
+export function connect(url: string, apiKey?: string): Api {
+  const headers: Record<string, string> = apiKey ? { authorization: `Bearer ${apiKey}` } : {};
+  const request = (
+    method: string,
+    path: string,
+    body?: unknown,
+    extra: Record<string, string> = {},
+  ): Promise<Response> =>
+    fetch(url + path, {
+      method,
+      headers: {
+        ...headers,
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+        ...extra,
+      },
+      body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+    });
+  return {
+    url,
+    headers,
+    request,
+    async json<T>(method: string, path: string, body?: unknown) {
+      const res = await request(method, path, body);
+      const text = await res.text();
+      return { status: res.status, body: (text ? JSON.parse(text) : undefined) as T };
+    },
+  };
+}
+
 export interface StartOptions {
   env?: Record<string, string>;
   /** Bearer key the request helpers send. */
   apiKey?: string;
-  /** Resolve as soon as the process exits instead of waiting for "listening" (start-up failures). */
+  /** Resolve as soon as the process exits instead of waiting for it to serve (start-up failures). */
   expectExit?: boolean;
   stateDir?: string;
   /**
-   * The data directory (frozen templates, memory images): by default a fresh one, removed by
-   * `stop()`; given, it is kept (a restart test starts a second hostd on the first's).
+   * The data directory (records, frozen templates, memory images): by default a fresh one,
+   * removed by `stop()`; given, it is kept (a restart test starts a second hostd on the first's).
    */
   dataDir?: string;
 }
@@ -70,9 +118,6 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const logs: string[] = [];
-  const onLine = (line: string): void => {
-    logs.push(line);
-  };
   for (const stream of [proc.stdout!, proc.stderr!]) {
     let buf = '';
     stream.setEncoding('utf8');
@@ -80,7 +125,7 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
       buf += chunk;
       const lines = buf.split('\n');
       buf = lines.pop() ?? '';
-      lines.forEach(onLine);
+      logs.push(...lines);
     });
   }
   let exitCode: number | null | undefined;
@@ -115,36 +160,12 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
       `hostd exited with code ${exitCode} during start-up:\n${logs.slice(-30).join('\n')}`,
     );
   }
-  const authHeader: Record<string, string> = opts.apiKey
-    ? { authorization: `Bearer ${opts.apiKey}` }
-    : {};
-  const request = (
-    method: string,
-    path: string,
-    body?: unknown,
-    headers: Record<string, string> = {},
-  ) =>
-    fetch(url + path, {
-      method,
-      headers: {
-        ...authHeader,
-        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-        ...headers,
-      },
-      body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
-    });
   return {
-    url,
+    ...connect(url, opts.apiKey),
     stateDir,
     dataDir,
     proc,
     logs,
-    request,
-    async json<T>(method: string, path: string, body?: unknown) {
-      const res = await request(method, path, body);
-      const text = await res.text();
-      return { status: res.status, body: (text ? JSON.parse(text) : undefined) as T };
-    },
     async stop(signal: NodeJS.Signals = 'SIGTERM') {
       let code = exitCode;
       if (code === undefined) {
@@ -159,109 +180,9 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
   };
 }
 
-/** The body of every error answer (docs/api.md, Errors). */
-export interface ErrorBody {
-  error: string;
-  code: string;
-}
-
-/** Parses an NDJSON exec response into events. */
-export interface ExecEvent {
-  type: 'stdout' | 'stderr' | 'display' | 'exit';
-  data: string | number | Record<string, unknown>;
-  seq: number;
-  ts: number;
-  error?: string;
-}
-
-export async function execEvents(
-  hostd: Hostd,
-  id: string,
-  code: string,
-  extra: Record<string, unknown> = {},
-): Promise<ExecEvent[]> {
-  const res = await hostd.request('POST', `/v1/sandboxes/${id}/exec`, { code, ...extra });
-  const text = await res.text();
-  if (res.status !== 200) throw new Error(`exec returned ${res.status}: ${text}`);
-  return text
-    .split('\n')
-    .filter((l) => l !== '')
-    .map((l) => JSON.parse(l) as ExecEvent);
-}
-
-/** stdout, stderr joined (one line each) and the exit code of an exec. */
-export async function run(
-  hostd: Hostd,
-  id: string,
-  code: string,
-  extra: Record<string, unknown> = {},
-): Promise<{ stdout: string; stderr: string; exit: number; events: ExecEvent[] }> {
-  const events = await execEvents(hostd, id, code, extra);
-  const join = (t: string): string =>
-    events
-      .filter((e) => e.type === t)
-      .map((e) => `${e.data}\n`)
-      .join('');
-  const exit = events.find((e) => e.type === 'exit');
-  return {
-    stdout: join('stdout'),
-    stderr: join('stderr'),
-    exit: exit ? Number(exit.data) : NaN,
-    events,
-  };
-}
-
-export async function createSandbox(hostd: Hostd, body: unknown = {}): Promise<string> {
-  const res = await hostd.json<{ id: string; state: string }>('POST', '/v1/sandboxes', body);
-  if (res.status !== 200)
-    throw new Error(`create returned ${res.status}: ${JSON.stringify(res.body)}`);
-  return res.body.id;
-}
-
-/**
- * Runs `fn` with a fresh sandbox; on failure prints the sandbox id and its VM log tail, and
- * always deletes the sandbox.
- */
-export async function withSandbox(hostd: Hostd, fn: (id: string) => Promise<void>): Promise<void> {
-  const id = await createSandbox(hostd);
-  try {
-    await fn(id);
-  } catch (err) {
-    await reportFailure(hostd, id);
-    throw err;
-  } finally {
-    await hostd.request('DELETE', `/v1/sandboxes/${id}`).catch(() => undefined);
-  }
-}
-
-export async function reportFailure(hostd: Hostd, id: string): Promise<void> {
-  const res = await hostd.request('GET', `/v1/sandboxes/${id}/logs`).catch(() => null);
-  const tail = res ? await res.text() : '(no logs)';
-  console.error(
-    `\n=== test failed on sandbox ${id} ===\n${tail}\n=== hostd log tail ===\n${hostd.logs.slice(-20).join('\n')}\n`,
-  );
-}
-
 /** True when no QEMU process mentions the directory and the directory is gone. */
 export async function nothingLeft(stateDir: string): Promise<{ qemu: number; dirExists: boolean }> {
-  const { findProcessesUsing } = await import('../src/state-dir.js');
   return { qemu: (await findProcessesUsing(stateDir)).length, dirExists: existsSync(stateDir) };
-}
-
-/** Reads a streamed exec response to its end and parses the remaining NDJSON events. */
-export async function readRemainingEvents(
-  reader: ReadableStreamDefaultReader<Uint8Array>,
-): Promise<ExecEvent[]> {
-  let text = '';
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    text += new TextDecoder().decode(value);
-  }
-  return text
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => JSON.parse(l) as ExecEvent);
 }
 
 /** PID of the QEMU behind sandbox `id`: its record names its VM, whose folder has the pid. */
@@ -274,8 +195,6 @@ export async function sandboxQemuPid(h: Hostd, id: string): Promise<number> {
 
 /** The QEMU processes of a hostd (those using its state directory) and their command lines. */
 export async function qemuProcesses(stateDir: string): Promise<{ pid: number; cmd: string }[]> {
-  const { readFile } = await import('node:fs/promises');
-  const { findProcessesUsing } = await import('../src/state-dir.js');
   const found: { pid: number; cmd: string }[] = [];
   for (const pid of await findProcessesUsing(stateDir)) {
     const cmd = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => null);
@@ -285,18 +204,12 @@ export async function qemuProcesses(stateDir: string): Promise<{ pid: number; cm
 }
 
 /**
- * Waits until hostd has finished starting the QEMUs it keeps ready for forks (after each fork
- * it starts as many as that fork had children, one at a time, in the background) and returns
- * how many wait. `metrics` fetches hostd's /metrics text.
+ * Resolves once process `pid` no longer exists: it died and its parent (hostd, for a QEMU)
+ * has reaped it, so hostd has seen it exit.
  */
-export async function forkStandbySettled(metrics: () => Promise<string>): Promise<number> {
-  const text = await eventually(
-    'the fork standby to settle',
-    async () => {
-      const t = await metrics();
-      return /^hostd_fork_standby_filling 0$/m.test(t) ? t : null;
-    },
-    { timeoutMs: 60_000, everyMs: 50 },
-  );
-  return Number(/^hostd_fork_standby_vms (\d+)$/m.exec(text)?.[1]);
+export async function processGone(what: string, pid: number): Promise<void> {
+  await eventually(`${what} (pid ${pid}) to be gone`, () => !existsSync(`/proc/${pid}`), {
+    timeoutMs: 30_000,
+    everyMs: 20,
+  });
 }

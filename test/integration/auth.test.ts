@@ -75,7 +75,7 @@ describe('with SERVICE_API_KEYS set', () => {
 });
 
 describe('start-up rules', () => {
-  test('a non-loopback bind with no keys and no disable flag refuses to start', () => {
+  test('a non-loopback bind with no keys and no disable flag refuses to start (exit 2)', () => {
     const r = spawnSync(process.execPath, [join(ROOT, 'dist', 'src', 'main.js')], {
       env: {
         ...process.env,
@@ -84,19 +84,32 @@ describe('start-up rules', () => {
         SERVICE_AUTH_DISABLED: '',
       },
       encoding: 'utf8',
-      timeout: 30_000,
+      // spawnSync blocks the runner's own timeout: a hang must still end the test.
+      timeout: 300_000,
     });
-    assert.notEqual(r.status, 0);
-    assert.match(r.stderr, /refusing to start: .*not a loopback address and no SERVICE_API_KEYS/);
+    assert.equal(r.status, 2, `exit ${r.status} (${r.signal}): ${r.stderr}`);
+    assert.notEqual(r.stderr.trim(), '', 'the reason is on stderr');
   });
 
-  test('SERVICE_AUTH_DISABLED=1 logs a loud warning and lets requests in without a key', async () => {
+  test('SERVICE_AUTH_DISABLED=1 logs a warning and lets requests in without a key', async () => {
     const hostd = await startHostd({
       env: { SERVICE_AUTH_DISABLED: '1', SERVICE_API_KEYS: 'ignored', SERVICE_POOL_SIZE: '0' },
     });
     try {
+      // A warning (pino level 40 or above) that names the setting responsible; its wording
+      // is free to change.
+      const warnings = hostd.logs
+        .flatMap((l) => {
+          try {
+            return [JSON.parse(l) as { level?: number; msg?: string }];
+          } catch {
+            return []; // not one of pino's lines
+          }
+        })
+        .filter((l) => (l.level ?? 0) >= 40);
       assert.ok(
-        hostd.logs.some((l) => /AUTHENTICATION IS DISABLED/.test(l) && /"level":40/.test(l)),
+        warnings.some((l) => l.msg?.includes('SERVICE_AUTH_DISABLED')),
+        JSON.stringify(warnings),
       );
       assert.equal((await hostd.request('GET', '/v1/sandboxes')).status, 200);
     } finally {

@@ -4,16 +4,14 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  execEvents,
-  sandboxQemuPid,
-  readRemainingEvents,
-  run,
-  startHostd,
-  withSandbox,
-  type Hostd,
-  type ErrorBody,
-} from '../../testkit/hostd.js';
+import { sandboxQemuPid, startHostd, type Hostd, type ErrorBody } from '../../testkit/hostd.js';
+import { eventually } from '../../testkit/eventually.js';
+import { execEvents, holdSandbox, openExec, run, type ExecEvent } from '../../testkit/exec.js';
+import { sandboxInfo, untilSandbox, withSandbox } from '../../testkit/sandboxes.js';
+
+/** hostd's own notices in a stream are stderr lines with this prefix (docs/api.md, Exec). */
+const isNotice = (e: ExecEvent | undefined): boolean =>
+  e?.type === 'stderr' && String(e.data).startsWith('hostd: ');
 
 let hostd: Hostd;
 before(async () => {
@@ -67,7 +65,7 @@ describe('Python runs in a REPL that lives as long as the sandbox', () => {
       await run(hostd, id, 'z = 1');
       assert.equal((await run(hostd, id, 'import os; os._exit(3)')).exit, 3);
       const r = await run(hostd, id, 'print("z" in globals())');
-      assert.match(r.stderr, /hostd: the Python REPL exited \(code 3\); started a fresh one/);
+      assert.ok(isNotice(r.events[0]), 'a notice comes first: the state was lost');
       assert.equal(r.stdout, 'False\n');
       assert.equal(r.exit, 0);
     });
@@ -93,7 +91,7 @@ describe('bash runs in a fresh process per call', () => {
 describe('the event stream', () => {
   test('events carry type, data, seq from 0 and a ms timestamp, and end with exit', async () => {
     await withSandbox(hostd, async (id) => {
-      const before = Date.now();
+      const sent = Date.now();
       const events = await execEvents(
         hostd,
         id,
@@ -108,8 +106,13 @@ describe('the event stream', () => {
           ['exit', 0, 3],
         ],
       );
+      // Host wall-clock ms, stamped while the exec ran, never decreasing.
+      const answered = Date.now();
+      let last = sent;
       for (const e of events) {
-        assert.ok(Number.isInteger(e.ts) && e.ts >= before - 5000 && e.ts <= Date.now() + 5000);
+        assert.ok(Number.isInteger(e.ts), `ts ${e.ts}`);
+        assert.ok(e.ts >= last && e.ts <= answered, `ts ${e.ts} outside ${sent}..${answered}`);
+        last = e.ts;
       }
     });
   });
@@ -144,41 +147,41 @@ describe('the event stream', () => {
     });
   });
 
-  test('events are flushed as produced, not at the end', async () => {
+  test('events are sent as produced, while the exec still runs', async () => {
     await withSandbox(hostd, async (id) => {
-      const res = await hostd.request('POST', `/v1/sandboxes/${id}/exec`, {
-        code: 'import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.4)',
+      // The cell prints three lines, then runs until its client goes away: if events were
+      // sent only at the end, none would ever arrive.
+      const stream = await openExec(hostd, id, {
+        code: 'import time\nfor i in range(3):\n    print(i, flush=True)\nwhile True: time.sleep(60)',
       });
-      const reader = res.body!.getReader();
-      const arrivals: number[] = [];
-      let buf = '';
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buf += new TextDecoder().decode(value);
-        const lines = buf.split('\n');
-        buf = lines.pop()!;
-        for (const l of lines) if (JSON.parse(l).type === 'stdout') arrivals.push(Date.now());
+      try {
+        const lines = [await stream.next(), await stream.next(), await stream.next()];
+        assert.deepEqual(
+          lines.map((e) => [e?.type, e?.data]),
+          [
+            ['stdout', '0'],
+            ['stdout', '1'],
+            ['stdout', '2'],
+          ],
+        );
+        assert.equal((await sandboxInfo(hostd, id)).busy, true, 'the exec still runs');
+      } finally {
+        stream.abort();
       }
-      assert.equal(arrivals.length, 3);
-      assert.ok(
-        arrivals[2]! - arrivals[0]! >= 600,
-        `lines arrived over ${arrivals[2]! - arrivals[0]!} ms`,
-      );
     });
   });
 
-  test('a running exec that prints nothing yet still gets its status and headers early', async () => {
+  test('a running exec that prints nothing yet still gets its status and headers', async () => {
     await withSandbox(hostd, async (id) => {
-      const started = Date.now();
-      // fetch resolves when the status line and headers arrive
-      const res = await hostd.request('POST', `/v1/sandboxes/${id}/exec`, {
-        code: 'import time\ntime.sleep(3)',
-      });
-      const waited = Date.now() - started;
-      assert.equal(res.status, 200);
-      assert.ok(waited < 2000, `headers came after ${waited} ms`);
-      await res.text();
+      // openExec resolves when the status line and headers arrive; the cell never ends by itself.
+      const stream = await openExec(hostd, id, { code: 'import time\nwhile True: time.sleep(60)' });
+      try {
+        assert.equal(stream.response.status, 200);
+        assert.equal(stream.response.headers.get('content-type'), 'application/x-ndjson');
+        assert.equal((await sandboxInfo(hostd, id)).busy, true, 'the exec still runs');
+      } finally {
+        stream.abort();
+      }
     });
   });
 });
@@ -187,17 +190,20 @@ describe('ordering, timeouts and disconnects', () => {
   test('execs on one sandbox run one at a time in arrival order', async () => {
     await withSandbox(hostd, async (id) => {
       await run(hostd, id, 'log = []');
-      const slow = run(
-        hostd,
-        id,
-        'import time\nlog.append("slow-start"); time.sleep(1); log.append("slow-end")',
-      );
-      await new Promise((r) => setTimeout(r, 100));
-      const fast = run(hostd, id, 'log.append("fast")');
-      await Promise.all([slow, fast]);
+      const first = await holdSandbox(hostd, id, {
+        before: 'log.append("first-start")',
+        after: 'log.append("first-end")',
+      });
+      const second = run(hostd, id, 'log.append("second")');
+      await untilSandbox(hostd, id, 'the second exec to queue', (s) => s.queued === 1);
+      const third = run(hostd, id, 'log.append("third")');
+      await untilSandbox(hostd, id, 'the third exec to queue', (s) => s.queued === 2);
+      first.release();
+      assert.equal((await second).exit, 0);
+      assert.equal((await third).exit, 0);
       assert.equal(
         (await run(hostd, id, 'print(log)')).stdout,
-        "['slow-start', 'slow-end', 'fast']\n",
+        "['first-start', 'first-end', 'second', 'third']\n",
       );
     });
   });
@@ -205,11 +211,15 @@ describe('ordering, timeouts and disconnects', () => {
   test('a Python timeout raises KeyboardInterrupt, says so, exits 124 and keeps state', async () => {
     await withSandbox(hostd, async (id) => {
       await run(hostd, id, 'kept = 99');
-      const started = Date.now();
-      const r = await run(hostd, id, 'while True: pass', { timeout: 1 });
-      assert.ok(Date.now() - started < 15_000);
+      const r = await run(
+        hostd,
+        id,
+        'try:\n    while True:\n        pass\nexcept KeyboardInterrupt:\n    print("interrupted")\n    raise',
+        { timeout: 1 },
+      );
       assert.equal(r.exit, 124);
-      assert.match(r.stderr, /hostd: execution timed out/);
+      assert.equal(r.stdout, 'interrupted\n');
+      assert.ok(isNotice(r.events.at(-2)), 'a notice before the exit says why');
       assert.equal((await run(hostd, id, 'print(kept)')).stdout, '99\n');
     });
   });
@@ -222,30 +232,25 @@ describe('ordering, timeouts and disconnects', () => {
       });
       assert.equal(r.exit, 124);
       // Count processes named exactly "sleep" (a -f match would find this shell's own line).
-      const ps = await run(hostd, id, 'pgrep -x sleep | wc -l', { language: 'bash' });
-      assert.equal(ps.stdout.trim(), '0');
+      // They were sent SIGKILL: wait for them to be gone, far sooner than their 300 s.
+      await eventually(
+        'no sleep left in the guest',
+        async () =>
+          (await run(hostd, id, 'pgrep -x sleep | wc -l', { language: 'bash' })).stdout === '0\n',
+        { timeoutMs: 60_000, everyMs: 200 },
+      );
     });
   });
 
   test('a client that disconnects mid-stream interrupts its exec, so the queue moves on', async () => {
     await withSandbox(hostd, async (id) => {
-      const ac = new AbortController();
-      const res = await fetch(`${hostd.url}/v1/sandboxes/${id}/exec`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          code: 'import time\nprint("go", flush=True)\nwhile True: time.sleep(0.1)',
-        }),
-        signal: ac.signal,
+      const stream = await openExec(hostd, id, {
+        code: 'import time\ntry:\n    print("go", flush=True)\n    while True:\n        time.sleep(60)\nfinally:\n    interrupted = True',
       });
-      await res.body!.getReader().read();
-      ac.abort();
-      const started = Date.now();
-      assert.equal((await run(hostd, id, 'print("next")')).stdout, 'next\n');
-      assert.ok(
-        Date.now() - started < 10_000,
-        'the next exec was not stuck behind the abandoned one',
-      );
+      await stream.until('the cell to start', (e) => e.data === 'go');
+      stream.abort();
+      await untilSandbox(hostd, id, 'the abandoned exec to end', (s) => !s.busy);
+      assert.equal((await run(hostd, id, 'print(interrupted)')).stdout, 'True\n');
     });
   });
 
@@ -268,30 +273,30 @@ describe('ordering, timeouts and disconnects', () => {
 
 describe('failures after the stream started', () => {
   test('a VM that dies mid-exec ends the stream with stderr + exit -1 and an error; then 500; DELETE works', async () => {
-    const { createSandbox } = await import('../../testkit/hostd.js');
-    const id = await createSandbox(hostd);
-    try {
-      const res = await hostd.request('POST', `/v1/sandboxes/${id}/exec`, {
-        code: 'import time\nprint("running", flush=True)\ntime.sleep(60)',
+    await withSandbox(hostd, async (id) => {
+      const stream = await openExec(hostd, id, {
+        code: 'import time\nprint("running", flush=True)\nwhile True: time.sleep(60)',
       });
-      const reader = res.body!.getReader();
-      await reader.read();
+      await stream.until('the cell to start', (e) => e.data === 'running');
       // Kill this sandbox's QEMU from outside, as an OOM killer or a crash would.
       process.kill(await sandboxQemuPid(hostd, id), 'SIGKILL');
-      const events = await readRemainingEvents(reader);
+      const events = await stream.rest();
       const last = events.at(-1)!;
       assert.equal(last.type, 'exit');
       assert.equal(last.data, -1);
       assert.equal(typeof last.error, 'string');
-      assert.match(String(events.at(-2)!.data), /^hostd: executor error: /);
+      const notice = events.at(-2);
+      assert.ok(
+        isNotice(notice) && String(notice!.data).endsWith(last.error!),
+        'a notice with the reason',
+      );
 
       const again = await hostd.json<ErrorBody>('POST', `/v1/sandboxes/${id}/exec`, {
         code: '1',
       });
       assert.equal(again.status, 500);
       assert.equal(again.body.code, 'executor_error');
-    } finally {
       assert.equal((await hostd.request('DELETE', `/v1/sandboxes/${id}`)).status, 204);
-    }
+    });
   });
 });

@@ -4,21 +4,20 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import {
-  createSandbox,
-  forkStandbySettled,
   nothingLeft,
+  processGone,
   qemuProcesses,
-  reportFailure,
-  run,
   sandboxQemuPid,
   startHostd,
   type Hostd,
   type ErrorBody,
 } from '../../testkit/hostd.js';
 import { eventually } from '../../testkit/eventually.js';
+import { holdSandbox, run } from '../../testkit/exec.js';
+import { forkStandbySettled } from '../../testkit/metrics.js';
+import { untilSandbox, withSandboxes, type SandboxScope } from '../../testkit/sandboxes.js';
 
 let hostd: Hostd;
 before(async () => {
@@ -51,22 +50,20 @@ const out = async (id: string, code: string, language = 'python'): Promise<strin
   return r.stdout.trim();
 };
 
-/** Creates a sandbox; on failure reports it and every sandbox the test made, then deletes all. */
-async function scenario(
-  fn: (parent: string, track: (ids: string[]) => string[]) => Promise<void>,
-): Promise<void> {
-  const made: string[] = [];
-  const parent = await createSandbox(hostd);
-  made.push(parent);
-  try {
-    await fn(parent, (ids) => (made.push(...ids), ids));
-  } catch (err) {
-    for (const id of made) await reportFailure(hostd, id);
-    throw err;
-  } finally {
-    for (const id of made) await hostd.request('DELETE', `/v1/sandboxes/${id}`);
-  }
-}
+/**
+ * A test around one fresh parent sandbox: `track` adopts the ids it forks. On failure every
+ * sandbox is reported (id and VM log tail); all are deleted at the end.
+ */
+const scenario = (
+  fn: (parent: string, track: SandboxScope['track']) => Promise<void>,
+): Promise<void> => withSandboxes(hostd, async ({ create, track }) => fn(await create(), track));
+
+/** Fork images of this hostd: one per fork while any of its children lives. */
+/** Memory images of fork points: they live in the data directory (one `.mem` per fork). */
+const forkImages = async (): Promise<string[]> =>
+  (await readdir(`${hostd.dataDir}/images`)).filter(
+    (f) => f.startsWith('fork-') && f.endsWith('.mem'),
+  );
 
 describe('fork', () => {
   test('children inherit variables, imports, open handles, files, cwd and background processes', async () => {
@@ -111,20 +108,32 @@ describe('fork', () => {
     });
   });
 
-  test('children have a correct clock, distinct os.urandom and reseeded random', async () => {
+  test("children get the host's clock, distinct os.urandom and reseeded random", async () => {
     await scenario(async (parent, track) => {
+      // Set the parent's clock back to 2001: children that merely kept the parent's clock
+      // would be 25 years off; children set from the host's clock are not.
       await out(parent, 'import os, random, time\nrandom.seed(1234)');
+      await out(parent, 'time.clock_settime(time.CLOCK_REALTIME, 978307200)');
+      assert.ok(Number(await out(parent, 'time.time()')) < 1e9, "the parent's clock went back");
+      const forkedAt = Date.now();
       const kids = track(await fork(parent, 3));
       const seen = await Promise.all(
         kids.map((k) => out(k, 'print(os.urandom(16).hex(), random.random(), time.time())')),
       );
+      const answeredAt = Date.now();
       const urandom = new Set(seen.map((s) => s.split(' ')[0]));
       const rnd = new Set(seen.map((s) => s.split(' ')[1]));
       assert.equal(urandom.size, 3, 'os.urandom differs between siblings');
       assert.equal(rnd.size, 3, 'random is reseeded per child');
+      // A child reads its clock after it was set from the host's, so between the fork request
+      // and the answers; the margin is for the time the host's clock takes to reach the guest.
+      const marginMs = 60_000;
       for (const s of seen) {
         const t = Number(s.split(' ')[2]) * 1000;
-        assert.ok(Math.abs(t - Date.now()) < 30_000, `guest clock off by ${t - Date.now()} ms`);
+        assert.ok(
+          t >= forkedAt - marginMs && t <= answeredAt + marginMs,
+          `guest clock ${new Date(t).toISOString()}, host ${new Date(answeredAt).toISOString()}`,
+        );
       }
     });
   });
@@ -147,16 +156,23 @@ describe('fork', () => {
   test('fork waits its turn behind a running exec, and the parent keeps working after', async () => {
     await scenario(async (parent, track) => {
       await out(parent, 'steps = []');
-      const slow = run(hostd, parent, 'import time\ntime.sleep(1)\nsteps.append("slow")');
-      await new Promise((r) => setTimeout(r, 100));
-      const [child] = track(await fork(parent, 1));
-      await slow;
+      const hold = await holdSandbox(hostd, parent, {
+        before: 'steps.append("exec-start")',
+        after: 'steps.append("exec-end")',
+      });
+      const forked = fork(parent, 1);
+      await untilSandbox(hostd, parent, 'the fork to queue behind the exec', (s) => s.queued === 1);
+      hold.release();
+      const [child] = track(await forked);
       assert.equal(
         await out(child!, 'steps'),
-        "['slow']",
-        'the fork point is after the queued exec',
+        "['exec-start', 'exec-end']",
+        'the fork point is after the exec it waited for',
       );
-      assert.equal(await out(parent, 'steps.append("after"); steps'), "['slow', 'after']");
+      assert.equal(
+        await out(parent, 'steps.append("after"); steps'),
+        "['exec-start', 'exec-end', 'after']",
+      );
     });
   });
 
@@ -173,16 +189,15 @@ describe('fork', () => {
   });
 
   test('forking an unknown sandbox is a 404', async () => {
-    const res = await hostd.json<{ error: string }>(
-      'POST',
-      `/v1/sandboxes/sbx_${'0'.repeat(32)}/fork`,
-      { n: 1 },
-    );
+    const res = await hostd.json<ErrorBody>('POST', `/v1/sandboxes/sbx_${'0'.repeat(32)}/fork`, {
+      n: 1,
+    });
     assert.equal(res.status, 404);
+    assert.equal(res.body.code, 'sandbox_not_found');
   });
 
   test('a fork that would exceed the sandbox limit starts no child and leaves the parent working', async () => {
-    await scenario(async (parent) => {
+    await scenario(async (parent, track) => {
       await out(parent, 'w = 1');
       const count = async (): Promise<number> =>
         (await hostd.json<{ sandboxes: unknown[] }>('GET', '/v1/sandboxes')).body.sandboxes.length;
@@ -194,6 +209,7 @@ describe('fork', () => {
         { n: 32 },
       );
       assert.equal(first.status, 200);
+      track(first.body.children.map((k) => k.id));
       const second = await hostd.json<ErrorBody>('POST', `/v1/sandboxes/${parent}/fork`, {
         n: 32,
       });
@@ -207,33 +223,29 @@ describe('fork', () => {
   });
 
   test('32 children run code concurrently; the fork image goes with the last child', async () => {
-    await scenario(async (parent) => {
+    await scenario(async (parent, track) => {
       await out(parent, 'import hashlib\nseed = b"x" * 1000000');
-      const kids = await fork(parent, 32);
-      try {
-        const results = await Promise.all(
-          kids.map((k, i) => run(hostd, k, `print(${i}, hashlib.sha256(seed).hexdigest()[:12])`)),
-        );
-        results.forEach((r, i) => {
-          assert.equal(r.exit, 0, r.stderr);
-          assert.match(r.stdout, new RegExp(`^${i} [0-9a-f]{12}\\n$`));
-        });
-        const images = (await readdir(`${hostd.dataDir}/images`)).filter(
-          (f) => f.startsWith('fork-') && f.endsWith('.mem'),
-        );
-        assert.equal(images.length, 1, 'one shared image for all 32 children');
-      } finally {
-        for (const k of kids) await hostd.request('DELETE', `/v1/sandboxes/${k}`);
+      const kids = track(await fork(parent, 32));
+      const results = await Promise.all(
+        kids.map((k, i) => run(hostd, k, `print(${i}, hashlib.sha256(seed).hexdigest()[:12])`)),
+      );
+      results.forEach((r, i) => {
+        assert.equal(r.exit, 0, r.stderr);
+        assert.match(r.stdout, new RegExp(`^${i} [0-9a-f]{12}\\n$`));
+      });
+      assert.equal((await forkImages()).length, 1, 'one shared image for all 32 children');
+      for (const k of kids) {
+        assert.equal((await hostd.request('DELETE', `/v1/sandboxes/${k}`)).status, 204);
       }
-      await eventually('the fork image to go with its last child', async () =>
-        (await readdir(`${hostd.dataDir}/images`)).every((f) => !f.startsWith('fork-')),
+      await eventually(
+        'no fork image left once its children are gone',
+        async () => (await forkImages()).length === 0,
       );
     });
   });
 });
 
-const settledStandby = (): Promise<number> =>
-  forkStandbySettled(async () => (await hostd.request('GET', '/metrics')).text());
+const settledStandby = (): Promise<number> => forkStandbySettled(hostd);
 
 /** QEMUs waiting for a fork: started on a spare image copy, not (yet) any sandbox's. */
 async function standbyPids(): Promise<number[]> {
@@ -244,7 +256,9 @@ async function standbyPids(): Promise<number[]> {
 describe('fork standby (QEMUs started ahead)', () => {
   test('after a fork, hostd keeps QEMUs started ahead; the next fork resumes them with the parent state', async () => {
     await scenario(async (parent, track) => {
-      for (const k of await fork(parent, 3)) await hostd.request('DELETE', `/v1/sandboxes/${k}`);
+      for (const k of track(await fork(parent, 3))) {
+        await hostd.request('DELETE', `/v1/sandboxes/${k}`);
+      }
       // As many as the last fork had children.
       const ready = await settledStandby();
       assert.equal(ready, 3);
@@ -262,11 +276,14 @@ describe('fork standby (QEMUs started ahead)', () => {
 
   test('a standby QEMU that died while waiting is passed over: the fork still succeeds', async () => {
     await scenario(async (parent, track) => {
-      for (const k of await fork(parent, 2)) await hostd.request('DELETE', `/v1/sandboxes/${k}`);
+      for (const k of track(await fork(parent, 2))) {
+        await hostd.request('DELETE', `/v1/sandboxes/${k}`);
+      }
       await settledStandby();
       const [victim] = await standbyPids();
       assert.ok(victim, 'a standby QEMU to kill');
       process.kill(victim, 'SIGKILL');
+      await processGone('the killed standby QEMU', victim);
       const kids = track(await fork(parent, 2));
       for (const k of kids) assert.equal(await out(k, 'print(6 * 7)'), '42');
       assert.equal(await out(parent, 'print("parent fine")'), 'parent fine');
@@ -294,12 +311,13 @@ describe('merge', () => {
         ['POST', `/v1/sandboxes/${winner}/exec`],
         ['POST', `/v1/sandboxes/${parent}/merge_into/${winner}`],
       ] as const) {
-        const r = await hostd.json<{ error: string }>(
+        const r = await hostd.json<ErrorBody>(
           m,
           p,
           m === 'POST' && p.endsWith('exec') ? { code: '1' } : undefined,
         );
         assert.equal(r.status, 404, `${m} ${p}`);
+        assert.equal(r.body.code, 'sandbox_not_found', `${m} ${p}`);
       }
     });
   });
@@ -313,19 +331,19 @@ describe('merge', () => {
       assert.equal(self.status, 400);
       assert.equal(self.body.code, 'merge_into_self');
       const ghost = `sbx_${'f'.repeat(32)}`;
-      assert.equal(
-        (await hostd.request('POST', `/v1/sandboxes/${parent}/merge_into/${ghost}`)).status,
-        404,
-      );
-      assert.equal(
-        (await hostd.request('POST', `/v1/sandboxes/${ghost}/merge_into/${parent}`)).status,
-        404,
-      );
+      for (const path of [`${parent}/merge_into/${ghost}`, `${ghost}/merge_into/${parent}`]) {
+        const r = await hostd.json<ErrorBody>('POST', `/v1/sandboxes/${path}`);
+        assert.equal(r.status, 404, path);
+        assert.equal(r.body.code, 'sandbox_not_found', path);
+      }
       const [child] = track(await fork(parent, 1));
-      const withBody = await hostd.request('POST', `/v1/sandboxes/${parent}/merge_into/${child}`, {
-        x: 1,
-      });
+      const withBody = await hostd.json<ErrorBody>(
+        'POST',
+        `/v1/sandboxes/${parent}/merge_into/${child}`,
+        { x: 1 },
+      );
       assert.equal(withBody.status, 400);
+      assert.equal(withBody.body.code, 'invalid_request');
       assert.equal(await out(child!, '1 + 1'), '2');
     });
   });
@@ -338,12 +356,7 @@ describe('merge', () => {
         (await hostd.request('POST', `/v1/sandboxes/${parent}/merge_into/${winner}`)).status,
         200,
       );
-      let alive = true;
-      for (let i = 0; i < 50 && alive; i++) {
-        await new Promise((r) => setTimeout(r, 100));
-        alive = existsSync(`/proc/${oldPid}`);
-      }
-      assert.equal(alive, false, `the old QEMU (pid ${oldPid}) still runs`);
+      await processGone("the parent's old QEMU", oldPid);
     });
   });
 
@@ -352,14 +365,29 @@ describe('merge', () => {
       await out(parent, 'name = "old"');
       const [winner] = track(await fork(parent, 1));
       await out(winner!, 'name = "new"');
-      const running = run(hostd, winner!, 'import time\ntime.sleep(1)\nname = "new-after-sleep"');
-      await new Promise((r) => setTimeout(r, 100));
+      const running = await holdSandbox(hostd, winner!, {
+        after: 'name = "set by the running exec"',
+      });
       const merged = hostd.request('POST', `/v1/sandboxes/${parent}/merge_into/${winner}`);
-      await new Promise((r) => setTimeout(r, 50));
+      // The merge takes its place in both queues at once: behind the exec on the winner, and
+      // holding the parent, so an exec sent to the parent now waits for the merge.
+      await untilSandbox(
+        hostd,
+        winner!,
+        'the merge to queue behind the exec',
+        (s) => s.queued === 1,
+      );
+      await untilSandbox(hostd, parent, 'the merge to hold the parent', (s) => s.busy);
       const queuedOnParent = run(hostd, parent, 'print(name)');
-      assert.equal((await running).exit, 0);
+      await untilSandbox(
+        hostd,
+        parent,
+        'the exec to queue behind the merge',
+        (s) => s.queued === 1,
+      );
+      running.release();
       assert.equal((await merged).status, 200);
-      assert.equal((await queuedOnParent).stdout, 'new-after-sleep\n');
+      assert.equal((await queuedOnParent).stdout, 'set by the running exec\n');
     });
   });
 
@@ -367,7 +395,8 @@ describe('merge', () => {
     await scenario(async (parent, track) => {
       const [winner] = track(await fork(parent, 1));
       await out(winner!, 'gen = 2');
-      await hostd.request('POST', `/v1/sandboxes/${parent}/merge_into/${winner}`);
+      const merged = await hostd.request('POST', `/v1/sandboxes/${parent}/merge_into/${winner}`);
+      assert.equal(merged.status, 200);
       const [grandchild] = track(await fork(parent, 1));
       assert.equal(await out(grandchild!, 'gen + 1'), '3');
     });

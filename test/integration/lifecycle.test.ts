@@ -7,14 +7,14 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import {
-  createSandbox,
   nothingLeft,
-  run,
   sandboxQemuPid,
   startHostd,
   type ErrorBody,
   type Hostd,
 } from '../../testkit/hostd.js';
+import { run } from '../../testkit/exec.js';
+import { createSandbox } from '../../testkit/sandboxes.js';
 import { findProcessesUsing } from '../../src/state-dir.js';
 
 test('SIGTERM destroys every VM and removes the state directory', async () => {

@@ -5,14 +5,9 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  createSandbox,
-  run,
-  startHostd,
-  withSandbox,
-  type ErrorBody,
-  type Hostd,
-} from '../../testkit/hostd.js';
+import { startHostd, type ErrorBody, type Hostd } from '../../testkit/hostd.js';
+import { run } from '../../testkit/exec.js';
+import { createSandbox, withSandbox } from '../../testkit/sandboxes.js';
 import { mkdtemp, rm } from 'node:fs/promises';
 
 interface SnapshotBody {
