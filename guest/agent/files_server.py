@@ -415,7 +415,7 @@ def main(argv=None):
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(args.listen)
     server.listen(1)
-    print("listening", flush=True)
+    print(json.dumps({"listening": args.listen, "pid": os.getpid()}), flush=True)
     while True:
         conn, _ = server.accept()
         with conn:

@@ -1,0 +1,247 @@
+/**
+ * The host side of the files port against a scripted guest: what a restored, confused or
+ * hostile guest can send must end an operation cleanly, never hang or crash hostd.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  FileChannel,
+  FileChannelError,
+  type FileChannelOptions,
+} from '../../src/vm/file-channel.js';
+import {
+  HEADER_BYTES,
+  Kind,
+  SYNC,
+  SYNC_REPLY,
+  encodeFrame,
+  jsonFrame,
+} from '../../src/vm/port-frames.js';
+
+interface HostFrame {
+  kind: number;
+  id: number;
+  msg: Record<string, unknown> | null;
+}
+
+/** The guest end of the port, scripted by each test. */
+class ScriptedGuest {
+  readonly frames: HostFrame[] = [];
+  syncs = 0;
+  socket!: Socket;
+  private buf = Buffer.alloc(0);
+  private waiters: (() => void)[] = [];
+
+  constructor(private readonly server: Server) {}
+
+  static async start(dir: string): Promise<ScriptedGuest> {
+    const server = createServer((socket) => {
+      guest.socket = socket;
+      socket.on('data', (chunk: Buffer) => guest.onData(chunk));
+    });
+    const guest = new ScriptedGuest(server);
+    server.listen(join(dir, 'files.sock'));
+    await once(server, 'listening');
+    return guest;
+  }
+
+  private onData(chunk: Buffer): void {
+    this.buf = Buffer.concat([this.buf, chunk]);
+    for (;;) {
+      let start = 0;
+      while (start < this.buf.length && this.buf[start] === 0) start++;
+      this.buf = this.buf.subarray(start);
+      if (this.buf.length >= SYNC.length && this.buf.subarray(0, SYNC.length).equals(SYNC)) {
+        this.buf = this.buf.subarray(SYNC.length);
+        this.syncs++;
+        continue;
+      }
+      if (this.buf.length < HEADER_BYTES) break;
+      const length = this.buf.readUInt32BE(5);
+      if (this.buf.length < HEADER_BYTES + length) break;
+      const payload = this.buf.subarray(HEADER_BYTES, HEADER_BYTES + length);
+      const kind = this.buf[0]!;
+      this.frames.push({
+        kind,
+        id: this.buf.readUInt32BE(1),
+        msg:
+          kind === Kind.json ? (JSON.parse(payload.toString()) as Record<string, unknown>) : null,
+      });
+      this.buf = this.buf.subarray(HEADER_BYTES + length);
+    }
+    for (const waiter of this.waiters.splice(0)) waiter();
+  }
+
+  /** The next host frame whose JSON op is `op`, waiting for it. */
+  async next(op: string): Promise<HostFrame> {
+    for (;;) {
+      const index = this.frames.findIndex((f) => f.msg?.op === op);
+      if (index >= 0) return this.frames.splice(index, 1)[0]!;
+      await new Promise<void>((resolve) => this.waiters.push(resolve));
+    }
+  }
+
+  send(...parts: Buffer[]): void {
+    this.socket.write(Buffer.concat(parts));
+  }
+
+  helloReply(nonce: unknown): Buffer {
+    return Buffer.concat([SYNC_REPLY, jsonFrame(0, { op: 'hello', nonce, version: 1 })]);
+  }
+
+  close(): void {
+    this.socket?.destroy();
+    this.server.close();
+  }
+}
+
+async function withScriptedGuest(
+  fn: (guest: ScriptedGuest, channel: FileChannel) => Promise<void>,
+  options: FileChannelOptions = {},
+): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'hostd-files-proto-'));
+  const guest = await ScriptedGuest.start(dir);
+  const channel = await FileChannel.connect(join(dir, 'files.sock'), Date.now() + 2000, options);
+  try {
+    await fn(guest, channel);
+  } finally {
+    channel.close();
+    guest.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+async function rejectsFailure(promise: Promise<unknown>, reason: string): Promise<void> {
+  await assert.rejects(promise, (err: unknown) => {
+    assert.ok(err instanceof FileChannelError, `expected a FileChannelError, got ${String(err)}`);
+    assert.equal(err.reason, reason);
+    return true;
+  });
+}
+
+const entry = { name: 'x', path: '/x', type: 'file', size: 1, mode: 420, mtime_ms: 5 };
+
+test('everything the guest sends before its answer to the hello is discarded', async () => {
+  await withScriptedGuest(async (guest, channel) => {
+    const stat = channel.stat('/x');
+    const hello = await guest.next('hello');
+    const request = await guest.next('stat');
+    guest.send(
+      Buffer.from('torn line from before the snapshot'),
+      jsonFrame(request.id, { op: 'done', ok: true, entry: { ...entry, name: 'stale' } }),
+      guest.helloReply('an older nonce'),
+      jsonFrame(request.id, { op: 'done', ok: true, entry: { ...entry, name: 'stale2' } }),
+      guest.helloReply(hello.msg!.nonce),
+      jsonFrame(request.id, { op: 'done', ok: true, entry }),
+    );
+    assert.deepEqual(await stat, entry);
+    assert.equal(guest.syncs, 1);
+  });
+});
+
+test('a hello goes out with the first operation only, and again after resync()', async () => {
+  await withScriptedGuest(async (guest, channel) => {
+    for (const expectHello of [true, false, 'resync'] as const) {
+      if (expectHello === 'resync') channel.resync();
+      const stat = channel.stat('/x');
+      if (expectHello) {
+        guest.send(guest.helloReply((await guest.next('hello')).msg!.nonce));
+      }
+      const request = await guest.next('stat');
+      guest.send(jsonFrame(request.id, { op: 'done', ok: true, entry }));
+      await stat;
+    }
+    assert.equal(guest.syncs, 2);
+  });
+});
+
+test('an impossible frame fails the operation as a protocol error; the next one resynchronises', async () => {
+  await withScriptedGuest(async (guest, channel) => {
+    const stat = channel.stat('/x');
+    guest.send(guest.helloReply((await guest.next('hello')).msg!.nonce));
+    const request = await guest.next('stat');
+    guest.send(encodeFrame(0x99, request.id, Buffer.from('?')));
+    await rejectsFailure(stat, 'protocol');
+    const again = channel.stat('/x');
+    guest.send(guest.helloReply((await guest.next('hello')).msg!.nonce));
+    guest.send(jsonFrame((await guest.next('stat')).id, { op: 'done', ok: true, entry }));
+    assert.deepEqual(await again, entry);
+  });
+});
+
+test('malformed answers are protocol errors, not exceptions', async () => {
+  await withScriptedGuest(async (guest, channel) => {
+    const answers: Record<string, unknown>[] = [
+      { op: 'done', ok: true, entry: { ...entry, size: -1 } },
+      { op: 'done', ok: true, entry: { ...entry, type: 'device' } },
+      { op: 'done', ok: true },
+      { op: 'what' },
+    ];
+    for (const answer of answers) {
+      const stat = channel.stat('/x');
+      // every protocol error makes the next operation start with a hello
+      guest.send(guest.helloReply((await guest.next('hello')).msg!.nonce));
+      guest.send(jsonFrame((await guest.next('stat')).id, answer));
+      await rejectsFailure(stat, 'protocol');
+    }
+  });
+});
+
+test('a download longer than announced is a protocol error', async () => {
+  await withScriptedGuest(async (guest, channel) => {
+    const read = channel.readFile('/x');
+    guest.send(guest.helloReply((await guest.next('hello')).msg!.nonce));
+    const request = await guest.next('read');
+    guest.send(
+      jsonFrame(request.id, { op: 'head', size: 3 }),
+      encodeFrame(Kind.data, request.id, Buffer.from('four')),
+    );
+    const download = await read;
+    await rejectsFailure(download.done, 'protocol');
+    assert.equal(download.stream.destroyed, true);
+  });
+});
+
+test('a guest that never answers the hello fails the operation with a timeout', async () => {
+  await withScriptedGuest(
+    async (guest, channel) => {
+      await rejectsFailure(channel.stat('/x'), 'timeout');
+      assert.equal(channel.busy, false);
+      assert.equal(guest.syncs, 1);
+    },
+    { helloTimeoutMs: 50 },
+  );
+});
+
+test('a cancelled operation the guest never ends frees the channel after cancelTimeoutMs', async () => {
+  await withScriptedGuest(
+    async (guest, channel) => {
+      const controller = new AbortController();
+      const stat = channel.stat('/x', { signal: controller.signal });
+      guest.send(guest.helloReply((await guest.next('hello')).msg!.nonce));
+      const request = await guest.next('stat');
+      controller.abort();
+      assert.equal((await guest.next('cancel')).id, request.id);
+      await rejectsFailure(stat, 'timeout');
+      const next = channel.stat('/x');
+      await guest.next('hello'); // resynchronises: the guest may still be busy with the old one
+      await rejectsFailure(next, 'timeout');
+    },
+    { cancelTimeoutMs: 50, helloTimeoutMs: 50 },
+  );
+});
+
+test('the guest closing the port fails the running operation', async () => {
+  await withScriptedGuest(async (guest, channel) => {
+    const stat = channel.stat('/x');
+    await guest.next('hello');
+    guest.socket.destroy();
+    await rejectsFailure(stat, 'closed');
+    assert.equal(channel.closed, true);
+  });
+});
