@@ -40,6 +40,8 @@ import threading
 import time
 import traceback
 
+import files_server
+import net_relay
 from hostd_shared import (MAX_INPUT_LINE, TIMED_OUT, LineCutter, SharedPage, cancel_exit_code,
                           drain_budget, encode, parse_line, read_lines, write_all)
 
@@ -351,6 +353,7 @@ class Agent:
         # HOME is the work directory (PROTOCOL.md: /root, which is the default workdir)
         self.env = {"HOME": workdir, "LANG": "C.UTF-8",
                     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+        self.env.update(net_relay.PROXY_ENV)   # HTTP(S) clients go out through hostd.net
         # Guards what the main thread shares with the executor: current, pending, worker
         # (and the worker's fds, which are closed only under it).
         self.lock = threading.Lock()
@@ -819,6 +822,8 @@ def main(argv=None):
             log("cannot open the virtio ports: %s" % e)
             return 1
         repl_fds = (repl_fd, repl_fd)
+        files_server.start(open_port)    # hostd.files, in its own thread: never behind an exec
+        net_relay.start(open_port)       # hostd.net: the guest's only way out
     for fd in repl_fds:
         os.set_inheritable(fd, False)    # only the worker gets them (pass_fds)
     agent = Agent(Channel(wfd), os.path.abspath(args.workdir), not args.no_system, repl_fds)
