@@ -11,7 +11,12 @@
  * port. hostd's API port on the host is never reachable, whatever the rules say.
  */
 import { domainToASCII } from 'node:url';
-import type { EgressAddressVerdict, EgressGate, EgressVerdict } from '../vm/egress-gate.js';
+import {
+  type EgressAddressVerdict,
+  type EgressGate,
+  type EgressVerdict,
+  HOST_ALIAS,
+} from '../vm/egress-gate.js';
 import {
   type IpRange,
   formatIp,
@@ -24,7 +29,7 @@ import {
 } from './ip-address.js';
 
 /** The host machine's name inside every sandbox. */
-export const INTERNAL_HOST = 'host.hostd.internal';
+export const INTERNAL_HOST = HOST_ALIAS;
 export const MAX_RULES = 256;
 const MAX_RULE_LENGTH = 300;
 export const NO_NETWORK = 'this sandbox has no network: create it with network.allow_out';

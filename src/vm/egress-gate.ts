@@ -7,6 +7,9 @@
  * then connects to an address this second answer allowed, never resolving the name again.
  */
 
+/** The host machine's name inside every sandbox: it reaches the host's 127.0.0.1. */
+export const HOST_ALIAS = 'host.hostd.internal';
+
 export type EgressVerdict =
   | { readonly allow: true }
   | {

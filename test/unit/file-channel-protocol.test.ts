@@ -4,9 +4,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -14,98 +12,15 @@ import {
   FileChannelError,
   type FileChannelOptions,
 } from '../../src/vm/file-channel.js';
-import {
-  HEADER_BYTES,
-  Kind,
-  SYNC,
-  SYNC_REPLY,
-  encodeFrame,
-  jsonFrame,
-} from '../../src/vm/port-frames.js';
-
-interface HostFrame {
-  kind: number;
-  id: number;
-  msg: Record<string, unknown> | null;
-}
-
-/** The guest end of the port, scripted by each test. */
-class ScriptedGuest {
-  readonly frames: HostFrame[] = [];
-  syncs = 0;
-  socket!: Socket;
-  private buf = Buffer.alloc(0);
-  private waiters: (() => void)[] = [];
-
-  constructor(private readonly server: Server) {}
-
-  static async start(dir: string): Promise<ScriptedGuest> {
-    const server = createServer((socket) => {
-      guest.socket = socket;
-      socket.on('data', (chunk: Buffer) => guest.onData(chunk));
-    });
-    const guest = new ScriptedGuest(server);
-    server.listen(join(dir, 'files.sock'));
-    await once(server, 'listening');
-    return guest;
-  }
-
-  private onData(chunk: Buffer): void {
-    this.buf = Buffer.concat([this.buf, chunk]);
-    for (;;) {
-      let start = 0;
-      while (start < this.buf.length && this.buf[start] === 0) start++;
-      this.buf = this.buf.subarray(start);
-      if (this.buf.length >= SYNC.length && this.buf.subarray(0, SYNC.length).equals(SYNC)) {
-        this.buf = this.buf.subarray(SYNC.length);
-        this.syncs++;
-        continue;
-      }
-      if (this.buf.length < HEADER_BYTES) break;
-      const length = this.buf.readUInt32BE(5);
-      if (this.buf.length < HEADER_BYTES + length) break;
-      const payload = this.buf.subarray(HEADER_BYTES, HEADER_BYTES + length);
-      const kind = this.buf[0]!;
-      this.frames.push({
-        kind,
-        id: this.buf.readUInt32BE(1),
-        msg:
-          kind === Kind.json ? (JSON.parse(payload.toString()) as Record<string, unknown>) : null,
-      });
-      this.buf = this.buf.subarray(HEADER_BYTES + length);
-    }
-    for (const waiter of this.waiters.splice(0)) waiter();
-  }
-
-  /** The next host frame whose JSON op is `op`, waiting for it. */
-  async next(op: string): Promise<HostFrame> {
-    for (;;) {
-      const index = this.frames.findIndex((f) => f.msg?.op === op);
-      if (index >= 0) return this.frames.splice(index, 1)[0]!;
-      await new Promise<void>((resolve) => this.waiters.push(resolve));
-    }
-  }
-
-  send(...parts: Buffer[]): void {
-    this.socket.write(Buffer.concat(parts));
-  }
-
-  helloReply(nonce: unknown): Buffer {
-    return Buffer.concat([SYNC_REPLY, jsonFrame(0, { op: 'hello', nonce, version: 1 })]);
-  }
-
-  close(): void {
-    this.socket?.destroy();
-    this.server.close();
-  }
-}
+import { Kind, encodeFrame, jsonFrame } from '../../src/vm/port-frames.js';
+import { ScriptedGuest } from '../helpers/scripted-guest.js';
 
 async function withScriptedGuest(
   fn: (guest: ScriptedGuest, channel: FileChannel) => Promise<void>,
   options: FileChannelOptions = {},
 ): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'hostd-files-proto-'));
-  const guest = await ScriptedGuest.start(dir);
+  const guest = await ScriptedGuest.start(join(dir, 'files.sock'));
   const channel = await FileChannel.connect(join(dir, 'files.sock'), Date.now() + 2000, options);
   try {
     await fn(guest, channel);
