@@ -32,7 +32,6 @@ PORT_NAME = "hostd.files"
 VERSION = 1
 CHUNK = 64 << 10            # payload of the data frames this end sends
 FLUSH_AT = 256 << 10        # output goes out when this much waits, or when an operation ends
-READ_SIZE = 256 << 10       # (a virtio port returns at most one 4 KiB buffer per read anyway)
 MAX_REPLY = 16 << 20        # a listing larger than this is refused
 
 
@@ -71,19 +70,18 @@ class Link:
     def _read(self):
         """One read into the frame reader; False when there was nothing to read."""
         try:
-            data = os.read(self.rfd, READ_SIZE)
+            n = self.reader.read_from(self.rfd)
         except (BlockingIOError, InterruptedError):
             return False
         except OSError as e:
             log("port read failed:", e)
-            data = b""
-        if not data:
+            n = 0
+        if n == 0:
             # The host end is closed (a virtio port reads EOF until hostd reconnects): what it
             # sent half of will never be finished, and it starts again with a hello.
             self.reader.reset()
             self.pending.clear()
             raise Abort("eof")
-        self.reader.feed(data)
         return True
 
     def _wait(self, events):

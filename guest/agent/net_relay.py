@@ -199,16 +199,15 @@ class Relay:
             return
         for _ in range(READ_ROUNDS):
             try:
-                data = os.read(self.fd, 256 << 10)
+                n = self.reader.read_from(self.fd)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:
                 if e.errno != errno.ECONNRESET:      # (a test's socket pair) hostd is gone
                     log("port read failed:", e)
-                data = b""
-            if not data:
+                n = 0
+            if n == 0:
                 return self._host_gone()
-            self.reader.feed(data)
             while True:
                 ev = self.reader.next()
                 if ev is None:

@@ -16,11 +16,13 @@ The guest answers with SYNC_REPLY and a hello frame carrying the host's nonce; t
 discards everything before it.
 """
 
+import os
 import re
 import struct
 
 HEADER = struct.Struct(">BII")      # kind, id, payload length
 MAX_PAYLOAD = 32 << 10              # longest payload the host sends (so: the padding it needs)
+READ_SIZE = 256 << 10               # (a virtio port returns at most one 4 KiB buffer per read)
 SYNC = bytes.fromhex("ff013f14365cddbe8fa23fee4b39adeb")        # host -> guest
 SYNC_REPLY = bytes.fromhex("ff3353f7a29f6b44d2c46811a8dce4e5")  # guest -> host
 
@@ -60,9 +62,18 @@ class FrameReader:
         self.buf = bytearray()
         self.scanning = False        # desynced: dropping bytes until a SYNC
         self.desyncs = 0             # how often that happened (tests, logs)
+        self.scratch = memoryview(bytearray(READ_SIZE))
 
     def feed(self, data):
         self.buf += data
+
+    def read_from(self, fd):
+        """One read from fd into the reader; returns the byte count (0 at EOF). Reads into a
+        buffer kept for the purpose: os.read would allocate (and fault in) READ_SIZE bytes per
+        call, most of the cost of a read of a few KiB."""
+        n = os.readv(fd, [self.scratch])
+        self.buf += self.scratch[:n]
+        return n
 
     def reset(self):
         """The host went away (EOF): what it sent half of will never be finished."""

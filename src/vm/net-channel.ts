@@ -61,6 +61,9 @@ export interface NetStats {
   readonly waitingOnGuest: number;
 }
 
+/** Bytes hostd lets wait for a guest that does not read its port before it stops reading. */
+const MAX_UNREAD = 16 * 1024 * 1024;
+
 const LIMITS = {
   kinds: new Set<number>([Kind.json, Kind.open, Kind.data, Kind.end, Kind.close, Kind.credit]),
   maxData: 64 * 1024,
@@ -155,6 +158,13 @@ export class NetChannel extends EventEmitter {
 
   private send(kind: number, id: number, payload?: Buffer): void {
     if (this.closedReason) return;
+    // What hostd sends is bounded by the credits the guest gives back, except its answers to
+    // the guest's own frames (a CLOSE for each OPEN over the limit): a guest that sends those
+    // and never reads the port is not read either until it does.
+    if (this.socket.writableLength > MAX_UNREAD && !this.socket.isPaused()) {
+      this.socket.pause();
+      this.socket.once('drain', () => this.socket.resume());
+    }
     const header = Buffer.allocUnsafe(9);
     header.writeUInt8(kind, 0);
     header.writeUInt32BE(id, 1);

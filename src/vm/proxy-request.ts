@@ -166,7 +166,9 @@ const STATUS_TEXT: Record<number, string> = {
  * `X-Hostd-Egress` so that a program (or a test) can tell it from the origin's own answer.
  */
 export function proxyAnswer(status: number, reason: string): Buffer {
-  const body = Buffer.from(`hostd: ${reason}\n`, 'utf8');
+  // One frame to the guest (at most 32 KiB), whatever the rules list holds
+  const text = reason.length > 4000 ? `${reason.slice(0, 4000)}...` : reason;
+  const body = Buffer.from(`hostd: ${text}\n`, 'utf8');
   return Buffer.concat([
     Buffer.from(
       `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Error'}\r\n` +
