@@ -26,7 +26,8 @@ import traceback
 import files_ops
 import files_tar
 from files_ops import OpError, check_path
-from port_frames import (DATA, END, HEADER, JSON, SYNC_EVENT, SYNC_REPLY, FrameReader, frame)
+from port_frames import (DATA, END, HEADER, JSON, SYNC_EVENT, SYNC_REPLY, EofBackoff, FrameReader,
+                         frame)
 
 PORT_NAME = "hostd.files"
 VERSION = 1
@@ -66,6 +67,7 @@ class Link:
         self.pending = collections.deque()   # events read while writing, for the main loop
         self.out = bytearray()
         self.op_id = None                    # the operation running, if any
+        self.reads = 0                       # successful reads so far
 
     def _read(self):
         """One read into the frame reader; False when there was nothing to read."""
@@ -82,6 +84,7 @@ class Link:
             self.reader.reset()
             self.pending.clear()
             raise Abort("eof")
+        self.reads += 1
         return True
 
     def _wait(self, events):
@@ -306,13 +309,17 @@ class Server:
 
     def serve(self):
         """Serves until EOF with stop_at_eof; forever otherwise (hostd may reconnect)."""
+        backoff = EofBackoff()
         while True:
+            reads = self.link.reads
             try:
                 self._serve()
             except Abort:                    # EOF while idle
                 if self.stop_at_eof:
                     return
-                time.sleep(0.05)             # the port reads EOF until hostd reconnects
+                if self.link.reads != reads:
+                    backoff.reset()          # hostd was there in between
+                time.sleep(backoff.next())   # the port reads EOF until hostd reconnects
 
     def _serve(self):
         link = self.link

@@ -31,7 +31,7 @@ import time
 import traceback
 
 from port_frames import (CLOSE, CREDIT, DATA, END, HEADER, JSON, MAX_PAYLOAD, OPEN, SYNC_EVENT,
-                         SYNC_REPLY, FrameReader, frame)
+                         SYNC_REPLY, EofBackoff, FrameReader, frame)
 
 PORT_NAME = "hostd.net"
 VERSION = 1
@@ -47,7 +47,6 @@ PROXY_ENV = {
 WINDOW = 64 << 10           # unconsumed bytes one side may have in flight per connection
 MAX_CONNS = 128
 READ_ROUNDS = 16            # port reads per loop round: bounded work, the rest next round
-RETRY_AFTER_EOF = 0.05      # the port reads EOF until hostd reconnects
 _U32 = struct.Struct(">I")
 
 
@@ -89,6 +88,7 @@ class Relay:
         self.sel = selectors.DefaultSelector()
         self.port_mask = 0
         self.port_down_until = None   # EOF seen: hostd is away until then
+        self.backoff = EofBackoff()
         self.reader = FrameReader((JSON, DATA, END, CLOSE, CREDIT))
         self.out = bytearray()
         self.conns = {}
@@ -208,6 +208,7 @@ class Relay:
                 n = 0
             if n == 0:
                 return self._host_gone()
+            self.backoff.reset()
             while True:
                 ev = self.reader.next()
                 if ev is None:
@@ -223,7 +224,7 @@ class Relay:
             return
         self.sel.unregister(self.fd)
         self.port_mask = 0
-        self.port_down_until = time.monotonic() + RETRY_AFTER_EOF
+        self.port_down_until = time.monotonic() + self.backoff.next()
 
     def _reset(self):
         """hostd starts over (a hello after a restore, or EOF): every connection is void."""

@@ -36,6 +36,27 @@ CREDIT = 0x4B   # K: (net) the receiver consumed bytes: payload u32, the sender 
 _NONZERO = re.compile(rb"[^\x00]")
 
 
+class EofBackoff:
+    """How long to wait before reading a port again after EOF. While hostd is not connected a
+    virtio port reads EOF at once (poll cannot wait for the connection), so the port is
+    polled: soon at first, then at most once a second, so that a VM whose hostd never
+    connects this port does not wake up 20 times a second. hostd connects every port as the
+    VM starts, so a running guest never waits here."""
+
+    FIRST, LAST = 0.05, 1.0
+
+    def __init__(self):
+        self.delay = self.FIRST
+
+    def next(self):
+        delay = self.delay
+        self.delay = min(self.LAST, self.delay * 2)
+        return delay
+
+    def reset(self):
+        self.delay = self.FIRST
+
+
 class Resync:
     """The event of a SYNC: the host is starting over; whatever was going on is void."""
 

@@ -9,8 +9,8 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from port_frames import (DATA, END, HEADER, JSON, MAX_PAYLOAD, SYNC, SYNC_EVENT, FrameReader,
-                         frame)
+from port_frames import (DATA, END, HEADER, JSON, MAX_PAYLOAD, SYNC, SYNC_EVENT, EofBackoff,
+                         FrameReader, frame)
 
 PADDING = bytes(MAX_PAYLOAD + HEADER.size)
 
@@ -97,6 +97,18 @@ class Resync(unittest.TestCase):
         events(reader, frame(DATA, 1, b"x" * 100)[:50])
         reader.reset()
         self.assertEqual(events(reader, self.hello), [(JSON, 0, b'{"op":"hello"}')])
+
+
+
+class PollingAfterEof(unittest.TestCase):
+    def test_soon_at_first_then_at_most_once_a_second_and_soon_again_after_hostd_came(self):
+        backoff = EofBackoff()
+        delays = [backoff.next() for _ in range(8)]
+        self.assertEqual(delays[0], 0.05)
+        self.assertEqual(delays, sorted(delays))
+        self.assertEqual(delays[-1], 1.0)
+        backoff.reset()
+        self.assertEqual(backoff.next(), 0.05)
 
 
 if __name__ == "__main__":
