@@ -30,10 +30,13 @@ import {
 
 /** The host machine's name inside every sandbox. */
 export const INTERNAL_HOST = HOST_ALIAS;
+/** Rules are checked linearly per connection; a bounded list keeps that cheap. */
 export const MAX_RULES = 256;
 const MAX_RULE_LENGTH = 300;
+/** The reason every connection of a sandbox without rules is refused with (its 403 body). */
 export const NO_NETWORK = 'this sandbox has no network: create it with network.allow_out';
 
+/** A parsed rule; `text` is the rule as given, for messages and the sandbox's `network` field. */
 export type EgressRule = { readonly text: string } & (
   | { readonly kind: 'any' }
   | { readonly kind: 'host'; readonly host: string; readonly port: number | null }

@@ -6,11 +6,13 @@
  */
 import { isIPv4, isIPv6 } from 'node:net';
 
+/** An address as a number, so that ranges are masks; `value` has 32 or 128 bits. */
 export interface IpAddress {
   readonly version: 4 | 6;
   readonly value: bigint;
 }
 
+/** CIDR: `base` has its host bits cleared. */
 export interface IpRange {
   readonly base: IpAddress;
   readonly prefix: number;
@@ -54,6 +56,7 @@ export function parseIp(text: string): IpAddress | null {
   return { version: 6, value: v6 };
 }
 
+/** For messages: dotted IPv4, IPv6 with its first run of zero groups shortened. */
 export function formatIp(address: IpAddress): string {
   if (address.version === 4) {
     return [24n, 16n, 8n, 0n].map((shift) => String((address.value >> shift) & 0xffn)).join('.');
@@ -102,6 +105,7 @@ function mask(version: 4 | 6, prefix: number): bigint {
   return prefix === 0 ? 0n : (all << (width - BigInt(prefix))) & all;
 }
 
+/** Whether `address` is in `range` (an IPv4 address is also in an IPv6 range holding its mapped form). */
 export function inRange(address: IpAddress, range: IpRange): boolean {
   if (address.version !== range.base.version) {
     // A v6 range may hold mapped addresses, which parse as IPv4
@@ -118,6 +122,7 @@ export function rangeWithin(inner: IpRange, outer: IpRange): boolean {
   return inner.prefix >= outer.prefix && inRange(inner.base, outer);
 }
 
+/** For messages: `base/prefix`. */
 export function formatRange(range: IpRange): string {
   return `${formatIp(range.base)}/${range.prefix}`;
 }

@@ -90,6 +90,10 @@ const LIMITS = {
   maxControl: 32 * 1024 * 1024, // a listing of a large directory
 };
 
+/**
+ * One VM's files port. Emits `close` (with the reason) once, when the socket closed: the VM
+ * is gone, and every operation fails with FileChannelError 'closed'.
+ */
 export class FileChannel extends EventEmitter {
   private readonly parser: FrameParser;
   private synced = false;

@@ -56,6 +56,7 @@ export class FileOpError extends Error {
  */
 export type FileChannelFailure = 'closed' | 'busy' | 'timeout' | 'protocol' | 'cancelled';
 
+/** See FileChannelFailure: the api layer maps these to executor errors (or 404, 499). */
 export class FileChannelError extends Error {
   constructor(
     readonly reason: FileChannelFailure,
@@ -66,6 +67,7 @@ export class FileChannelError extends Error {
   }
 }
 
+/** `other`: FIFOs, sockets, devices; the API shows them but never reads them. */
 export type EntryType = 'file' | 'dir' | 'symlink' | 'other';
 
 /** docs/api.md, "Files": an entry of a listing, or a stat. */
@@ -81,11 +83,13 @@ export interface FileEntry {
   target?: string | null;
 }
 
+/** The guest's answer to an upload: the normalised path, and the bytes written. */
 export interface WriteResult {
   path: string;
   size: number;
 }
 
+/** The guest's answer to a tar extraction (docs/api.md: `{path, files, size}`). */
 export interface ExtractResult {
   path: string;
   /** Members extracted, directories included. */
@@ -419,6 +423,7 @@ function endFrame(id: number): Buffer {
 const ENTRY_TYPES: ReadonlySet<string> = new Set(['file', 'dir', 'symlink', 'other']);
 const isCount = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
 
+/** The guest's answers, checked field by field: null for anything malformed. */
 export function toEntry(value: unknown): FileEntry | null {
   if (typeof value !== 'object' || value === null) return null;
   const e = value as Record<string, unknown>;

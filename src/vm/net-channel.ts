@@ -30,6 +30,7 @@ export { type NetEvent, NET_WINDOW } from './net-connection.js';
 export const NET_PORT_NAME = 'hostd.net';
 const PROTOCOL_VERSION = 1;
 
+/** How a VM's connections are judged and opened. */
 export interface NetChannelOptions {
   /** Decides every connection; replace it with `channel.gate = ...` when the rules change. */
   readonly gate: EgressGate;
@@ -51,6 +52,7 @@ export interface NetSyncResult {
   readonly proxy: boolean;
 }
 
+/** For the sandbox's `network` field and metrics. */
 export interface NetStats {
   /** Bytes that reached the outside from this VM's connections. */
   readonly bytesOut: number;
@@ -70,6 +72,10 @@ const LIMITS = {
   maxControl: 64 * 1024,
 };
 
+/**
+ * One VM's network port. Emits `close` (with the reason) once, when the socket closed; its
+ * connections are then dropped.
+ */
 export class NetChannel extends EventEmitter {
   gate: EgressGate;
   private readonly parser: FrameParser;

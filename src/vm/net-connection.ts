@@ -54,6 +54,7 @@ const credit = (n: number): Buffer => {
   return payload;
 };
 
+/** A connection from its OPEN to its end on both sides; see the file's comment. */
 export class RelayedConnection {
   private phase: 'head' | 'opening' | 'open' | 'done' = 'head';
   private head: Buffer[] = [];

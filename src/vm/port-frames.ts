@@ -18,6 +18,7 @@ export const SYNC = Buffer.from('ff013f14365cddbe8fa23fee4b39adeb', 'hex');
 /** Starts the guest's answer to a hello. */
 export const SYNC_REPLY = Buffer.from('ff3353f7a29f6b44d2c46811a8dce4e5', 'hex');
 
+/** Frame kinds (ASCII letters, so a hex dump of the port reads): guest/PROTOCOL.md. */
 export const Kind = {
   json: 0x4a,
   data: 0x44,
@@ -27,6 +28,7 @@ export const Kind = {
   credit: 0x4b,
 } as const;
 
+/** A header alone, so that a large payload is written after it without being copied. */
 export function frameHeader(kind: number, id: number, length: number): Buffer {
   const header = Buffer.allocUnsafe(HEADER_BYTES);
   header.writeUInt8(kind, 0);
@@ -59,6 +61,7 @@ export function helloBytes(nonce: string, fields: Record<string, unknown> = {}):
   ]);
 }
 
+/** Random, so that the answer to an older hello (still in flight) never passes for this one's. */
 export function newNonce(): string {
   return randomBytes(8).toString('hex');
 }
@@ -75,6 +78,7 @@ export interface FrameSink {
   broken(reason: string): void;
 }
 
+/** What a guest may send on a port; anything beyond is a protocol error, not a big buffer. */
 export interface FrameLimits {
   /** Kinds the guest may send on this port. */
   readonly kinds: ReadonlySet<number>;

@@ -11,6 +11,7 @@ import { isIPv6 } from 'node:net';
 /** Longer request heads are refused (431); below the relay's window, so it always arrives. */
 export const MAX_HEAD_BYTES = 32 * 1024;
 
+/** What the guest's client asked for, or why hostd cannot relay it (answered with `status`). */
 export type ProxyRequest =
   | {
       readonly kind: 'connect';
@@ -182,4 +183,5 @@ export function proxyAnswer(status: number, reason: string): Buffer {
   ]);
 }
 
+/** The answer to a CONNECT, sent once the remote connection is open (not before). */
 export const CONNECT_ESTABLISHED = Buffer.from('HTTP/1.1 200 Connection established\r\n\r\n');
