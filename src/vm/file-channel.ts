@@ -373,6 +373,11 @@ export class FileChannel extends EventEmitter {
       if (!this.closedReason) this.socket.resume();
     },
     request: (id, msg) => this.requestFrames(id, msg),
+    coalesce: () => {
+      if (this.closedReason) return;
+      this.socket.cork();
+      setImmediate(() => this.socket.uncork());
+    },
     cancel: (op) => this.cancel(op),
     protocolError: (reason) => this.protocolError(reason),
   };

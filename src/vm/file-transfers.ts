@@ -109,6 +109,11 @@ export interface OpLink {
   resumeInput(): void;
   /** The frames starting the operation: its request, after a hello when one is due. */
   request(id: number, msg: Record<string, unknown>): Buffer[];
+  /**
+   * Holds what is sent until the event loop's next turn, so that frames written in this one
+   * leave in one write (a small upload: request, data and end; one wake-up of the guest).
+   */
+  coalesce(): void;
   /** Asks the guest to stop the operation; its `done` still ends it. */
   cancel(op: FileOp): void;
   /** The guest sent something impossible for this operation. */
@@ -290,6 +295,7 @@ export class UploadOp<R> extends FileOp {
   private take(): Buffer[] {
     if (this.requested) return [];
     this.requested = true;
+    this.link.coalesce();
     return this.link.request(this.id, this.request);
   }
 
