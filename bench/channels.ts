@@ -16,7 +16,7 @@ import { pipeline } from 'node:stream/promises';
 import { egressGate, parseEgressRules } from '../src/core/egress-policy.js';
 import { FileChannel } from '../src/vm/file-channel.js';
 import { NetChannel } from '../src/vm/net-channel.js';
-import { GuestServer } from '../test/helpers/guest-server.js';
+import { GuestServer, connectUnix } from '../test/helpers/guest-server.js';
 
 const QUICK = process.env.BENCH_QUICK === '1';
 const MiB = 1024 * 1024;
@@ -83,16 +83,17 @@ async function rssGrowth<T>(fn: () => Promise<T>): Promise<[T, number]> {
 
 async function files(results: Record<string, number>): Promise<void> {
   const guest = await GuestServer.start('files_server.py');
-  const channel = await FileChannel.connect(guest.socketPath, Date.now() + 10_000);
   const dir = `/dev/shm/hostd-bench-${process.pid}`;
+  let channel: FileChannel | undefined;
   try {
-    await channel.mkdir(dir);
+    const files = (channel = new FileChannel(await connectUnix(guest.socketPath)));
+    await files.mkdir(dir);
     const small = Buffer.alloc(4096, 1);
     const times: number[] = [];
     for (let i = 0; i < (QUICK ? 50 : 500); i++) {
       const t0 = now();
-      await channel.putFile(join(dir, 'small'), small);
-      const download = await channel.readFile(join(dir, 'small'));
+      await files.putFile(join(dir, 'small'), small);
+      const download = await files.readFile(join(dir, 'small'));
       await pipeline(download.stream, sink());
       await download.done;
       times.push(now() - t0);
@@ -111,11 +112,11 @@ async function files(results: Record<string, number>): Promise<void> {
         const cpu = cpuSeconds(pid);
         const t0 = now();
         if (direction === 'upload') {
-          const upload = channel.writeFile(join(dir, 'big'));
+          const upload = files.writeFile(join(dir, 'big'));
           await pipeline(source(size), upload.sink);
           await upload.done;
         } else {
-          const download = await channel.readFile(join(dir, 'big'));
+          const download = await files.readFile(join(dir, 'big'));
           await pipeline(download.stream, sink());
           await download.done;
         }
@@ -135,12 +136,12 @@ async function files(results: Record<string, number>): Promise<void> {
 
     const huge = (QUICK ? 64 : 1024) * MiB;
     const [, upGrowth] = await rssGrowth(async () => {
-      const up = channel.writeFile(join(dir, 'huge'));
+      const up = files.writeFile(join(dir, 'huge'));
       await pipeline(source(huge), up.sink);
       await up.done;
     });
     const [, downGrowth] = await rssGrowth(async () => {
-      const down = await channel.readFile(join(dir, 'huge'));
+      const down = await files.readFile(join(dir, 'huge'));
       await pipeline(down.stream, sink());
       await down.done;
     });
@@ -148,7 +149,7 @@ async function files(results: Record<string, number>): Promise<void> {
     results[`files_${huge / MiB}mib_download_host_rss_growth_mib`] = downGrowth;
     results.files_guest_peak_rss_mib = Math.round(vmHwmKiB(guest.info.pid as number) / 1024);
   } finally {
-    channel.close();
+    channel?.close();
     await guest.stop();
     rmSync(dir, { recursive: true, force: true });
   }
@@ -164,11 +165,12 @@ async function network(results: Record<string, number>): Promise<void> {
     apiPort: 7070,
     hostAddresses: [],
   });
-  const channel = await NetChannel.connect(guest.socketPath, Date.now() + 10_000, {
-    gate,
-    resolve: (host) => Promise.resolve(host === 'origin.test' ? ['127.0.0.1'] : [host]),
-  });
+  let channel: NetChannel | undefined;
   try {
+    channel = new NetChannel(await connectUnix(guest.socketPath), {
+      gate,
+      resolve: (host) => Promise.resolve(host === 'origin.test' ? ['127.0.0.1'] : [host]),
+    });
     await channel.sync([]);
     const proxyPort = guest.info.proxy_port as number;
     const times: number[] = [];
@@ -184,7 +186,7 @@ async function network(results: Record<string, number>): Promise<void> {
     results.net_small_get_p50_ms = pct(times, 50);
     results.net_small_get_p90_ms = pct(times, 90);
   } finally {
-    channel.close();
+    channel?.close();
     await guest.stop();
     origin.close();
   }

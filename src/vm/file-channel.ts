@@ -39,7 +39,6 @@ import {
   newNonce,
   parseJsonObject,
 } from './port-frames.js';
-import { connectWithRetry } from './qmp.js';
 
 export {
   type ExtractResult,
@@ -107,7 +106,10 @@ export class FileChannel extends EventEmitter {
   private readonly helloTimeoutMs: number;
   private readonly cancelTimeoutMs: number;
 
-  /** Takes over a connected socket (QEMU's chardev for the port). */
+  /**
+   * Takes over a connected socket: QEMU's unix-socket chardev for the port, connected when the
+   * VM starts, as the agent's (so the guest never sees the port without a host).
+   */
   constructor(
     private readonly socket: Socket,
     options: FileChannelOptions = {},
@@ -120,15 +122,6 @@ export class FileChannel extends EventEmitter {
     socket.on('drain', () => this.drained());
     socket.on('error', () => undefined);
     socket.on('close', () => this.onClose('the files channel closed'));
-  }
-
-  /** Connects to the unix socket QEMU bridges to the port. */
-  static async connect(
-    path: string,
-    deadline: number,
-    options: FileChannelOptions = {},
-  ): Promise<FileChannel> {
-    return new FileChannel(await connectWithRetry(path, deadline), options);
   }
 
   get closed(): boolean {

@@ -22,7 +22,6 @@ import {
   newNonce,
   parseJsonObject,
 } from './port-frames.js';
-import { connectWithRetry } from './qmp.js';
 
 export { type NetEvent, NET_WINDOW } from './net-connection.js';
 
@@ -96,7 +95,10 @@ export class NetChannel extends EventEmitter {
   private repairTimer: NodeJS.Timeout | null = null;
   private closedReason: string | null = null;
 
-  /** Takes over a connected socket (QEMU's chardev for the port). */
+  /**
+   * Takes over a connected socket: QEMU's unix-socket chardev for the port, connected when the
+   * VM starts, as the agent's (so the guest never sees the port without a host).
+   */
   constructor(
     private readonly socket: Socket,
     options: NetChannelOptions,
@@ -111,14 +113,6 @@ export class NetChannel extends EventEmitter {
     socket.on('data', (chunk: Buffer) => this.parser.push(chunk));
     socket.on('error', () => undefined);
     socket.on('close', () => this.onClose('the network channel closed'));
-  }
-
-  static async connect(
-    path: string,
-    deadline: number,
-    options: NetChannelOptions,
-  ): Promise<NetChannel> {
-    return new NetChannel(await connectWithRetry(path, deadline), options);
   }
 
   get stats(): NetStats {

@@ -7,6 +7,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { connect, type Socket } from 'node:net';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 
@@ -56,4 +57,11 @@ export class GuestServer {
     }
     rmSync(this.dir, { recursive: true, force: true });
   }
+}
+
+/** Connects to a unix socket that is already listening, as hostd connects to QEMU's. */
+export async function connectUnix(path: string): Promise<Socket> {
+  const socket = connect(path);
+  await once(socket, 'connect');
+  return socket;
 }

@@ -13,6 +13,7 @@ import {
   type FileChannelOptions,
 } from '../../src/vm/file-channel.js';
 import { Kind, encodeFrame, jsonFrame } from '../../src/vm/port-frames.js';
+import { connectUnix } from '../helpers/guest-server.js';
 import { ScriptedGuest } from '../helpers/scripted-guest.js';
 
 async function withScriptedGuest(
@@ -21,11 +22,12 @@ async function withScriptedGuest(
 ): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'hostd-files-proto-'));
   const guest = await ScriptedGuest.start(join(dir, 'files.sock'));
-  const channel = await FileChannel.connect(join(dir, 'files.sock'), Date.now() + 2000, options);
+  let channel: FileChannel | undefined;
   try {
+    channel = new FileChannel(await connectUnix(join(dir, 'files.sock')), options);
     await fn(guest, channel);
   } finally {
-    channel.close();
+    channel?.close();
     guest.close();
     rmSync(dir, { recursive: true, force: true });
   }

@@ -11,7 +11,7 @@ import {
   FileOpError,
   type FileChannelOptions,
 } from '../../src/vm/file-channel.js';
-import { GuestServer } from '../helpers/guest-server.js';
+import { GuestServer, connectUnix } from '../helpers/guest-server.js';
 
 /** A FileChannel connected to the real guest files server (files_server.py), run locally. */
 async function withGuest(
@@ -19,13 +19,14 @@ async function withGuest(
   options: FileChannelOptions = {},
 ): Promise<void> {
   const guest = await GuestServer.start('files_server.py');
-  const channel = await FileChannel.connect(guest.socketPath, Date.now() + 5000, options);
-  const dir = join(guest.dir, 'files');
-  mkdirSync(dir);
+  let channel: FileChannel | undefined;
   try {
+    channel = new FileChannel(await connectUnix(guest.socketPath), options);
+    const dir = join(guest.dir, 'files');
+    mkdirSync(dir);
     await fn(channel, dir);
   } finally {
-    channel.close();
+    channel?.close();
     await guest.stop();
   }
 }

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import type { EgressGate } from '../../src/vm/egress-gate.js';
 import { NET_WINDOW, NetChannel, type NetChannelOptions } from '../../src/vm/net-channel.js';
 import { Kind, encodeFrame } from '../../src/vm/port-frames.js';
+import { connectUnix } from '../helpers/guest-server.js';
 import { ScriptedGuest } from '../helpers/scripted-guest.js';
 
 const allowAll: EgressGate = {
@@ -26,12 +27,13 @@ async function withScriptedGuest(
 ): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'hostd-net-proto-'));
   const guest = await ScriptedGuest.start(join(dir, 'net.sock'));
-  const channel = await NetChannel.connect(join(dir, 'net.sock'), Date.now() + 2000, {
-    gate: allowAll,
-    resolve: neverResolves,
-    ...options,
-  });
+  let channel: NetChannel | undefined;
   try {
+    channel = new NetChannel(await connectUnix(join(dir, 'net.sock')), {
+      gate: allowAll,
+      resolve: neverResolves,
+      ...options,
+    });
     const synced = channel.sync([5432]);
     const hello = await guest.next('hello');
     assert.deepEqual(hello.msg!.ports, [5432]);
@@ -39,7 +41,7 @@ async function withScriptedGuest(
     await synced;
     await fn(guest, channel);
   } finally {
-    channel.close();
+    channel?.close();
     guest.close();
     rmSync(dir, { recursive: true, force: true });
   }

@@ -10,7 +10,7 @@ import { createServer as createHttpServer, type IncomingHttpHeaders } from 'node
 import { type AddressInfo, connect, createServer, type Server, type Socket } from 'node:net';
 import { egressGate, parseEgressRules } from '../../src/core/egress-policy.js';
 import { NetChannel, type NetEvent } from '../../src/vm/net-channel.js';
-import { GuestServer } from '../helpers/guest-server.js';
+import { GuestServer, connectUnix } from '../helpers/guest-server.js';
 
 const GUEST_INTERNAL_ADDRESS = '127.0.0.2';
 
@@ -48,15 +48,16 @@ async function withRelay(
   ]);
   const events: NetEvent[] = [];
   const gate = egressGate(parseEgressRules(rules), { apiPort, hostAddresses: [] });
-  const channel = await NetChannel.connect(guest.socketPath, Date.now() + 5000, {
-    gate,
-    resolve: resolveTest,
-    onEvent: (e) => events.push(e),
-  });
+  let channel: NetChannel | undefined;
   try {
+    channel = new NetChannel(await connectUnix(guest.socketPath), {
+      gate,
+      resolve: resolveTest,
+      onEvent: (e) => events.push(e),
+    });
     await fn({ guest, channel, proxyPort: guest.info.proxy_port as number, events });
   } finally {
-    channel.close();
+    channel?.close();
     await guest.stop();
   }
 }
