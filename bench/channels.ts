@@ -90,6 +90,8 @@ async function files(results: Record<string, number>): Promise<void> {
     await files.mkdir(dir);
     const small = Buffer.alloc(4096, 1);
     const times: number[] = [];
+    const pid = guest.info.pid as number;
+    const before = cpuSeconds(pid);
     for (let i = 0; i < (QUICK ? 50 : 500); i++) {
       const t0 = now();
       await files.putFile(join(dir, 'small'), small);
@@ -100,12 +102,15 @@ async function files(results: Record<string, number>): Promise<void> {
     }
     results.files_4k_write_read_p50_ms = pct(times, 50);
     results.files_4k_write_read_p90_ms = pct(times, 90);
+    // CPU per write+read on each side: what a loaded host cannot inflate (its waits can)
+    const used = cpuSeconds(pid).map((v, i) => ((v - before[i]!) * 1e6) / times.length);
+    results.files_4k_write_read_host_cpu_us = Math.round(used[0]!);
+    results.files_4k_write_read_guest_cpu_us = Math.round(used[1]!);
 
     // Wall-clock rates depend on what else runs on the machine (a busy host delays every
     // hand-over between the two processes); the CPU seconds each side spends do not (they run
     // in parallel, so the busier one bounds the rate). Best of three runs.
     const size = (QUICK ? 32 : 256) * MiB;
-    const pid = guest.info.pid as number;
     const transfer = async (direction: 'upload' | 'download'): Promise<void> => {
       let best = 0;
       for (let run = 0; run < 3; run++) {
