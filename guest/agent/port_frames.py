@@ -31,7 +31,7 @@ DATA = 0x44     # D: raw bytes of a transfer or a connection
 END = 0x45      # E: the sender's side of a transfer or connection ended
 OPEN = 0x4F     # O: (net) a new connection; payload: JSON
 CLOSE = 0x43    # C: (net) a connection is over, both ways
-CREDIT = 0x4B   # K: (net) the receiver consumed bytes: payload u32, the sender may send as many more
+CREDIT = 0x4B   # K: (net) the receiver consumed u32 bytes: the sender may send as many more
 
 _NONZERO = re.compile(rb"[^\x00]")
 

@@ -375,7 +375,8 @@ class DiskFull(FilesTestCase):
         super().setUp()
         self.small = self.path("small")
         os.mkdir(self.small)
-        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", self.small]).returncode:
+        mount = ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", self.small]
+        if subprocess.run(mount).returncode:
             self.skipTest("cannot mount a tmpfs here")
         self.addCleanup(subprocess.run, ["umount", self.small])
 

@@ -174,7 +174,8 @@ class Relaying(RelayTestCase):
         sock, conn_id, msg = self.host.client()
         self.assertEqual(msg, {})
         sock.sendall(b"CONNECT example.com:443 HTTP/1.1\r\n\r\n")
-        self.assertEqual(self.host.expect(DATA, conn_id)[2], b"CONNECT example.com:443 HTTP/1.1\r\n\r\n")
+        self.assertEqual(self.host.expect(DATA, conn_id)[2],
+                         b"CONNECT example.com:443 HTTP/1.1\r\n\r\n")
         self.host.send(DATA, conn_id, b"HTTP/1.1 200 OK\r\n\r\n")
         self.host.send(END, conn_id)
         self.assertEqual(self.recv_exactly(sock, 100), b"HTTP/1.1 200 OK\r\n\r\n")
