@@ -9,7 +9,7 @@ import { once } from 'node:events';
 import { createServer as createHttpServer, type IncomingHttpHeaders } from 'node:http';
 import { type AddressInfo, connect, createServer, type Server, type Socket } from 'node:net';
 import { egressGate, parseEgressRules } from '../../src/core/egress-policy.js';
-import { NetChannel, type NetEvent } from '../../src/vm/net-channel.js';
+import { NetChannel, type NetEvent, resolveWithDns } from '../../src/vm/net-channel.js';
 import { GuestServer, connectUnix } from '../helpers/guest-server.js';
 
 const GUEST_INTERNAL_ADDRESS = '127.0.0.2';
@@ -352,4 +352,10 @@ test('sync drops every open connection: after a restore they belong to another V
     assert.equal(channel.stats.openConnections, 0);
   });
   echo.close();
+});
+
+test('the default resolver: IP literals are themselves, host.hostd.internal the host loopback', async () => {
+  assert.deepEqual(await resolveWithDns('203.0.113.7'), ['203.0.113.7']);
+  assert.deepEqual(await resolveWithDns('2001:db8::7'), ['2001:db8::7']);
+  assert.deepEqual(await resolveWithDns('host.hostd.internal'), ['127.0.0.1']);
 });
