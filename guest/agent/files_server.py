@@ -65,7 +65,8 @@ class Link:
             os.set_blocking(fd, False)
         self.reader = FrameReader((JSON, DATA, END))
         self.pending = collections.deque()   # events read while writing, for the main loop
-        self.out = bytearray()
+        self.out = bytearray()               # frames to write, from offset `sent`
+        self.sent = 0
         self.op_id = None                    # the operation running, if any
         self.reads = 0                       # successful reads so far
 
@@ -135,18 +136,26 @@ class Link:
     def send(self, kind, frame_id, payload=b""):
         self.out += HEADER.pack(kind, frame_id, len(payload))
         self.out += payload
-        if len(self.out) >= FLUSH_AT:
+        if len(self.out) - self.sent >= FLUSH_AT:
             self.flush()
+
+    def discard(self):
+        """Drops what waits (after a hello: hostd discards everything before its answer)."""
+        del self.out[:]
+        self.sent = 0
 
     def flush(self):
         """Writes what waits. While hostd does not read, watches what it sends: a cancel of the
-        running operation or a hello stops it (a hello also drops what waits: hostd discards
-        everything before the hello's answer anyway)."""
+        running operation or a hello stops it (a hello also drops what waits).
+
+        Written from an offset, the buffer emptied only once all of it is out: deleting what
+        each partial write took from the front made every later append move the rest."""
         out = self.out
         try:
-            while out:
+            while self.sent < len(out):
                 try:
-                    del out[:os.write(self.wfd, out)]
+                    with memoryview(out) as view:
+                        self.sent += os.write(self.wfd, view[self.sent:])
                     continue
                 except (BlockingIOError, InterruptedError):
                     pass
@@ -155,8 +164,9 @@ class Link:
                     self._interrupts()
         except Abort as e:
             if e.why != "cancel":
-                del out[:]
+                self.discard()
             raise
+        self.discard()
 
     def _interrupts(self):
         while self._read():
@@ -352,7 +362,7 @@ class Server:
                 # "sync": hostd started over; its hello is the next event
 
     def _hello(self, msg):
-        del self.link.out[:]                 # anything older is discarded by hostd anyway
+        self.link.discard()                  # anything older is discarded by hostd anyway
         self.link.out += SYNC_REPLY
         self.link.out += frame(JSON, 0, encode_json({
             "op": "hello", "nonce": msg.get("nonce"), "version": VERSION, "pid": os.getpid()}))
