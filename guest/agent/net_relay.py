@@ -90,7 +90,8 @@ class Relay:
         self.port_down_until = None   # EOF seen: hostd is away until then
         self.backoff = EofBackoff()
         self.reader = FrameReader((JSON, DATA, END, CLOSE, CREDIT))
-        self.out = bytearray()
+        self.out = bytearray()        # frames for hostd, written from offset `sent`
+        self.sent = 0
         self.conns = {}
         self.next_id = 1
         self.proxy = None
@@ -230,7 +231,7 @@ class Relay:
         """hostd starts over (a hello after a restore, or EOF): every connection is void."""
         for conn in list(self.conns.values()):
             self._drop(conn, abort=True)
-        del self.out[:]
+        self._discard()
 
     def _on_frame(self, ev):
         if ev is SYNC_EVENT:
@@ -267,7 +268,7 @@ class Relay:
         if msg.get("op") == "hello":
             reply = {"op": "hello", "nonce": msg.get("nonce"), "version": VERSION}
             reply.update(self._configure(msg.get("ports", [])))
-            del self.out[:]                   # hostd discards everything before the reply
+            self._discard()                   # hostd discards everything before the reply
             self.out += SYNC_REPLY
             self.out += frame(JSON, 0, encode_json(reply))
         elif msg.get("op") == "config":
@@ -378,19 +379,27 @@ class Relay:
         self.out += HEADER.pack(kind, conn_id, len(payload))
         self.out += payload
 
+    def _discard(self):
+        del self.out[:]
+        self.sent = 0
+
     def _flush_port(self):
+        """Writes what it can. From an offset, emptied only once all of it is out: deleting
+        each partial write's bytes from the front made every later append move the rest."""
         if self.fd is None or self.port_down_until is not None:
-            del self.out[:]
-            return
-        while self.out:
+            return self._discard()
+        while self.sent < len(self.out):
             try:
-                del self.out[:os.write(self.fd, self.out)]
+                with memoryview(self.out) as view:
+                    self.sent += os.write(self.fd, view[self.sent:])
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as e:
                 if e.errno not in (errno.EPIPE, errno.ECONNRESET):
                     log("port write failed:", e)
-                del self.out[:]
+                self._discard()
+        if self.sent == len(self.out):
+            self._discard()
         mask = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.out else 0)
         if mask != self.port_mask:
             self.sel.modify(self.fd, mask, self._on_port)
