@@ -28,7 +28,9 @@ import sys
 import threading
 import traceback
 
+import files_server
 import guest_system
+import net_relay
 from bash_runner import BashRunner, Exec
 from cgroups import Cgroups
 from default_env import DefaultEnvironment, invalid_entry
@@ -219,13 +221,16 @@ def main(argv=None):
     system = not args.no_system
     template = load_template(args.template_file, log)
     env = DefaultEnvironment(workdir, template.env)
-    # Guest services that need a place in every exec's environment merge it here, e.g.
-    # env.merge(net_relay.PROXY_ENV), before the first REPL worker starts (in serve()).
+    # Before the first REPL worker starts (in serve()): HTTP(S) clients go out through hostd.net.
+    env.merge(net_relay.PROXY_ENV)
     try:
         (rfd, wfd), repl_fds = open_channels(args)
     except OSError as e:
         log("cannot open the virtio ports: %s" % e)
         return 1
+    if not args.stdio:
+        files_server.start(open_port)    # hostd.files, in its own thread: never behind an exec
+        net_relay.start(open_port)       # hostd.net: the guest's only way out
     for fd in repl_fds:
         os.set_inheritable(fd, False)    # only the worker gets them (pass_fds)
     channel = Channel(wfd, log)

@@ -1,0 +1,318 @@
+"""Filesystem operations of the files port (guest/PROTOCOL.md, "Files port"), without the port:
+path checks, the error codes hostd maps to its HTTP errors, files that appear only when
+complete, listings. files_server.py drives them; files_tar.py builds on them.
+"""
+
+import ctypes
+import errno
+import os
+import secrets
+import shutil
+import stat
+
+PSEUDO_FILE_MAX = 1 << 20   # a file claiming size 0 (/proc, /sys) is read whole up to this
+AT_FDCWD = -100
+AT_EMPTY_PATH = 0x1000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class OpError(Exception):
+    """An operation failed in a way hostd reports to its client: `code` is one of
+    file_not_found, is_a_directory, not_a_directory, invalid_path, sandbox_disk_full,
+    permission_denied, file_too_large, invalid_archive, bad_request, io_error."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+_ERRNO_CODES = {
+    errno.ENOENT: "file_not_found",
+    errno.EISDIR: "is_a_directory",
+    errno.ENOTDIR: "not_a_directory",
+    errno.ENAMETOOLONG: "invalid_path",
+    errno.ELOOP: "invalid_path",
+    errno.ENOSPC: "sandbox_disk_full",
+    errno.EDQUOT: "sandbox_disk_full",
+    errno.EACCES: "permission_denied",
+    errno.EPERM: "permission_denied",
+    errno.EROFS: "permission_denied",
+    errno.EFBIG: "file_too_large",
+}
+
+
+def os_error(e, path):
+    """The OpError for an OSError met while working on `path`."""
+    code = _ERRNO_CODES.get(e.errno, "io_error")
+    return OpError(code, "%s: %s" % (path, e.strerror or e))
+
+
+def check_path(path):
+    """The normalised form of an absolute guest path; OpError invalid_path for anything else
+    (hostd checks too: this end trusts nothing)."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise OpError("invalid_path", "%r is not an absolute path" % (path,))
+    if "\0" in path:
+        raise OpError("invalid_path", "the path holds a NUL byte")
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise OpError("invalid_path", "%r holds a .. component" % path)
+    return "/" + "/".join(parts)
+
+
+def make_dirs(path):
+    """Creates directory `path` and its missing parents (mode 0755); returns the directories it
+    created, outermost first, so that a failed operation can take them back."""
+    missing = []
+    probe = path
+    while True:
+        try:
+            st = os.stat(probe)
+        except FileNotFoundError:
+            missing.append(probe)
+            probe = os.path.dirname(probe)
+            continue
+        except OSError as e:
+            raise os_error(e, probe)
+        if not stat.S_ISDIR(st.st_mode):
+            raise OpError("not_a_directory", "%s is not a directory" % probe)
+        break
+    created = []
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o755)
+        except FileExistsError:
+            if not os.path.isdir(directory):    # made by someone else meanwhile
+                raise OpError("not_a_directory", "%s is not a directory" % directory)
+            continue
+        except OSError as e:
+            remove_dirs(created)
+            raise os_error(e, directory)
+        created.append(directory)
+    return created
+
+
+def remove_dirs(created):
+    """Takes back directories make_dirs created (innermost first), those still empty."""
+    for directory in reversed(created):
+        try:
+            os.rmdir(directory)
+        except OSError:
+            pass
+
+
+def temp_name(target):
+    directory, name = os.path.split(target)
+    return os.path.join(directory, ".%s.hostd-%s" % (name[:64], secrets.token_hex(6)))
+
+
+def replace_with(target, make):
+    """Creates an entry with make(tmp) under a temporary name, then renames it onto target, so
+    that target is either what it was or the new entry, never half of it."""
+    tmp = temp_name(target)
+    try:
+        make(tmp)
+        os.rename(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+class AtomicFile:
+    """A regular file that appears at `path` only when complete (commit()): its bytes go to an
+    unnamed file in the same directory (O_TMPFILE), which gets a name only at the end, so an
+    upload interrupted in any way, even by the death of this process, leaves nothing behind.
+    Filesystems without O_TMPFILE get a hidden temporary name instead, removed on failure.
+    Use it as a context manager: leaving without commit() discards everything, including
+    the parent directories it created."""
+
+    def __init__(self, path, mode, make_parents=True):
+        self.path, self.mode = path, mode
+        self.size = 0
+        self.fd = None
+        self.tmp = None              # the temporary name, when the file has one
+        self.committed = False
+        parent = os.path.dirname(path)
+        self.created = make_dirs(parent) if make_parents else []
+        try:
+            self._open(parent)
+        except BaseException:
+            remove_dirs(self.created)
+            raise
+
+    def _open(self, parent):
+        try:
+            st = os.lstat(self.path)
+            if stat.S_ISDIR(st.st_mode):
+                raise OpError("is_a_directory", "%s is a directory" % self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise os_error(e, self.path)
+        try:
+            self.fd = os.open(parent, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+            return
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise os_error(e, self.path)
+        self.tmp = temp_name(self.path)
+        try:
+            self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                              0o600)
+        except OSError as e:
+            self.tmp = None
+            raise os_error(e, self.path)
+
+    def write(self, data):
+        view = memoryview(data)
+        try:
+            while view:
+                n = os.write(self.fd, view)
+                view = view[n:]
+                self.size += n
+        except OSError as e:
+            raise os_error(e, self.path)
+
+    def commit(self, mtime=None):
+        try:
+            os.fchmod(self.fd, self.mode)
+            if mtime is not None:
+                os.utime(self.fd, (mtime, mtime))
+            if self.tmp is None:
+                # A name for the unnamed file, then the rename: link() cannot replace
+                replace_with(self.path, lambda tmp: link_fd(self.fd, tmp))
+            else:
+                os.rename(self.tmp, self.path)
+                self.tmp = None
+        except OSError as e:
+            raise os_error(e, self.path)
+        self.committed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+        if not self.committed:
+            if self.tmp is not None:
+                try:
+                    os.unlink(self.tmp)
+                except OSError:
+                    pass
+            remove_dirs(self.created)
+        return False
+
+
+def link_fd(fd, path):
+    """Gives the file open on fd (an O_TMPFILE) the name `path`: linkat(AT_EMPTY_PATH), which
+    needs CAP_DAC_READ_SEARCH (the agent is root), else through /proc/self/fd (which some
+    kernels refuse with EXDEV)."""
+    if _libc.linkat(fd, b"", AT_FDCWD, os.fsencode(path), AT_EMPTY_PATH) == 0:
+        return
+    os.link("/proc/self/fd/%d" % fd, path)
+
+
+def entry(path, st, name=None):
+    """The API's description of one directory entry (docs/api.md, "Files")."""
+    mode = st.st_mode
+    if stat.S_ISREG(mode):
+        kind = "file"
+    elif stat.S_ISDIR(mode):
+        kind = "dir"
+    elif stat.S_ISLNK(mode):
+        kind = "symlink"
+    else:
+        kind = "other"
+    result = {"name": name if name is not None else (os.path.basename(path) or "/"),
+              "path": path, "type": kind, "size": st.st_size, "mode": stat.S_IMODE(mode),
+              "mtime_ms": st.st_mtime_ns // 1000000}
+    if kind == "symlink":
+        try:
+            result["target"] = os.readlink(path)
+        except OSError:
+            result["target"] = None
+    return result
+
+
+def stat_path(path):
+    try:
+        return entry(path, os.lstat(path))
+    except OSError as e:
+        raise os_error(e, path)
+
+
+def list_dir(path):
+    """The entries of directory `path`, one level, sorted by name. Entries that vanish while
+    being listed are left out."""
+    try:
+        with os.scandir(path) as it:
+            names = sorted(e.name for e in it)
+    except OSError as e:
+        raise os_error(e, path)
+    entries = []
+    for name in names:
+        full = os.path.join(path, name)
+        try:
+            entries.append(entry(full, os.lstat(full), name))
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise os_error(e, full)
+    return entries
+
+
+def mkdir(path):
+    """mkdir -p: no error if it exists as a directory."""
+    make_dirs(path)
+
+
+def remove(path, recursive):
+    if path == "/":
+        raise OpError("invalid_path", "/ cannot be removed")
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(path)
+        elif not recursive:
+            raise OpError("is_a_directory", "%s is a directory" % path)
+        else:
+            shutil.rmtree(path)     # never follows symbolic links
+    except OSError as e:
+        raise os_error(e, path)
+
+
+def open_for_read(path):
+    """An fd on regular file `path` (symbolic links followed) and its size. Anything else is
+    refused before a byte is read: a FIFO or a device could block or never end. A file that
+    claims size 0 (as /proc files do) is read whole, up to PSEUDO_FILE_MAX: then the size is
+    its content's, which comes back as the third value (else None)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise os_error(e, path)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise OpError("is_a_directory", "%s is a directory" % path)
+        if not stat.S_ISREG(st.st_mode):
+            raise OpError("invalid_path", "%s is not a regular file" % path)
+        if st.st_size > 0:
+            return fd, st.st_size, None
+        content = bytearray()
+        while len(content) <= PSEUDO_FILE_MAX:
+            piece = os.read(fd, 65536)
+            if not piece:
+                return fd, len(content), bytes(content)
+            content += piece
+        raise OpError("io_error", "%s claims size 0 but holds more than %d bytes"
+                      % (path, PSEUDO_FILE_MAX))
+    except OSError as e:
+        os.close(fd)
+        raise os_error(e, path)
+    except BaseException:
+        os.close(fd)
+        raise

@@ -1,0 +1,395 @@
+"""Behaviour of the files port (guest/PROTOCOL.md, "Files port"), driven through its framing by
+a minimal host (files_host.py) against files_server.py running in a thread.
+Run from the repository root:  python3 -m unittest discover -s guest/agent/tests -v
+"""
+
+import io
+import os
+import shutil
+import stat
+import subprocess
+import tarfile
+import tempfile
+import time
+import unittest
+
+from files_host import Done, FilesHost
+from port_frames import DATA, END, JSON
+
+
+class FilesTestCase(unittest.TestCase):
+    def setUp(self):
+        self.dir = os.path.realpath(tempfile.mkdtemp(prefix="hostd-files-test-"))
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.host = FilesHost()
+        self.addCleanup(lambda: self.host.close())
+        self.host.hello()
+
+    def path(self, *parts):
+        return os.path.join(self.dir, *parts)
+
+    def assertFails(self, code, fn, *args, **kwargs):
+        with self.assertRaises(Done) as ctx:
+            fn(*args, **kwargs)
+        self.assertEqual(ctx.exception.code, code, ctx.exception.msg)
+        return ctx.exception.msg
+
+    def leftovers(self, directory=None):
+        """Everything under the test directory (temporary files would show up here)."""
+        found = []
+        for root, dirs, files in os.walk(directory or self.dir):
+            found += [os.path.relpath(os.path.join(root, n), self.dir) for n in dirs + files]
+        return sorted(found)
+
+
+class Hello(FilesTestCase):
+    def test_hello_is_answered_with_its_nonce_and_the_protocol_version(self):
+        msg = self.host.hello("abc")
+        self.assertEqual((msg["op"], msg["nonce"], msg["version"]), ("hello", "abc", 1))
+
+
+class WriteAndRead(FilesTestCase):
+    def test_a_written_file_reads_back_with_its_size_first(self):
+        content = os.urandom(200_000)
+        done = self.host.write(self.path("f.bin"), content)
+        self.assertEqual((done["path"], done["size"]), (self.path("f.bin"), len(content)))
+        head, data = self.host.read(self.path("f.bin"))
+        self.assertEqual(head["size"], len(content))
+        self.assertEqual(data, content)
+
+    def test_a_small_file_is_one_frame_burst_each_way(self):
+        self.host.write(self.path("small"), b"x" * 4096)
+        op_id = self.host.start("read", path=self.path("small"))
+        # head, data and done arrive in the guest's one write
+        self.host._fill(5.0)
+        kinds = []
+        while self.host.buf:
+            kinds.append(self.host.recv(0.01)[0])
+        self.assertEqual(kinds, [JSON, DATA, JSON], op_id)
+
+    def test_parents_are_created_mode_is_applied_and_an_existing_file_is_replaced(self):
+        target = self.path("a", "b", "c.txt")
+        self.host.write(target, b"old")
+        self.host.write(target, b"new", mode=0o600)
+        with open(target, "rb") as f:
+            self.assertEqual(f.read(), b"new")
+        self.assertEqual(stat.S_IMODE(os.stat(target).st_mode), 0o600)
+        self.assertEqual(stat.S_IMODE(os.stat(self.path("a", "b")).st_mode), 0o755)
+
+    def test_the_default_mode_is_0644_and_an_empty_upload_makes_an_empty_file(self):
+        done = self.host.write(self.path("empty"), b"")
+        self.assertEqual(done["size"], 0)
+        self.assertEqual(stat.S_IMODE(os.stat(self.path("empty")).st_mode), 0o644)
+
+    def test_uploading_onto_a_directory_or_under_a_file_fails(self):
+        os.mkdir(self.path("d"))
+        self.assertFails("is_a_directory", self.host.write, self.path("d"), b"x")
+        self.host.write(self.path("file"), b"x")
+        self.assertFails("not_a_directory", self.host.write, self.path("file", "sub"), b"x")
+        self.assertEqual(self.leftovers(), ["d", "file"])
+
+    def test_a_refused_upload_ignores_the_data_already_sent(self):
+        os.mkdir(self.path("d"))
+        op_id = self.host.start("write", path=self.path("d"))
+        for _ in range(20):
+            self.host.send(DATA, op_id, b"z" * 30000)
+        self.host.send(END, op_id)
+        self.assertEqual(self.host.done(op_id)[2]["code"], "is_a_directory")
+        self.assertEqual(self.host.write(self.path("next"), b"ok")["size"], 2)
+
+    def test_reading_errors(self):
+        os.mkdir(self.path("d"))
+        self.assertFails("file_not_found", self.host.read, self.path("nope"))
+        self.assertFails("is_a_directory", self.host.read, self.path("d"))
+        self.host.write(self.path("f"), b"x")
+        self.assertFails("not_a_directory", self.host.read, self.path("f", "x"))
+
+    def test_a_fifo_or_a_device_is_refused_instead_of_blocking(self):
+        os.mkfifo(self.path("fifo"))
+        self.assertFails("invalid_path", self.host.read, self.path("fifo"))
+        self.assertFails("invalid_path", self.host.read, "/dev/zero")
+
+    def test_a_file_that_claims_size_zero_is_read_whole(self):
+        head, data = self.host.read("/proc/self/status")
+        self.assertGreater(head["size"], 0)
+        self.assertEqual(len(data), head["size"])
+        self.assertIn(b"Pid:", data)
+
+    def test_symbolic_links_are_followed_for_reading(self):
+        self.host.write(self.path("real"), b"content")
+        os.symlink("real", self.path("link"))
+        self.assertEqual(self.host.read(self.path("link"))[1], b"content")
+
+    def test_invalid_paths(self):
+        for bad in ("relative", "", "/a/../b", "/a\0b", None, 7):
+            self.assertFails("invalid_path", self.host.read, bad)
+            self.assertFails("invalid_path", self.host.write, bad, b"x")
+
+    def test_dot_components_and_repeated_slashes_are_normalised(self):
+        done = self.host.write(self.dir + "//./x", b"1")
+        self.assertEqual(done["path"], self.path("x"))
+
+
+class Listing(FilesTestCase):
+    def test_list_one_level_sorted_with_types_sizes_modes_and_link_targets(self):
+        os.mkdir(self.path("sub"))
+        self.host.write(self.path("b.txt"), b"12345", mode=0o640)
+        self.host.write(self.path("sub", "deep"), b"")
+        os.symlink("b.txt", self.path("a-link"))
+        os.mkfifo(self.path("pipe"))
+        entries = self.host.call("list", path=self.dir)["entries"]
+        self.assertEqual([(e["name"], e["type"]) for e in entries],
+                         [("a-link", "symlink"), ("b.txt", "file"), ("pipe", "other"),
+                          ("sub", "dir")])
+        link, b = entries[0], entries[1]
+        self.assertEqual(link["target"], "b.txt")
+        self.assertEqual((b["path"], b["size"], b["mode"]), (self.path("b.txt"), 5, 0o640))
+        self.assertAlmostEqual(b["mtime_ms"], os.stat(self.path("b.txt")).st_mtime * 1000,
+                               delta=1)
+        self.assertNotIn("target", b)
+
+    def test_listing_a_file_or_nothing_fails(self):
+        self.host.write(self.path("f"), b"")
+        self.assertFails("not_a_directory", self.host.call, "list", path=self.path("f"))
+        self.assertFails("file_not_found", self.host.call, "list", path=self.path("none"))
+
+    def test_stat_does_not_follow_a_symbolic_link(self):
+        os.symlink("/nowhere", self.path("dangling"))
+        entry = self.host.call("stat", path=self.path("dangling"))["entry"]
+        self.assertEqual((entry["name"], entry["type"], entry["target"]),
+                         ("dangling", "symlink", "/nowhere"))
+        self.assertEqual(self.host.call("stat", path="/")["entry"]["name"], "/")
+
+
+class MkdirAndRemove(FilesTestCase):
+    def test_mkdir_makes_parents_and_accepts_an_existing_directory(self):
+        for _ in range(2):
+            self.assertEqual(self.host.call("mkdir", path=self.path("x", "y"))["path"],
+                             self.path("x", "y"))
+        self.assertTrue(os.path.isdir(self.path("x", "y")))
+
+    def test_mkdir_over_a_file_fails(self):
+        self.host.write(self.path("f"), b"")
+        self.assertFails("not_a_directory", self.host.call, "mkdir", path=self.path("f"))
+        self.assertFails("not_a_directory", self.host.call, "mkdir", path=self.path("f", "g"))
+
+    def test_remove_a_file_a_link_and_a_directory_only_when_recursive(self):
+        self.host.write(self.path("d", "f"), b"x")
+        os.symlink(self.path("d"), self.path("link"))
+        self.host.call("remove", path=self.path("link"))
+        self.assertTrue(os.path.exists(self.path("d", "f")), "the link's target stays")
+        self.assertFails("is_a_directory", self.host.call, "remove", path=self.path("d"))
+        self.host.call("remove", path=self.path("d"), recursive=True)
+        self.assertEqual(self.leftovers(), [])
+        self.assertFails("file_not_found", self.host.call, "remove", path=self.path("d"))
+
+    def test_the_root_is_never_removed(self):
+        self.assertFails("invalid_path", self.host.call, "remove", path="/", recursive=True)
+
+
+class Interruptions(FilesTestCase):
+    def test_a_cancelled_upload_leaves_nothing_behind(self):
+        target = self.path("new", "dir", "file")
+        op_id = self.host.start("write", path=target)
+        self.host.send(DATA, op_id, b"partial")
+        self.host.send_json(op_id, {"op": "cancel"})
+        done = self.host.done(op_id)[2]
+        self.assertEqual((done["ok"], done["code"]), (False, "cancelled"))
+        self.assertEqual(self.leftovers(), [], "no file, no temporary, no parent it created")
+
+    def test_a_hello_during_an_upload_ends_it_and_leaves_nothing_behind(self):
+        op_id = self.host.start("write", path=self.path("f"))
+        self.host.send(DATA, op_id, b"x" * 1000)
+        self.host.send(DATA, op_id, b"x" * 1000)
+        self.assertEqual(self.host.hello("again")["nonce"], "again")
+        self.assertEqual(self.leftovers(), [])
+        self.assertEqual(self.host.write(self.path("g"), b"ok")["size"], 2)
+
+    def test_a_restore_in_the_middle_of_a_frame_ends_the_upload_at_the_next_hello(self):
+        # The host's half of a frame never comes (it was in flight when the VM was frozen)
+        op_id = self.host.start("write", path=self.path("f"))
+        self.host.sock.sendall(bytes([DATA]) + op_id.to_bytes(4, "big")
+                               + (20000).to_bytes(4, "big") + b"half")
+        self.host.hello("restored")
+        self.assertEqual(self.leftovers(), [])
+
+    def test_a_cancelled_download_stops_while_the_host_reads_nothing(self):
+        big = self.path("big")
+        with open(big, "wb") as f:
+            f.truncate(256 << 20)
+        op_id = self.host.start("read", path=big)
+        kind, _, head = self.host.recv()
+        self.assertEqual(head["size"], 256 << 20)
+        # Not reading: the guest blocks writing, and must still see the cancel
+        self.host.send_json(op_id, {"op": "cancel"})
+        received = 0
+        while True:
+            kind, frame_id, payload = self.host.recv()
+            if kind == DATA:
+                received += len(payload)
+                continue
+            self.assertEqual((frame_id, payload["code"]), (op_id, "cancelled"))
+            break
+        self.assertLess(received, 64 << 20)
+
+    def test_a_host_that_goes_away_mid_upload_leaves_nothing_behind(self):
+        op_id = self.host.start("write", path=self.path("sub", "f"))
+        self.host.send(DATA, op_id, b"x" * 5000)
+        self.host.close()
+        self.assertEqual(self.leftovers(), [])
+        self.host = FilesHost()            # for the cleanup's close()
+
+
+class TarStreams(FilesTestCase):
+    def make_tree(self):
+        self.host.write(self.path("src", "a.txt"), b"alpha", mode=0o600)
+        self.host.write(self.path("src", "sub", "b.bin"), os.urandom(100_000))
+        os.symlink("a.txt", self.path("src", "link"))
+        os.link(self.path("src", "a.txt"), self.path("src", "sub", "hard"))
+
+    def tar_out(self, path):
+        head, data, done = self.host.done(self.host.start("tar_out", path=path))
+        if not done["ok"]:
+            raise Done(done)
+        self.assertEqual(head["op"], "head")
+        return data
+
+    def test_tar_out_then_in_reproduces_the_tree(self):
+        self.make_tree()
+        data = self.tar_out(self.path("src"))
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            self.assertEqual(tar.getnames(), ["a.txt", "link", "sub", "sub/b.bin", "sub/hard"])
+        done = self.host.tar_in(self.path("dst"), data)
+        self.assertEqual((done["path"], done["files"]), (self.path("dst"), 5))
+        self.assertEqual(done["size"], 5 + 100_000)
+        diff = subprocess.run(["diff", "-r", "--no-dereference", self.path("src"),
+                               self.path("dst")], capture_output=True)
+        self.assertEqual(diff.returncode, 0, diff.stdout)
+        self.assertEqual(stat.S_IMODE(os.stat(self.path("dst", "a.txt")).st_mode), 0o600)
+        self.assertEqual(os.readlink(self.path("dst", "link")), "a.txt")
+        self.assertEqual(os.stat(self.path("dst", "a.txt")).st_ino,
+                         os.stat(self.path("dst", "sub", "hard")).st_ino)
+
+    def test_tar_out_of_a_file_is_one_member_and_of_nothing_fails_before_the_head(self):
+        self.host.write(self.path("one.txt"), b"1")
+        with tarfile.open(fileobj=io.BytesIO(self.tar_out(self.path("one.txt")))) as tar:
+            self.assertEqual(tar.getnames(), ["one.txt"])
+        op_id = self.host.start("tar_out", path=self.path("nope"))
+        head, _, done = self.host.done(op_id)
+        self.assertEqual((head, done["code"]), (None, "file_not_found"))
+
+    def test_compressed_tars_are_extracted(self):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            add(tar, "z.txt", b"zipped")
+        self.host.tar_in(self.path("out"), buf.getvalue())
+        with open(self.path("out", "z.txt"), "rb") as f:
+            self.assertEqual(f.read(), b"zipped")
+
+    def test_garbage_is_not_a_tar(self):
+        self.assertFails("invalid_archive", self.host.tar_in, self.path("out"), b"no tar" * 200)
+
+    def test_setuid_bits_are_dropped(self):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            add(tar, "s", b"#!", mode=0o4755)
+        self.host.tar_in(self.path("out"), buf.getvalue())
+        self.assertEqual(stat.S_IMODE(os.stat(self.path("out", "s")).st_mode), 0o755)
+
+
+def add(tar, name, content=b"", kind=tarfile.REGTYPE, linkname="", mode=0o644):
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.mode, info.mtime = kind, linkname, mode, time.time()
+    if kind == tarfile.REGTYPE:
+        info.size = len(content)
+        tar.addfile(info, io.BytesIO(content))
+    else:
+        tar.addfile(info)
+
+
+def hostile(*members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for member in members:
+            add(tar, *member)
+    return buf.getvalue()
+
+
+class HostileTars(FilesTestCase):
+    """Tars that try to write outside the target directory, or make device nodes."""
+
+    def setUp(self):
+        super().setUp()
+        os.mkdir(self.path("target"))
+        os.mkdir(self.path("outside"))
+
+    def refused(self, data):
+        before = os.listdir(self.path("outside"))
+        msg = self.assertFails("invalid_path", self.host.tar_in, self.path("target"), data)
+        self.assertEqual(os.listdir(self.path("outside")), before, "nothing written outside")
+        return msg
+
+    def test_absolute_member_names(self):
+        self.refused(hostile((self.path("outside", "x"), b"pwned")))
+
+    def test_dot_dot_member_names(self):
+        self.refused(hostile(("../outside/x", b"pwned")))
+        self.refused(hostile(("a/../../outside/x", b"pwned")))
+
+    def test_a_symbolic_link_out_of_the_target(self):
+        self.refused(hostile(("esc", b"", tarfile.SYMTYPE, "../outside")))
+        self.refused(hostile(("esc", b"", tarfile.SYMTYPE, self.path("outside"))))
+
+    def test_writing_through_an_existing_link_that_leads_out(self):
+        os.symlink(self.path("outside"), self.path("target", "door"))
+        self.refused(hostile(("door/x", b"pwned")))
+
+    def test_a_link_inside_then_a_member_through_it_stays_inside(self):
+        data = hostile(("real/", b"", tarfile.DIRTYPE), ("alias", b"", tarfile.SYMTYPE, "real"),
+                       ("alias/x", b"fine"))
+        self.host.tar_in(self.path("target"), data)
+        with open(self.path("target", "real", "x"), "rb") as f:
+            self.assertEqual(f.read(), b"fine")
+
+    def test_a_hard_link_to_something_outside(self):
+        with open(self.path("outside", "secret"), "w") as f:
+            f.write("s")
+        self.refused(hostile(("h", b"", tarfile.LNKTYPE, "../outside/secret")))
+        self.refused(hostile(("h", b"", tarfile.LNKTYPE, self.path("outside", "secret"))))
+        self.assertEqual(os.listdir(self.path("target")), [])
+
+    def test_device_nodes_and_fifos(self):
+        for kind in (tarfile.CHRTYPE, tarfile.BLKTYPE, tarfile.FIFOTYPE):
+            self.refused(hostile(("dev", b"", kind)))
+        self.assertEqual(os.listdir(self.path("target")), [])
+
+    def test_members_before_a_refused_one_stay_and_nothing_is_half_written(self):
+        data = hostile(("good", b"ok"), ("../bad", b"pwned"))
+        self.refused(data)
+        self.assertEqual(self.leftovers(self.path("target")), ["target/good"])
+
+
+@unittest.skipUnless(os.geteuid() == 0, "mounting a small tmpfs needs root")
+class DiskFull(FilesTestCase):
+    def setUp(self):
+        super().setUp()
+        self.small = self.path("small")
+        os.mkdir(self.small)
+        mount = ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", self.small]
+        if subprocess.run(mount).returncode:
+            self.skipTest("cannot mount a tmpfs here")
+        self.addCleanup(subprocess.run, ["umount", self.small])
+
+    def test_a_full_disk_is_reported_and_nothing_is_left_half_written(self):
+        self.host.write(os.path.join(self.small, "keep"), b"k")
+        self.assertFails("sandbox_disk_full", self.host.write, os.path.join(self.small, "big"),
+                         b"x" * (2 << 20))
+        self.assertEqual(os.listdir(self.small), ["keep"])
+        self.assertFails("sandbox_disk_full", self.host.tar_in, os.path.join(self.small, "t"),
+                         hostile(("f", b"y" * (2 << 20))))
+        self.assertEqual(sorted(os.listdir(self.small)), ["keep", "t"])
+        self.assertEqual(os.listdir(os.path.join(self.small, "t")), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
