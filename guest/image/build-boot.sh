@@ -38,7 +38,13 @@ AGENT_DIR=${HOSTD_AGENT_DIR:-$REPO_DIR/guest/agent}
 #                      no pressure accounting and no background compaction: periodic kernel
 #                      work that every restored VM would otherwise run (and, under TCG,
 #                      translate) before it answers; nothing in the guest reads them
-CMDLINE="console=ttyS0 quiet panic=-1 tsc=reliable no_timer_check cryptomgr.notests init_on_alloc=0 mitigations=off nowatchdog psi=0 sysctl.vm.compaction_proactiveness=0"
+#   transparent_hugepage=never
+#                      with THP on, the kernel keeps min_free_kbytes at 44 MiB for huge-page
+#                      defragmentation, which `free` counts as unavailable (a 1 GiB python
+#                      sandbox showed 76% of RAM available with the data stack loaded, 87%
+#                      without THP); and a huge page the guest hands a process is 2 MiB it
+#                      zeroes, which the host then backs for that VM alone
+CMDLINE="console=ttyS0 quiet panic=-1 tsc=reliable no_timer_check cryptomgr.notests init_on_alloc=0 mitigations=off nowatchdog psi=0 sysctl.vm.compaction_proactiveness=0 transparent_hugepage=never"
 # Under TCG the kernel cannot reliably calibrate the TSC against microvm's emulated PIT (most
 # boots fail it and then hang with no timer), so hostd must append this, filled with the host's
 # TSC frequency (TCG's guest TSC is the host TSC; /proc/cpuinfo "cpu MHz" on a VM host), and
