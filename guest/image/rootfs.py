@@ -259,4 +259,10 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except subprocess.CalledProcessError as e:
+        # The command's own output is in the log just above; a traceback would bury it.
+        argv = " ".join(e.cmd) if isinstance(e.cmd, list) else str(e.cmd)
+        log(f"failed with exit status {e.returncode}: {argv}")
+        sys.exit(1)
