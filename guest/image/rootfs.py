@@ -16,6 +16,7 @@ which step failed. Standard library only: it runs on the host's Python.
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -52,8 +53,9 @@ def log(msg):
     print(f"rootfs.py: {msg}", file=sys.stderr, flush=True)
 
 
-def run(argv, **kw):
-    log("$ " + " ".join(argv))
+def run(argv, quiet=False, **kw):
+    if not quiet:
+        log("$ " + shlex.join(argv))
     subprocess.run(argv, check=True, stdout=sys.stderr, **kw)
 
 
@@ -70,7 +72,7 @@ class Mounts:
     def mount(self, argv, target):
         path = os.path.join(self.root, target)
         os.makedirs(path, exist_ok=True)
-        run(["mount", *argv, path])
+        run(["mount", *argv, path], quiet=True)
         self.done.append(path)
 
     def __enter__(self):
@@ -83,7 +85,7 @@ class Mounts:
 
     def __exit__(self, *exc):
         for path in reversed(self.done):
-            run(["umount", "-R", path])
+            run(["umount", "-R", path], quiet=True)
         self.done = []
 
 
@@ -152,7 +154,7 @@ def compile_python(root):
     step("byte-compile python")
     argv = ["python3", "-m", "compileall", "-q", "-f", "-j", "0",
             "--invalidation-mode", "unchecked-hash", *python_trees(root)]
-    log("$ chroot " + " ".join(argv))
+    log("$ chroot / " + shlex.join(argv))
     done = subprocess.run(["chroot", root, *argv], env=GUEST_ENV, cwd="/", stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
     # Packages ship files that are not Python 3.11 (test data, templates, other versions'
@@ -263,6 +265,6 @@ if __name__ == "__main__":
         main()
     except subprocess.CalledProcessError as e:
         # The command's own output is in the log just above; a traceback would bury it.
-        argv = " ".join(e.cmd) if isinstance(e.cmd, list) else str(e.cmd)
+        argv = shlex.join(e.cmd) if isinstance(e.cmd, list) else str(e.cmd)
         log(f"failed with exit status {e.returncode}: {argv}")
         sys.exit(1)
