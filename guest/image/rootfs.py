@@ -71,13 +71,23 @@ class Mounts:
 
     def mount(self, argv, target):
         path = os.path.join(self.root, target)
-        os.makedirs(path, exist_ok=True)
+        if not os.path.lexists(path):
+            os.makedirs(path)
         run(["mount", *argv, path], quiet=True)
         self.done.append(path)
 
     def __enter__(self):
         self.mount(["-t", "proc", "proc"], "proc")
-        self.mount(["--rbind", "/dev"], "dev")
+        # A /dev of the few nodes builds use, each bound from the host's, rather than the host's
+        # whole /dev: in a user namespace those submounts would be locked and not unmount.
+        self.mount(["-t", "tmpfs", "-o", "mode=0755", "tmpfs"], "dev")
+        for node in ("null", "zero", "full", "random", "urandom", "tty"):
+            open(os.path.join(self.root, "dev", node), "w").close()
+            self.mount(["--bind", f"/dev/{node}"], f"dev/{node}")
+        self.mount(["-t", "tmpfs", "-o", "mode=1777", "tmpfs"], "dev/shm")
+        for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                             ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+            os.symlink(target, os.path.join(self.root, "dev", name))
         # Scratch space that must not end up in the image.
         self.mount(["-t", "tmpfs", "-o", "mode=1777", "tmpfs"], "tmp")
         self.mount(["-t", "tmpfs", "-o", "mode=0755", "tmpfs"], "run")
@@ -85,7 +95,7 @@ class Mounts:
 
     def __exit__(self, *exc):
         for path in reversed(self.done):
-            run(["umount", "-R", path], quiet=True)
+            run(["umount", path], quiet=True)
         self.done = []
 
 
@@ -235,8 +245,10 @@ def main():
     root = os.path.join(out, "root")
     os.makedirs(root)
     step("unpack debian packages")
-    run(["tar", "-x", "-p", "--numeric-owner", "--xattrs", "--xattrs-include=*", "-f",
-         os.path.join(spec["debian_dir"], "rootfs.tar"), "-C", root])
+    # Not /dev's device nodes: a user namespace may not make them, the build binds the host's
+    # /dev over it, and the guest mounts a devtmpfs there.
+    run(["tar", "-x", "-p", "--numeric-owner", "--xattrs", "--xattrs-include=*",
+         "--exclude=./dev/*", "-f", os.path.join(spec["debian_dir"], "rootfs.tar"), "-C", root])
     env = spec["template"]["env"]
     with Mounts(root):
         # resolv.conf for setup commands and pip that use the network; removed in configure().
