@@ -20,6 +20,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 
 SOURCE_DATE_EPOCH = os.environ["SOURCE_DATE_EPOCH"]
@@ -45,8 +46,22 @@ HOSTS = (
 UUID_NAMESPACE = uuid.UUID("6b1f1c52-3f0e-4a51-9d0b-5f7d2f0c2a10")
 
 
+_step = {"name": None, "t0": 0.0}
+
+
 def step(name):
-    print(f"hostd-build-step: {name}", file=sys.stderr, flush=True)
+    """Announces a step, and how long the one before took (wall and CPU of its commands)."""
+    now, cpu = time.monotonic(), _cpu_s()
+    if _step["name"]:
+        log(f"{_step['name']} took {now - _step['t0']:.1f} s, {cpu - _step['cpu']:.1f} s of CPU")
+    _step.update(name=name, t0=now, cpu=cpu)
+    if name:
+        print(f"hostd-build-step: {name}", file=sys.stderr, flush=True)
+
+
+def _cpu_s():
+    own, children = os.times()[0:2], os.times()[2:4]
+    return sum(own) + sum(children)
 
 
 def log(msg):
@@ -270,6 +285,7 @@ def main():
         f.write("\n")
     make_erofs(root, out, spec["key"], spec["compression"])
     shutil.rmtree(root)
+    step(None)
 
 
 if __name__ == "__main__":
