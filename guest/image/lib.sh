@@ -69,7 +69,8 @@ cached_build() {
 		exec {lock_fd}>&-
 		return 0
 	fi
-	[[ ! -e $out ]] || rm -rf "$out" # an incomplete artifact of an older, interrupted script
+	# An incomplete artifact of an older script, and what a builder that was killed left.
+	rm -rf "$out" "$out".tmp.*
 	CACHED_BUILD_TMP=$(mktemp -d "$out.tmp.XXXXXX")
 	chmod 0755 "$CACHED_BUILD_TMP" # QEMU runs as another account that must read the files
 	trap 'rm -rf "$CACHED_BUILD_TMP"' EXIT
