@@ -53,8 +53,11 @@ node dist/src/template-cli.js build --all ||
 # Until hostd serves templates from their recipes itself, it boots one image for every template:
 # python's, or python-slim's when python could not be built.
 if [ -z "${SERVICE_IMAGE_DIR:-}" ]; then
-  SERVICE_IMAGE_DIR="$(node dist/src/template-cli.js path --cached python 2>/dev/null ||
-    node dist/src/template-cli.js path --cached python-slim)"
+  if ! SERVICE_IMAGE_DIR="$(node dist/src/template-cli.js path --cached python 2>/dev/null ||
+    node dist/src/template-cli.js path --cached python-slim 2>/dev/null)"; then
+    say "neither python nor python-slim could be built: nothing to serve"
+    exit 1
+  fi
 fi
 export SERVICE_IMAGE_DIR
 
