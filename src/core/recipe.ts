@@ -6,7 +6,7 @@
 import { readdir, readFile } from 'node:fs/promises';
 import { basename, dirname, isAbsolute, join, posix, resolve } from 'node:path';
 import { parse, TomlError } from 'smol-toml';
-import type { TemplateSpec } from '../vm/image-builder.js';
+import type { TemplateFile, TemplateResources, TemplateSpec } from '../vm/image-builder.js';
 
 /** A validated recipe: everything the builder needs, plus where it came from. */
 export interface Recipe extends TemplateSpec {
@@ -75,28 +75,69 @@ function isTable(value: unknown): value is Table {
  * @example parseRecipe('[vm]\nmemory_mib = 1024\n', '/srv/templates/big.toml').vm.memoryMib // 1024
  */
 export function parseRecipe(text: string, file: string): Recipe {
-  const template = basename(file).replace(/\.toml$/, '');
-  const fail = (field: string | null, problem: string): never => {
-    throw new RecipeError(file, template, field, problem);
-  };
-  if (!file.endsWith('.toml') || !NAME.test(template)) {
-    fail(null, 'the file name must be NAME.toml, NAME of a-z, 0-9 and - (at most 63)');
+  const r = new FieldReader(file);
+  if (!file.endsWith('.toml') || !NAME.test(r.template)) {
+    r.fail(null, 'the file name must be NAME.toml, NAME of a-z, 0-9 and - (at most 63)');
   }
   let doc: Table;
   try {
     doc = parse(text) as Table;
   } catch (err) {
-    if (err instanceof TomlError) {
-      fail(
-        null,
-        `is not valid TOML (line ${err.line}, column ${err.column}): ${err.message.split('\n')[0]}`,
-      );
-    }
-    throw err;
+    if (!(err instanceof TomlError)) throw err;
+    const what = err.message.split('\n')[0];
+    return r.fail(null, `is not valid TOML (line ${err.line}, column ${err.column}): ${what}`);
   }
-  const dir = dirname(file);
+  r.checkKeys(doc, TOP_LEVEL, '');
+  const python = readPython(r, r.table(doc.python, 'python'));
+  return {
+    name: r.template,
+    file,
+    description: doc.description === undefined ? '' : r.string(doc.description, 'description'),
+    vm: readVm(r, r.table(doc.vm, 'vm')),
+    // pip needs pip: a recipe that installs Python packages gets Debian's.
+    debianPackages: [
+      ...new Set([
+        ...readDebian(r, r.table(doc.debian, 'debian')),
+        ...(python.packages.length > 0 ? ['python3-pip'] : []),
+      ]),
+    ].sort(),
+    files: readFiles(r, doc.files),
+    setup: r.strings(typeof doc.setup === 'string' ? [doc.setup] : doc.setup, 'setup', (s, f) => {
+      if (s.trim() === '') r.fail(f, 'must not be empty');
+    }),
+    python,
+    preload: [
+      ...new Set(
+        r.strings(doc.preload, 'preload', (s, f) => {
+          if (!MODULE.test(s)) {
+            r.fail(
+              f,
+              `must be a module name like "numpy" or "matplotlib.pyplot", got ${describe(s)}`,
+            );
+          }
+        }),
+      ),
+    ],
+    env: readEnv(r, r.table(doc.env, 'env')),
+  };
+}
 
-  const checkKeys = (table: Table, allowed: readonly string[], prefix: string): void => {
+/** Typed access to a recipe's TOML values; every failure is a RecipeError naming the field. */
+class FieldReader {
+  readonly template: string;
+  readonly dir: string;
+
+  constructor(readonly file: string) {
+    this.template = basename(file).replace(/\.toml$/, '');
+    this.dir = dirname(file);
+  }
+
+  fail(field: string | null, problem: string): never {
+    throw new RecipeError(this.file, this.template, field, problem);
+  }
+
+  /** Rejects keys of `table` not in `allowed`; `prefix` is the table's own field name. */
+  checkKeys(table: Table, allowed: readonly string[], prefix: string): void {
     for (const key of Object.keys(table)) {
       if (allowed.includes(key)) continue;
       const field = prefix ? `${prefix}.${key}` : key;
@@ -106,154 +147,149 @@ export function parseRecipe(text: string, file: string): Recipe {
         prefix && TOP_LEVEL.includes(key)
           ? `; top-level fields (${key}) must come before the first [table] header`
           : ` (fields${prefix ? ` of ${prefix}` : ''}: ${allowed.join(', ')})`;
-      fail(field, `is not a recipe field${hint}`);
+      this.fail(field, `is not a recipe field${hint}`);
     }
-  };
-  const table = (value: unknown, field: string): Table => {
+  }
+
+  table(value: unknown, field: string): Table {
     if (value === undefined) return {};
-    if (!isTable(value)) fail(field, `must be a table, got ${describe(value)}`);
-    return value as Table;
-  };
-  const string = (value: unknown, field: string): string => {
-    if (typeof value !== 'string') fail(field, `must be a string, got ${describe(value)}`);
-    return value as string;
-  };
-  const integer = (value: unknown, field: string, min: number, max: number, dflt: number) => {
+    if (!isTable(value)) this.fail(field, `must be a table, got ${describe(value)}`);
+    return value;
+  }
+
+  string(value: unknown, field: string): string {
+    if (typeof value !== 'string') this.fail(field, `must be a string, got ${describe(value)}`);
+    return value;
+  }
+
+  integer(value: unknown, field: string, min: number, max: number, dflt: number): number {
     if (value === undefined) return dflt;
     if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-      fail(field, `must be an integer from ${min} to ${max}, got ${describe(value)}`);
+      this.fail(field, `must be an integer from ${min} to ${max}, got ${describe(value)}`);
     }
-    return value as number;
-  };
-  const strings = (value: unknown, field: string, check: (s: string, f: string) => void) => {
+    return value;
+  }
+
+  /** An optional array of strings, each passed to `check` with its field name. */
+  strings(value: unknown, field: string, check: (s: string, field: string) => void): string[] {
     if (value === undefined) return [];
-    if (!Array.isArray(value)) fail(field, `must be an array of strings, got ${describe(value)}`);
-    return (value as unknown[]).map((v, i) => {
-      const s = string(v, `${field}[${i}]`);
+    if (!Array.isArray(value)) {
+      this.fail(field, `must be an array of strings, got ${describe(value)}`);
+    }
+    return value.map((v: unknown, i) => {
+      const s = this.string(v, `${field}[${i}]`);
       check(s, `${field}[${i}]`);
       return s;
     });
-  };
-  const relativePath = (value: unknown, field: string): string => {
-    const p = string(value, field);
-    if (p === '' || isAbsolute(p)) {
-      fail(field, `must be a path relative to the recipe's directory, got ${describe(p)}`);
-    }
-    return resolve(dir, p);
-  };
-
-  checkKeys(doc, TOP_LEVEL, '');
-  const description = doc.description === undefined ? '' : string(doc.description, 'description');
-
-  const vmTable = table(doc.vm, 'vm');
-  checkKeys(vmTable, FIELDS.vm!, 'vm');
-  const vm = {
-    memoryMib: integer(vmTable.memory_mib, 'vm.memory_mib', 128, 65536, RECIPE_DEFAULTS.memoryMib),
-    vcpus: integer(vmTable.vcpus, 'vm.vcpus', 1, 16, RECIPE_DEFAULTS.vcpus),
-    poolSize: integer(vmTable.pool_size, 'vm.pool_size', 0, 64, RECIPE_DEFAULTS.poolSize),
-    diskMib: integer(vmTable.disk_mib, 'vm.disk_mib', 256, 1048576, RECIPE_DEFAULTS.diskMib),
-  };
-
-  const debian = table(doc.debian, 'debian');
-  checkKeys(debian, FIELDS.debian!, 'debian');
-  const debianPackages = strings(debian.packages, 'debian.packages', (s, f) => {
-    if (!DEBIAN_PACKAGE.test(s)) fail(f, `must be a Debian package name, got ${describe(s)}`);
-  });
-
-  if (doc.files !== undefined && !Array.isArray(doc.files)) {
-    fail('files', `must be an array of tables ([[files]]), got ${describe(doc.files)}`);
   }
-  const files = ((doc.files as unknown[] | undefined) ?? []).map((entry, i) => {
-    const f = table(entry, `files[${i}]`);
-    checkKeys(f, FIELDS.file!, `files[${i}]`);
-    if (f.src === undefined) fail(`files[${i}].src`, 'is required');
-    if (f.dest === undefined) fail(`files[${i}].dest`, 'is required');
-    const src = relativePath(f.src, `files[${i}].src`);
-    const rawDest = string(f.dest, `files[${i}].dest`);
+
+  /** A path relative to the recipe's directory, made absolute. */
+  relativePath(value: unknown, field: string): string {
+    const p = this.string(value, field);
+    if (p === '' || isAbsolute(p)) {
+      this.fail(field, `must be a path relative to the recipe's directory, got ${describe(p)}`);
+    }
+    return resolve(this.dir, p);
+  }
+}
+
+function readVm(r: FieldReader, vm: Table): TemplateResources {
+  r.checkKeys(vm, FIELDS.vm!, 'vm');
+  const d = RECIPE_DEFAULTS;
+  return {
+    memoryMib: r.integer(vm.memory_mib, 'vm.memory_mib', 128, 65536, d.memoryMib),
+    vcpus: r.integer(vm.vcpus, 'vm.vcpus', 1, 16, d.vcpus),
+    poolSize: r.integer(vm.pool_size, 'vm.pool_size', 0, 64, d.poolSize),
+    diskMib: r.integer(vm.disk_mib, 'vm.disk_mib', 256, 1048576, d.diskMib),
+  };
+}
+
+function readDebian(r: FieldReader, debian: Table): string[] {
+  r.checkKeys(debian, FIELDS.debian!, 'debian');
+  return r.strings(debian.packages, 'debian.packages', (s, f) => {
+    if (!DEBIAN_PACKAGE.test(s)) r.fail(f, `must be a Debian package name, got ${describe(s)}`);
+  });
+}
+
+function readFiles(r: FieldReader, files: unknown): TemplateFile[] {
+  if (files === undefined) return [];
+  if (!Array.isArray(files)) {
+    r.fail('files', `must be an array of tables ([[files]]), got ${describe(files)}`);
+  }
+  return files.map((entry: unknown, i): TemplateFile => {
+    const at = `files[${i}]`;
+    const f = r.table(entry, at);
+    r.checkKeys(f, FIELDS.file!, at);
+    if (f.src === undefined) r.fail(`${at}.src`, 'is required');
+    if (f.dest === undefined) r.fail(`${at}.dest`, 'is required');
+    const rawDest = r.string(f.dest, `${at}.dest`);
     const dest = posix.normalize(rawDest).replace(/\/$/, '');
     if (!rawDest.startsWith('/') || dest === '' || dest === '/') {
-      fail(`files[${i}].dest`, `must be an absolute path in the guest, got ${describe(rawDest)}`);
+      r.fail(`${at}.dest`, `must be an absolute path in the guest, got ${describe(rawDest)}`);
     }
-    const reserved = RESERVED_DESTS.find((r) => dest === r || dest.startsWith(`${r}/`));
-    if (reserved) {
-      fail(`files[${i}].dest`, `must not be under ${reserved} (the build or hostd owns it)`);
-    }
-    let mode: number | null = null;
-    if (typeof f.mode === 'string' && /^0?[0-7]{3,4}$/.test(f.mode)) mode = parseInt(f.mode, 8);
-    else if (typeof f.mode === 'number' && Number.isInteger(f.mode)) mode = f.mode;
-    else if (f.mode !== undefined) {
-      fail(
-        `files[${i}].mode`,
-        `must be an octal mode like "0644" or 0o644, got ${describe(f.mode)}`,
-      );
-    }
-    if (mode !== null && (mode < 0 || mode > 0o7777)) {
-      fail(`files[${i}].mode`, `must be from 0 to 0o7777, got 0o${mode.toString(8)}`);
-    }
-    return { src, dest, mode };
+    const reserved = RESERVED_DESTS.find((d) => dest === d || dest.startsWith(`${d}/`));
+    if (reserved)
+      r.fail(`${at}.dest`, `must not be under ${reserved} (the build or hostd owns it)`);
+    return {
+      src: r.relativePath(f.src, `${at}.src`),
+      dest,
+      mode: readMode(r, f.mode, `${at}.mode`),
+    };
   });
+}
 
-  const setupValue = typeof doc.setup === 'string' ? [doc.setup] : doc.setup;
-  const setup = strings(setupValue, 'setup', (s, f) => {
-    if (s.trim() === '') fail(f, 'must not be empty');
-  });
+/** A file mode: TOML's octal integer (0o644) or a string of octal digits ("0644"). */
+function readMode(r: FieldReader, value: unknown, field: string): number | null {
+  if (value === undefined) return null;
+  let mode: number | null = null;
+  if (typeof value === 'string' && /^0?[0-7]{3,4}$/.test(value)) mode = parseInt(value, 8);
+  else if (typeof value === 'number' && Number.isInteger(value)) mode = value;
+  if (mode === null) {
+    r.fail(field, `must be an octal mode like "0644" or 0o644, got ${describe(value)}`);
+  }
+  if (mode < 0 || mode > 0o7777)
+    r.fail(field, `must be from 0 to 0o7777, got 0o${mode.toString(8)}`);
+  return mode;
+}
 
-  const py = table(doc.python, 'python');
-  checkKeys(py, FIELDS.python!, 'python');
-  const pythonPackages = strings(py.packages, 'python.packages', (s, f) => {
+function readPython(r: FieldReader, py: Table): TemplateSpec['python'] {
+  r.checkKeys(py, FIELDS.python!, 'python');
+  const packages = r.strings(py.packages, 'python.packages', (s, f) => {
     // Requirement specifiers only: an option here would change how pip runs.
-    if (s.trim() !== s || s === '' || s.startsWith('-') || /\s/.test(s)) {
-      fail(f, `must be a requirement like "name" or "name==1.0", got ${describe(s)}`);
+    if (s === '' || s.startsWith('-') || /\s/.test(s)) {
+      r.fail(f, `must be a requirement like "name" or "name==1.0", got ${describe(s)}`);
     }
   });
-  const wheels = py.wheels === undefined ? null : relativePath(py.wheels, 'python.wheels');
+  const wheels = py.wheels === undefined ? null : r.relativePath(py.wheels, 'python.wheels');
   let indexUrl: string | null = null;
   if (py.index_url !== undefined) {
-    indexUrl = string(py.index_url, 'python.index_url');
+    indexUrl = r.string(py.index_url, 'python.index_url');
     if (!/^https?:\/\/\S+$/.test(indexUrl)) {
-      fail('python.index_url', `must be an http(s) URL, got ${describe(indexUrl)}`);
+      r.fail('python.index_url', `must be an http(s) URL, got ${describe(indexUrl)}`);
     }
   }
-  if (pythonPackages.length > 0 && wheels === null && indexUrl === null) {
-    fail(
+  if (packages.length > 0 && wheels === null && indexUrl === null) {
+    r.fail(
       'python.packages',
       'needs python.wheels (a directory of wheels) or python.index_url: no package index is assumed reachable',
     );
   }
-  if (pythonPackages.length === 0 && (wheels !== null || indexUrl !== null)) {
-    fail(
+  if (packages.length === 0 && (wheels !== null || indexUrl !== null)) {
+    r.fail(
       'python.packages',
       'is empty: name the packages to install from python.wheels or python.index_url',
     );
   }
+  return { packages, wheels, indexUrl };
+}
 
-  const preload = strings(doc.preload, 'preload', (s, f) => {
-    if (!MODULE.test(s))
-      fail(f, `must be a module name like "numpy" or "matplotlib.pyplot", got ${describe(s)}`);
-  });
-
-  const envTable = table(doc.env, 'env');
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(envTable)) {
-    if (!ENV_NAME.test(k)) fail(`env.${k}`, 'is not a valid environment variable name');
-    env[k] = string(v, `env.${k}`);
+function readEnv(r: FieldReader, env: Table): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(env)) {
+    if (!ENV_NAME.test(k)) r.fail(`env.${k}`, 'is not a valid environment variable name');
+    out[k] = r.string(v, `env.${k}`);
   }
-
-  return {
-    name: template,
-    file,
-    description,
-    vm,
-    // pip needs pip: a recipe that installs Python packages gets Debian's.
-    debianPackages: [
-      ...new Set([...debianPackages, ...(pythonPackages.length > 0 ? ['python3-pip'] : [])]),
-    ].sort(),
-    files,
-    setup,
-    python: { packages: pythonPackages, wheels, indexUrl },
-    preload: [...new Set(preload)],
-    env,
-  };
+  return out;
 }
 
 /** Reads and parses one recipe file; a file that cannot be read is a RecipeError too. */
