@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one entry point behind `npm start`, `npm test` and `npm run bench`: install what is
 # missing (Debian packages when root, else print the exact command), install npm packages,
-# compile, build the guest image into the cache, then do the job.
+# compile, build every template into the cache (a broken recipe is reported and the rest go on),
+# then do the job.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-start}"
@@ -46,9 +47,18 @@ fi
 say "compiling TypeScript"
 npx --no-install tsc -p tsconfig.json
 
-say "building the guest image (cached)"
-if [ -n "${SERVICE_CACHE_DIR:-}" ]; then export HOSTD_CACHE_DIR="$SERVICE_CACHE_DIR"; fi
-SERVICE_IMAGE_DIR="$(bash guest/image/build.sh | tail -n 1)"
+say "building the templates (cached; the first build of python downloads and installs packages for minutes)"
+node dist/src/template-cli.js build --all ||
+  say "some templates failed to build (see above); going on with the others"
+# Until hostd serves templates from their recipes itself, it boots one image for every template:
+# python's, or python-slim's when python could not be built.
+if [ -z "${SERVICE_IMAGE_DIR:-}" ]; then
+  if ! SERVICE_IMAGE_DIR="$(node dist/src/template-cli.js path --cached python 2>/dev/null ||
+    node dist/src/template-cli.js path --cached python-slim 2>/dev/null)"; then
+    say "neither python nor python-slim could be built: nothing to serve"
+    exit 1
+  fi
+fi
 export SERVICE_IMAGE_DIR
 
 case "$mode" in

@@ -31,6 +31,14 @@ step "lint and format"
 npx --no-install eslint . || failures+=("eslint")
 npx --no-install prettier --check . >/dev/null || { npx --no-install prettier --check . ; failures+=("prettier"); }
 
+step "templates: the worked example and python, built and booted"
+if bash guest/image/template-test.sh 2>&1 | tee "$logs/templates.log"; [ "${PIPESTATUS[0]}" = 0 ]; then
+  passed=$((passed + 1))
+else
+  failures+=("templates")
+  failed=$((failed + 1))
+fi
+
 if [ -f sdk/test.sh ]; then
   step "SDKs and CLI against a real hostd"
   sdk_state=$(mktemp -d /dev/shm/hostd-sdk-XXXXXX)

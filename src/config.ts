@@ -25,7 +25,7 @@ export interface Config {
   readonly stateDir: string;
   /** Durable state (disk): frozen templates, VM memory images, snapshots, paused sandboxes. */
   readonly dataDir: string;
-  /** Directory holding vmlinux, initrd.cpio and manifest.json (built by guest/image/build.sh). */
+  /** Directory holding vmlinux, initrd.cpio and manifest.json (a template directory: `npm run template -- path NAME`). */
   readonly imageDir: string;
   readonly accel: AccelChoice;
   readonly tcgTbMib: number;

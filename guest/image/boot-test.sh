@@ -1,14 +1,18 @@
 #!/bin/bash
-# Boot test of a hostd guest image, then an end-to-end check of VM templating with it.
+# Boot test of a built hostd template, then an end-to-end check of VM templating with it.
 #
-#   guest/image/boot-test.sh [IMAGE_DIR]
+#   guest/image/boot-test.sh [TEMPLATE_DIR]
 #
-# IMAGE_DIR defaults to the output of guest/image/build.sh (which builds or reuses the cached
-# image). Steps, each timed from QEMU spawn to the agent's hello reply:
+# TEMPLATE_DIR (a directory with a manifest.json, see src/vm/image.ts) defaults to the template
+# python-slim, built or reused through `node dist/src/template-cli.js path python-slim`. QEMU is
+# started the way hostd starts it: the root filesystem read-only on the first virtio disk, and
+# a copy-on-write qcow2 overlay of the template's disk.qcow2 as the writable second disk. Steps,
+# each timed from QEMU spawn to the agent's hello reply:
 #   1. cold boot of a template VM whose RAM is a share=on file in /dev/shm; hello; an exec probe
-#      (free memory etc.) if the agent answers exec;
+#      (free memory etc.), whose non-zero exit fails the test;
 #   2. QMP stop, x-ignore-shared, migrate to exec:cat > state: device state only, the RAM stays
-#      in the /dev/shm file;
+#      in the /dev/shm file and the disk writes in the template's overlay, which from then on
+#      is the frozen base of every clone's own overlay;
 #   3. clones, one after another: same command line with share=off (a private copy-on-write
 #      mapping of the template's RAM file) and -incoming defer; migrate-incoming, cont, hello,
 #      and a check that a file written in one clone is not seen by the next.
@@ -21,17 +25,21 @@
 #                      the manifest's tcg.cmdline_append (tsc_early_khz=<host TSC kHz>) is added
 #   BOOT_TEST_MACHINE  microvm options (default: the tuned set below)
 #   BOOT_TEST_INITRD   another initrd file to boot (e.g. a compressed variant)
+#   BOOT_TEST_ROOTFS   another root filesystem image to attach (e.g. an uncompressed variant)
+#   BOOT_TEST_DISK     0: no writable disk (the writable layer is then a tmpfs in guest RAM)
+#   BOOT_TEST_MEMORY_MIB   guest RAM (default: the manifest's resources.memory_mib, else 512)
 #   BOOT_TEST_EXTRA    extra QEMU arguments, word-split
 #   BOOT_TEST_COLD     number of cold boots to time (default 1; the last one becomes the template)
 #   BOOT_TEST_CLONES   number of clones to restore one after another (default 2)
 #   BOOT_TEST_PROBE    bash code run with the agent's exec op after the cold boot
+#   BOOT_TEST_PROBE_TIMEOUT_S  seconds the probe may take (default 300)
 #   BOOT_TEST_CONSOLE_OUT  copy the console log of the last cold boot to this file
 #   BOOT_TEST_TIMEOUT_S    seconds to wait for a hello reply (default 60)
 #   HOSTD_QEMU         QEMU binary (default qemu-system-x86_64)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-image_dir=${1:-$("$here/build.sh")}
+image_dir=${1:-$(node "$here/../../dist/src/template-cli.js" path python-slim)}
 [[ -f $image_dir/manifest.json ]] || { echo "boot-test: no manifest in $image_dir" >&2; exit 1; }
 
 work=$(mktemp -d /tmp/hostd-boot-test.XXXXXX)
@@ -68,13 +76,19 @@ append = os.environ.get("BOOT_TEST_APPEND", manifest["cmdline"])
 machine = os.environ.get(
     "BOOT_TEST_MACHINE",
     "microvm,x-option-roms=off,isa-serial=on,rtc=on,pit=off,pic=off,acpi=on,auto-kernel-cmdline=off")
-initrd = os.environ.get("BOOT_TEST_INITRD", os.path.join(image, "initrd.cpio"))
+initrd = os.environ.get("BOOT_TEST_INITRD", os.path.join(image, manifest["initrd"]))
+rootfs = os.environ.get("BOOT_TEST_ROOTFS", os.path.join(image, manifest["rootfs"]))
+disk = (os.path.join(image, manifest["disk"])
+        if manifest.get("disk") and os.environ.get("BOOT_TEST_DISK", "1") != "0" else None)
+memory_mib = int(os.environ.get("BOOT_TEST_MEMORY_MIB")
+                 or manifest.get("resources", {}).get("memory_mib", 512))
 extra = os.environ.get("BOOT_TEST_EXTRA", "").split()
 cold_runs = int(os.environ.get("BOOT_TEST_COLD", "1"))
 clones = int(os.environ.get("BOOT_TEST_CLONES", "2"))
 probe = os.environ.get(
     "BOOT_TEST_PROBE",
-    "free -k | sed -n 2p; hostname; ls -ld /tmp /root; ls /sys/class/net; uname -r")
+    "free -m; df -h /; grep -E ' / | /opt/hostd ' /proc/mounts; hostname; ls -ld /tmp /root; "
+    "ls /sys/class/net; uname -r")
 HELLO_TIMEOUT_S = float(os.environ.get("BOOT_TEST_TIMEOUT_S", "60"))
 vms = []
 
@@ -101,19 +115,46 @@ else:
 def boot_args(incoming):
     if incoming and os.environ.get("BOOT_TEST_CLONE_KERNEL", "1") == "0":
         return []
-    return ["-kernel", os.path.join(image, "vmlinux"), "-initrd", initrd, "-append", append]
+    return ["-kernel", os.path.join(image, manifest["kernel"]), "-initrd", initrd,
+            "-append", append]
 
 
-def qemu_argv(name, mem_path, share, incoming=False):
+def disk_args(overlay):
+    """The root filesystem read-only first, then this VM's writable overlay: hostd's order."""
+    argv = ["-blockdev", f"driver=file,filename={rootfs},node-name=rootfs-file,read-only=on",
+            "-blockdev", "driver=raw,file=rootfs-file,node-name=rootfs,read-only=on",
+            "-device", "virtio-blk-device,drive=rootfs,serial=hostd-root"]
+    if overlay:
+        argv += ["-blockdev", f"driver=file,filename={overlay},node-name=disk-file",
+                 "-blockdev", "driver=qcow2,file=disk-file,node-name=disk",
+                 "-device", "virtio-blk-device,drive=disk,serial=hostd-disk"]
+    return argv
+
+
+def overlay_of(base, name):
+    """A new qcow2 whose reads fall through to base and whose writes stay its own."""
+    if not base:
+        return None
+    path = f"{work}/{name}.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", base, path],
+                   check=True)
+    return path
+
+
+def qemu_argv(name, mem_path, share, incoming=False, overlay=None):
     argv = [qemu, "-M", f"{machine},memory-backend=mem", *accel_args,
-            "-m", "512M", "-smp", "1",
+            "-m", f"{memory_mib}M", "-smp", "1",
             "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-            "-object", "memory-backend-file,id=mem,size=512M,"
+            "-object", f"memory-backend-file,id=mem,size={memory_mib}M,"
                        f"mem-path={mem_path},share={'on' if share else 'off'}",
- *boot_args(incoming),
-            "-device", "virtio-serial-device",
+            *boot_args(incoming), *disk_args(overlay),
+            "-device", "virtio-serial-device,max_ports=3",
             "-chardev", f"socket,id=agent,path={work}/{name}.agent,server=on,wait=off",
             "-device", "virtserialport,chardev=agent,name=hostd.agent",
+            # The agent needs its REPL worker's port too (guest/PROTOCOL.md); this test does
+            # not use it.
+            "-chardev", f"socket,id=repl,path={work}/{name}.repl,server=on,wait=off",
+            "-device", "virtserialport,chardev=repl,name=hostd.repl",
             "-serial", f"file:{work}/{name}.console",
             "-qmp", f"unix:{work}/{name}.qmp,server=on,wait=off", *extra]
     if incoming:
@@ -145,9 +186,10 @@ class Lines:
 
 
 class Vm:
-    def __init__(self, name, mem_path, share, incoming=False):
+    def __init__(self, name, mem_path, share, incoming=False, overlay=None):
         self.name = name
-        self.argv = qemu_argv(name, mem_path, share, incoming)
+        self.overlay = overlay
+        self.argv = qemu_argv(name, mem_path, share, incoming, overlay)
         self.t0 = time.monotonic()
         self.deadline = self.t0 + HELLO_TIMEOUT_S
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL)
@@ -234,7 +276,7 @@ class Vm:
         return ", ".join(f"{k} {int(fields[k].split()[0]) // 1024} MiB"
                          for k in ("RssAnon", "RssFile", "RssShmem") if k in fields)
 
-    def console_tail(self, n=30):
+    def console_tail(self, n=60):
         try:
             with open(f"{work}/{self.name}.console", errors="replace") as f:
                 return "".join(f.readlines()[-n:])
@@ -255,7 +297,7 @@ class Vm:
 
 
 def cold_boot(i, mem_path):
-    vm = Vm(f"cold{i}", mem_path, share=True)
+    vm = Vm(f"cold{i}", mem_path, share=True, overlay=overlay_of(disk, f"cold{i}"))
     if i == 0:
         log("cold boot command line:", shlex.join(vm.argv))
     try:
@@ -271,7 +313,8 @@ def cold_boot(i, mem_path):
 
 def run():
     log(f"image {image}")
-    log(f"initrd {initrd} ({os.path.getsize(initrd)} bytes)")
+    log(f"initrd {initrd} ({os.path.getsize(initrd)} bytes), root filesystem {rootfs} "
+        f"({os.path.getsize(rootfs)} bytes), writable disk {disk or 'none (tmpfs)'}")
     template_mem = f"{shm}-template"
     vm = None
     for i in range(cold_runs):
@@ -281,11 +324,12 @@ def run():
     if os.environ.get("BOOT_TEST_CONSOLE_OUT"):
         with open(os.environ["BOOT_TEST_CONSOLE_OUT"], "w") as f:
             f.write(vm.console_tail(1 << 20))
-    try:
-        code, out = vm.bash(probe)
-        log(f"guest (exit {code}): " + " | ".join(out))
-    except Exception as e:  # the agent may not implement exec
-        log(f"exec probe skipped: {e!r}")
+    cpu0, t0 = vm.cpu_ms(), time.monotonic()
+    code, out = vm.bash(probe, timeout_s=float(os.environ.get("BOOT_TEST_PROBE_TIMEOUT_S", "300")))
+    log(f"probe: {(time.monotonic() - t0) * 1000:.0f} ms, QEMU CPU time {vm.cpu_ms() - cpu0} ms; "
+        f"guest (exit {code}):\n" + "\n".join(out))
+    if code != 0:
+        raise RuntimeError(f"the probe exited with {code}")
 
     # The template: device state only; its RAM stays in the share=on file.
     t = time.monotonic()
@@ -300,7 +344,8 @@ def run():
     vm.quit()
 
     for i in range(clones):
-        c = Vm(f"clone{i}", template_mem, share=False, incoming=True)
+        c = Vm(f"clone{i}", template_mem, share=False, incoming=True,
+               overlay=overlay_of(vm.overlay, f"clone{i}"))
         if i == 0:
             log("clone command line:", shlex.join(c.argv))
         c.qmp_cmd("migrate-set-capabilities",

@@ -10,6 +10,10 @@
  *
  * A fork point becomes a new immutable image by copying a clone's base file and the pages the
  * clone wrote (vm/page-delta.ts); its children are clones of that image.
+ *
+ * Disks: the template's root filesystem is virtio disk 1, read-only and the same file for every
+ * VM (the host's page cache holds one copy for all); a VM's own writable disk, when it has one,
+ * is virtio disk 2. The guest's /init tells them apart by serial number (guest/image/init).
  */
 
 export type Accel = 'kvm' | 'tcg';
@@ -17,7 +21,10 @@ export type Accel = 'kvm' | 'tcg';
 export interface GuestImage {
   /** Uncompressed ELF kernel with a PVH note (microvm boots it directly). */
   readonly kernel: string;
+  /** The boot image's initramfs: /init, busybox, kernel modules and the agent. */
   readonly initrd: string;
+  /** The template's root filesystem (EROFS), attached read-only. */
+  readonly rootfs: string;
   readonly cmdline: string;
   /** Identifies the image build; snapshots are only valid for the same key. */
   readonly key: string;
@@ -58,6 +65,43 @@ export interface VmPaths {
   readonly agentSocket: string;
   readonly replSocket: string;
   readonly consoleLog: string;
+  /**
+   * This VM's writable disk: a qcow2 copy-on-write overlay (of the template's disk.qcow2 for a
+   * template VM; of the frozen template's or fork point's overlay for a clone). Without one the
+   * guest keeps written files in RAM. A snapshot restores only into a VM that agrees with the
+   * one saved on having a disk.
+   */
+  readonly writableDisk?: string;
+}
+
+/** Serial numbers by which the guest's /init finds its disks (guest/image/init). */
+export const ROOTFS_SERIAL = 'hostd-root';
+export const DISK_SERIAL = 'hostd-disk';
+
+/** A value inside a QEMU option list, where a comma must be doubled. */
+const optValue = (s: string): string => s.replaceAll(',', ',,');
+
+/** The block devices of a VM, root filesystem first: the guest relies on that order too. */
+export function diskArgs(image: GuestImage, writableDisk: string | undefined): string[] {
+  const args = [
+    '-blockdev',
+    `driver=file,filename=${optValue(image.rootfs)},node-name=rootfs-file,read-only=on`,
+    '-blockdev',
+    'driver=raw,file=rootfs-file,node-name=rootfs,read-only=on',
+    '-device',
+    `virtio-blk-device,drive=rootfs,serial=${ROOTFS_SERIAL}`,
+  ];
+  if (writableDisk) {
+    args.push(
+      '-blockdev',
+      `driver=file,filename=${optValue(writableDisk)},node-name=disk-file`,
+      '-blockdev',
+      'driver=qcow2,file=disk-file,node-name=disk',
+      '-device',
+      `virtio-blk-device,drive=disk,serial=${DISK_SERIAL}`,
+    );
+  }
+  return args;
 }
 
 export type RamMode =
@@ -106,6 +150,8 @@ export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): strin
     ...(ram.kind === 'template'
       ? ['-kernel', spec.image.kernel, '-initrd', spec.image.initrd, '-append', kernelCmdline(spec)]
       : []),
+    // Disks are part of the machine: a clone has them too (its device state refers to them).
+    ...diskArgs(spec.image, paths.writableDisk),
     // Appending, so that hostd can truncate the log when a guest floods its console.
     '-chardev',
     `file,id=console,path=${paths.consoleLog},append=on`,

@@ -7,6 +7,7 @@ const spec: MachineSpec = {
   image: {
     kernel: '/img/vmlinux',
     initrd: '/img/initrd.cpio',
+    rootfs: '/img/rootfs.erofs',
     cmdline: 'console=ttyS0 quiet',
     key: 'k',
   },
@@ -55,6 +56,53 @@ test('template and clone differ only in share=, -incoming and the boot files (sn
       .filter((x, i, all) => !boot.has(x) && !boot.has(all[i - 1]!));
   assert.deepEqual(strip(c), strip(t));
   assert.ok(!c.includes('-kernel') && !c.includes('-initrd'), 'a clone loads no boot files');
+});
+
+test('the root filesystem is the first virtio disk, read-only, found by the guest by its serial', () => {
+  const args = qemuArgs(spec, paths, { kind: 'template', memPath: '/m' });
+  assert.deepEqual(argAfter(args, '-blockdev'), [
+    'driver=file,filename=/img/rootfs.erofs,node-name=rootfs-file,read-only=on',
+    'driver=raw,file=rootfs-file,node-name=rootfs,read-only=on',
+  ]);
+  assert.deepEqual(
+    argAfter(args, '-device').filter((d) => d.startsWith('virtio-blk')),
+    ['virtio-blk-device,drive=rootfs,serial=hostd-root'],
+  );
+});
+
+test('a writable disk is the second virtio disk, a qcow2 the VM may write', () => {
+  const args = qemuArgs(
+    spec,
+    { ...paths, writableDisk: '/s/disk.qcow2' },
+    { kind: 'template', memPath: '/m' },
+  );
+  assert.deepEqual(argAfter(args, '-blockdev').slice(2), [
+    'driver=file,filename=/s/disk.qcow2,node-name=disk-file',
+    'driver=qcow2,file=disk-file,node-name=disk',
+  ]);
+  assert.deepEqual(
+    argAfter(args, '-device').filter((d) => d.startsWith('virtio-blk')),
+    [
+      'virtio-blk-device,drive=rootfs,serial=hostd-root',
+      'virtio-blk-device,drive=disk,serial=hostd-disk',
+    ],
+  );
+});
+
+test('a clone has the same disks as its template: they are part of the restored machine', () => {
+  const withDisk = { ...paths, writableDisk: '/s/disk.qcow2' };
+  const t = qemuArgs(spec, withDisk, { kind: 'template', memPath: '/m' });
+  const c = qemuArgs(spec, withDisk, { kind: 'clone', memPath: '/m' });
+  assert.deepEqual(argAfter(c, '-blockdev'), argAfter(t, '-blockdev'));
+});
+
+test('commas in file names are escaped for QEMU option lists', () => {
+  const image = { ...spec.image, rootfs: '/a,b/rootfs.erofs' };
+  const args = qemuArgs({ ...spec, image }, paths, { kind: 'template', memPath: '/m' });
+  assert.equal(
+    argAfter(args, '-blockdev')[0],
+    'driver=file,filename=/a,,b/rootfs.erofs,node-name=rootfs-file,read-only=on',
+  );
 });
 
 test('TCG bounds the translation buffer; KVM uses the host CPU', () => {

@@ -6,7 +6,7 @@ Run from the repository root:  python3 -m unittest discover -s guest/agent/tests
 
 import unittest
 
-from test_agent import AgentTestCase
+from agent_harness import AgentTestCase
 
 
 class ProxyEnvironment(AgentTestCase):

@@ -1,0 +1,34 @@
+#!/bin/bash
+# Builds one template's root filesystem from a build spec into OUT_DIR:
+#
+#   guest/image/build-rootfs.sh SPEC.json OUT_DIR
+#
+# SPEC.json is written by src/vm/image-builder.ts, which also owns the cache entry (key, lock,
+# temporary directory, publish); its debian_dir comes from build-debian.sh. rootfs.py does the
+# work, as root in fresh mount and PID namespaces: the mounts it makes for the chroot and any
+# process a setup command leaves running die with it, also when it fails or is killed. A builder
+# that is not root gets a user namespace with its subordinate ids instead (as mmdebstrap's
+# unshare mode), so file owners in the image are still right.
+set -euo pipefail
+SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
+# shellcheck source=lib.sh
+. "$(dirname "$SELF")/lib.sh"
+
+[[ $# == 2 && -f $1 && -d $2 ]] || die "usage: build-rootfs.sh SPEC.json OUT_DIR"
+host_deps_require unshare chroot tar python3 mkfs.erofs
+as_root=()
+if [[ $(id -u) != 0 ]]; then
+	host_deps_require newuidmap
+	as_root=(--map-root-user --map-auto)
+fi
+propagation=private
+if ! unshare "${as_root[@]}" --mount --propagation private true 2>/dev/null; then
+	# In a chroot, / is not a mount point and cannot be made private (EINVAL). The mounts of the
+	# build then stay in its namespace only if no mount here is shared with another namespace.
+	if grep -q ' shared:' /proc/self/mountinfo; then
+		die "cannot make mounts private in this chroot, and some are shared: run the build outside the chroot, or make them private (mount --make-rprivate)"
+	fi
+	propagation=unchanged
+fi
+run_bg unshare "${as_root[@]}" --mount --propagation "$propagation" --pid --fork --kill-child \
+	python3 "$IMAGE_DIR/rootfs.py" "$1" "$2"

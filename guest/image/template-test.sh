@@ -1,0 +1,68 @@
+#!/bin/bash
+# End-to-end test of templates built from recipes, booted with QEMU the way hostd boots them
+# (boot-test.sh), run by `npm test`:
+#
+#   1. the worked example of docs/templates.md (examples/templates/hello.toml): makes its wheel,
+#      builds it, boots it and checks in the guest that its Debian package, its file, its setup
+#      command's output and its wheel's module are there, and that /etc/hostd/template.json says
+#      what the recipe says;
+#   2. the default template python: the data stack imports, the command-line tools and pip are
+#      there, and with numpy, pandas and matplotlib.pyplot loaded in a process (as the preloaded
+#      REPL holds them) at least 80% of guest RAM is still available.
+#
+#   guest/image/template-test.sh [hello|python]...   (default: both)
+#
+# Needs the compiled TypeScript (npm run build). Leaves nothing behind but the cache entries.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(dirname "$(dirname "$here")")
+cli=(node "$repo/dist/src/template-cli.js")
+
+say() { echo "template-test: $*" >&2; }
+
+test_hello() {
+	python3 "$repo/examples/templates/make-wheel.py" >/dev/null
+	local dir
+	dir=$(SERVICE_TEMPLATE_DIR=$repo/examples/templates "${cli[@]}" path hello)
+	say "hello: built $dir"
+	BOOT_TEST_CLONES=1 BOOT_TEST_PROBE='set -e
+		command -v figlet
+		grep -qx "Hello from a hostd template" /etc/hostd-hello/greeting.txt
+		test "$(stat -c %a /etc/hostd-hello/greeting.txt)" = 644
+		grep -q _ /etc/hostd-hello/banner.txt
+		HELLO_NAME=tester python3 -c "import hostd_hello; print(hostd_hello.greet())" |
+			grep -qx "Hello from a hostd template, tester!"
+		python3 -c "import json; t = json.load(open(\"/etc/hostd/template.json\")); \
+			assert t == {\"name\": \"hello\", \"preload\": [\"hostd_hello\"], \
+			\"env\": {\"HELLO_NAME\": \"sandbox\"}}, t"
+		echo "hello: package, file, setup command, wheel and template.json are there"' \
+		"$here/boot-test.sh" "$dir"
+}
+
+test_python() {
+	local dir
+	dir=$("${cli[@]}" path python)
+	say "python: built $dir"
+	BOOT_TEST_CLONES=1 BOOT_TEST_PROBE='set -e
+		python3 -c "import numpy, pandas, matplotlib.pyplot, scipy, sklearn, sympy, statsmodels, \
+			networkx, PIL, requests, bs4, lxml, openpyxl, yaml, tabulate"
+		python3 -c "import json; t = json.load(open(\"/etc/hostd/template.json\")); \
+			assert t[\"env\"] == {\"MPLBACKEND\": \"Agg\"} and \
+			t[\"preload\"] == [\"numpy\", \"pandas\", \"matplotlib.pyplot\"], t"
+		for c in git curl wget unzip sqlite3 jq pip; do command -v $c >/dev/null; done
+		test ! -e /usr/lib/python3.11/EXTERNALLY-MANAGED
+		python3 -c "import numpy, pandas, matplotlib.pyplot, time; open(\"/tmp/loaded\", \"w\"); time.sleep(600)" &
+		while [ ! -e /tmp/loaded ]; do sleep 0.2; done
+		free -m
+		read -r _ total _ _ _ _ available < <(free -m | sed -n 2p)
+		echo "python: $available of $total MiB available ($((available * 100 / total))%) with the data stack loaded"
+		kill $!
+		test $((available * 100)) -ge $((total * 80))' \
+		"$here/boot-test.sh" "$dir"
+}
+
+[[ $# -gt 0 ]] || set -- hello python
+for t in "$@"; do
+	"test_$t"
+	say "$t: ok"
+done

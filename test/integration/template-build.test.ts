@@ -1,0 +1,96 @@
+/**
+ * The template builder against the real scripts and cache: failures name their step and keep
+ * their log, a finished build is found again, and a change to a recipe's files rebuilds the
+ * root filesystem on top of the cached Debian packages. Recipes here use only the base
+ * packages, which `npm test` has installed for python-slim already, so each build takes
+ * seconds.
+ */
+import { after, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseRecipe } from '../../src/core/recipe.js';
+import { TemplateBuildError } from '../../src/vm/build-step.js';
+import { buildTemplate, defaultCacheDir, findBuilt } from '../../src/vm/image-builder.js';
+
+const cacheDir = defaultCacheDir();
+const recipes = await mkdtemp(join(tmpdir(), 'hostd-recipes-'));
+const names: string[] = [];
+
+/** A recipe in a fresh directory, under a name no other test run uses. */
+async function recipe(base: string, text: string, files: Record<string, string> = {}) {
+  const name = `test-${base}-${process.pid}`;
+  names.push(name);
+  for (const [path, content] of Object.entries(files))
+    await writeFile(join(recipes, path), content);
+  return parseRecipe(text, join(recipes, `${name}.toml`));
+}
+
+const entries = (dir: string): Promise<string[]> => readdir(dir).catch(() => []);
+
+after(async () => {
+  for (const name of names) {
+    await rm(join(cacheDir, 'templates', name), { recursive: true, force: true });
+    await rm(join(cacheDir, 'templates', `${name}.lock`), { force: true });
+    for (const e of await entries(join(cacheDir, 'rootfs'))) {
+      if (e.startsWith(`${name}-`))
+        await rm(join(cacheDir, 'rootfs', e), { recursive: true, force: true });
+    }
+  }
+  await rm(recipes, { recursive: true, force: true });
+});
+
+test('a failing setup command fails the build at that command, with the end of the log, which stays', async () => {
+  const r = await recipe('broken', 'setup = ["echo about to fail", "echo failing; exit 3"]\n');
+  const err = await buildTemplate(r, { cacheDir }).then(
+    () => assert.fail('the build succeeded'),
+    (e: unknown) => e,
+  );
+  assert.ok(err instanceof TemplateBuildError);
+  assert.equal(err.template, r.name);
+  assert.equal(err.step, 'setup command 2 of 2: echo failing; exit 3');
+  assert.ok(err.tail.includes('failing'), err.tail.join('\n'));
+  assert.ok(err.logPath !== null);
+  assert.ok((await readFile(err.logPath, 'utf8')).includes('about to fail'));
+  // Nothing of the failed build is left but its log.
+  assert.deepEqual(
+    (await entries(join(cacheDir, 'rootfs'))).filter((e) => e.startsWith(`${r.name}-`)),
+    [],
+  );
+  assert.equal(await findBuilt(r, { cacheDir }), null);
+});
+
+test('a missing file fails the build naming the recipe field', async () => {
+  const r = await recipe('missing', '[[files]]\nsrc = "nowhere.txt"\ndest = "/etc/x"\n');
+  const err = await buildTemplate(r, { cacheDir }).catch((e: unknown) => e);
+  assert.ok(err instanceof TemplateBuildError);
+  assert.equal(err.step, 'read the recipe');
+  assert.equal(err.reason, `files[0].src: ${join(recipes, 'nowhere.txt')} does not exist`);
+});
+
+test('a built template is found again; changing a file rebuilds its root filesystem, not its packages', async () => {
+  const text = '[[files]]\nsrc = "motd"\ndest = "/etc/motd"\n';
+  const first = await recipe('files', text, { motd: 'one\n' });
+  const built = await buildTemplate(first, { cacheDir });
+  assert.equal(built.manifest.name, first.name);
+  assert.deepEqual(built.manifest.resources, {
+    memory_mib: 512,
+    vcpus: 1,
+    pool_size: 2,
+    disk_mib: 4096,
+  });
+
+  const again = await buildTemplate(first, { cacheDir });
+  assert.equal(again.built, false);
+  assert.equal(again.dir, built.dir);
+  assert.equal((await findBuilt(first, { cacheDir }))?.dir, built.dir);
+
+  const debianBefore = await entries(join(cacheDir, 'debian'));
+  await writeFile(join(recipes, 'motd'), 'two\n');
+  const changed = await buildTemplate(parseRecipe(text, first.file), { cacheDir });
+  assert.equal(changed.built, true);
+  assert.notEqual(changed.manifest.keys.rootfs, built.manifest.keys.rootfs);
+  assert.equal(changed.manifest.keys.boot, built.manifest.keys.boot);
+  assert.deepEqual(await entries(join(cacheDir, 'debian')), debianBefore);
+});
