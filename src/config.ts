@@ -33,6 +33,8 @@ export interface Config {
   readonly defaultTemplate: string;
   readonly maxSandboxes: number;
   readonly maxBodyBytes: number;
+  /** Largest file upload (SERVICE_MAX_FILE_BYTES); uploads stream, so it is not held in memory. */
+  readonly maxFileBytes: number;
   readonly maxQueuedExecs: number;
   /** Seconds without any request after which a sandbox is paused or deleted; 0 disables. */
   readonly idleTimeoutS: number;
@@ -172,6 +174,7 @@ export function loadConfig(env: Env = process.env): Config {
     defaultTemplate: templates[0]!.name,
     maxSandboxes: intVar(env, 'SERVICE_MAX_SANDBOXES', 128, 1, 4096),
     maxBodyBytes: intVar(env, 'SERVICE_MAX_BODY_BYTES', 4 * 1024 * 1024, 1024, 256 * 1024 * 1024),
+    maxFileBytes: intVar(env, 'SERVICE_MAX_FILE_BYTES', 4 * 1024 ** 3, 1024, 2 ** 40),
     maxQueuedExecs: intVar(env, 'SERVICE_MAX_QUEUED_EXECS', 64, 1, 100000),
     idleTimeoutS: intVar(env, 'SERVICE_IDLE_TIMEOUT_S', 3600, 0, 30 * 24 * 3600),
     idleAction: choice(env, 'SERVICE_IDLE_ACTION', ['pause', 'delete'] as const, 'pause'),

@@ -62,6 +62,14 @@ export const Errors = {
   /** A malformed request the HTTP framework rejected before any handler ran. */
   malformedRequest: def('invalid_request', 400, (why: string) => `malformed request: ${why}`),
   mergeIntoSelf: def('merge_into_self', 400, () => 'cannot merge a sandbox into itself'),
+  /** A `network.allow_out` rule that does not parse; the message names it and why. */
+  invalidEgressRule: def('invalid_request', 400, (why: string) => why),
+  /** A tar upload that is not a tar stream (or is truncated). */
+  invalidArchive: def(
+    'invalid_archive',
+    400,
+    (path: string, why: string) => `not a valid tar archive for ${path}: ${why}`,
+  ),
   /** A path for the files API that is not absolute, or holds NUL or `..` components. */
   invalidPath: def(
     'invalid_path',
@@ -74,6 +82,14 @@ export const Errors = {
     (path: string, hint: string) => `${path} is a directory${hint}`,
   ),
   notADirectory: def('not_a_directory', 400, (path: string) => `${path} is not a directory`),
+
+  // --- 403 ---------------------------------------------------------------------------------
+  /** The guest refused a file operation (a read-only filesystem such as /proc, EACCES). */
+  permissionDenied: def(
+    'permission_denied',
+    403,
+    (path: string, why: string) => `permission denied on ${path}: ${why}`,
+  ),
 
   // --- 401 ---------------------------------------------------------------------------------
   /** The contract fixes these two messages. */

@@ -16,6 +16,7 @@ import { loadImage } from './vm/image.js';
 import { claimDataDir, claimStateDir, releaseDataDir, releaseStateDir } from './state-dir.js';
 import { canRead, launcher, lookupUser, type VmUser } from './vm/vm-user.js';
 import { writeFile } from 'node:fs/promises';
+import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 
 const HOSTD_VERSION = '0.1.0';
@@ -101,6 +102,14 @@ async function main(): Promise<void> {
     (accel.accel === 'tcg' ? config.tcgTbMib : 0) + 48,
   );
   await hypervisor.init();
+  // The API's port is known once it listens (SERVICE_HOSTD_ADDR may ask for port 0).
+  let apiPort = config.port;
+  const egress = {
+    get apiPort(): number {
+      return apiPort;
+    },
+    hostAddresses: hostAddresses(),
+  };
   const metrics = createMetrics({ accel: accel.accel, version: HOSTD_VERSION });
   const manager = new SandboxManager(
     {
@@ -119,6 +128,8 @@ async function main(): Promise<void> {
       idleAction: config.idleAction,
       pausedTtlS: config.pausedTtlS,
       maxStorageMib: config.maxStorageMib,
+      maxFileBytes: config.maxFileBytes,
+      egress,
     },
     hypervisor,
     log,
@@ -131,6 +142,7 @@ async function main(): Promise<void> {
     manager,
     auth,
     maxBodyBytes: config.maxBodyBytes,
+    maxFileBytes: config.maxFileBytes,
     logger: log,
     metrics,
   });
@@ -155,6 +167,7 @@ async function main(): Promise<void> {
     process.exit(1);
   }
   const address = await app.listen({ host: config.host, port: config.port });
+  apiPort = new URL(address).port ? Number(new URL(address).port) : config.port;
   // Where a client that started hostd on port 0 (tests, scripts) finds it, without parsing logs.
   await writeFile(join(config.stateDir, 'hostd.url'), `${address}\n`, { mode: 0o600 });
   log.info(
@@ -168,3 +181,8 @@ main().catch((err: unknown) => {
   else process.stderr.write(`hostd: fatal: ${(err as Error)?.stack ?? String(err)}\n`);
   process.exit(1);
 });
+
+/** Every address of this host's interfaces: hostd's API port is closed to sandboxes on all. */
+function hostAddresses(): string[] {
+  return Object.values(networkInterfaces()).flatMap((list) => (list ?? []).map((a) => a.address));
+}

@@ -16,6 +16,7 @@ import type { SandboxManager } from '../core/sandbox-manager.js';
 import { makeAuthChecker, type AuthMode } from './auth.js';
 import type { Metrics } from './metrics.js';
 import { registerExecRoutes } from './routes/exec.js';
+import { rawBodyParser, registerFileRoutes, UPLOAD_ROUTE } from './routes/files.js';
 import { registerLineageRoutes } from './routes/lineage.js';
 import { registerSandboxRoutes } from './routes/sandboxes.js';
 import { registerServiceRoutes } from './routes/service.js';
@@ -25,6 +26,8 @@ export interface ServerOptions {
   manager: SandboxManager;
   auth: AuthMode;
   maxBodyBytes: number;
+  /** SERVICE_MAX_FILE_BYTES: the only bound on a file upload's body. */
+  maxFileBytes: number;
   logger: Logger;
   metrics: Metrics;
 }
@@ -98,7 +101,12 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     const err = guarded ? checkAuth(req.headers.authorization) : null;
     if (err) return rejectBeforeBody(req, reply, err);
     const declared = Number(req.headers['content-length'] ?? 0);
-    if (declared > opts.maxBodyBytes) {
+    if (route === UPLOAD_ROUTE && req.method === 'PUT') {
+      // Uploads stream to the guest; only SERVICE_MAX_FILE_BYTES bounds them.
+      if (declared > opts.maxFileBytes) {
+        return rejectBeforeBody(req, reply, fail('fileTooLarge', opts.maxFileBytes));
+      }
+    } else if (declared > opts.maxBodyBytes) {
       return rejectBeforeBody(req, reply, fail('bodyTooLarge', declared, opts.maxBodyBytes));
     }
   });
@@ -120,6 +128,11 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   registerExecRoutes(app, manager);
   registerLineageRoutes(app, manager);
   registerSnapshotRoutes(app, manager);
+  // In their own scope: only these routes take raw bodies.
+  await app.register(async (scope) => {
+    rawBodyParser(scope);
+    registerFileRoutes(scope, manager);
+  });
 
   return app;
 }

@@ -184,3 +184,34 @@ export function parseFork(body: unknown): { n: number } {
   }
   return { n: b.n };
 }
+
+/**
+ * A guest path from the `path` query parameter: absolute, without NUL bytes or `..`
+ * components (docs/api.md, Files). The guest checks again; this answers early and the same way.
+ */
+export function parseGuestPath(value: unknown): string {
+  if (typeof value !== 'string' || value === '') {
+    throw fail('invalidPath', String(value ?? ''), 'the path query parameter is required');
+  }
+  if (!value.startsWith('/')) throw fail('invalidPath', value, 'it must be absolute');
+  if (value.includes('\0')) throw fail('invalidPath', value, 'it holds a NUL byte');
+  if (value.split('/').includes('..')) throw fail('invalidPath', value, 'it holds ".."');
+  return value;
+}
+
+/** `mode` of an upload: octal permission bits as a string, default 0644. */
+export function parseFileMode(value: unknown): number {
+  if (value === undefined) return 0o644;
+  if (typeof value !== 'string' || !/^0?[0-7]{1,4}$/.test(value)) {
+    throw fail('invalidField', 'mode', 'octal permission bits such as "0644"', value);
+  }
+  return parseInt(value, 8) & 0o7777;
+}
+
+/** A boolean query flag: `1`/`true` or `0`/`false`; absent is false. */
+export function parseFlag(value: unknown, name: string): boolean {
+  if (value === undefined) return false;
+  if (value === '1' || value === 'true') return true;
+  if (value === '0' || value === 'false') return false;
+  throw fail('invalidField', name, '1, true, 0 or false', value);
+}

@@ -17,6 +17,8 @@ export interface SandboxRecord {
   readonly parent_id: string | null;
   readonly snapshot_id: string | null;
   readonly created_at: string;
+  /** Its egress rules (absent in records of older runs: none). */
+  readonly allow_out?: readonly string[];
   readonly state: 'running' | 'paused' | 'lost';
   /** A running sandbox's machine id: its folder under `vms/`. */
   readonly vm?: string;
@@ -35,6 +37,8 @@ export interface SnapshotRecord {
   readonly template: string;
   readonly created_at: string;
   readonly size_bytes: number;
+  /** The source sandbox's egress rules: sandboxes created from the snapshot inherit them. */
+  readonly allow_out?: readonly string[];
   readonly state: StateDescriptor;
 }
 

@@ -11,6 +11,7 @@
 import type { Logger } from 'pino';
 import { fail, failWith, HostdError } from '../errors.js';
 import type { FrozenState, Hypervisor, Machine } from '../vm/machine.js';
+import type { SandboxNetwork } from './network.js';
 import type { Admission } from './admission.js';
 import type { ForkStandby } from './fork-standby.js';
 import type { SandboxRegistry } from './registry.js';
@@ -27,6 +28,7 @@ export interface LineageDeps {
   readonly log: Logger;
   /** True once hostd is stopping: a fork that finishes then destroys its children. */
   readonly stopping: () => boolean;
+  readonly network: SandboxNetwork;
   readonly onForked?: (n: number, seconds: number) => void;
 }
 
@@ -39,7 +41,7 @@ export class Lineage {
       throw fail('invalidField', 'n', `an integer from 1 to ${MAX_FORK}`, n);
     }
     const { registry, admission, standby, log } = this.deps;
-    const { sandbox, release } = await registry.acquire(id);
+    const { sandbox, release } = await registry.acquire(id, undefined, 'both');
     const started = process.hrtime.bigint();
     try {
       const { machine } = sandbox;
@@ -50,9 +52,14 @@ export class Lineage {
         const short = target ? null : admission.shortage(0, machine.captureCostMib());
         if (short) throw fail('insufficientResources', short);
         const state = await this.capture(sandbox, machine, n, target);
-        const children = await this.restoreAll(state, n);
+        const children = await this.restoreAll(state, n, sandbox.allowOut);
         const adopted = children.map((m) =>
-          registry.adopt(m, { template: sandbox.template, parentId: sandbox.id, snapshotId: null }),
+          registry.adopt(m, {
+            template: sandbox.template,
+            parentId: sandbox.id,
+            snapshotId: null,
+            allowOut: sandbox.allowOut,
+          }),
         );
         sandbox.touch();
         const seconds = Number(process.hrtime.bigint() - started) / 1e9;
@@ -74,7 +81,7 @@ export class Lineage {
     const { registry, log } = this.deps;
     const parent = registry.get(parentId, false);
     const winner = registry.get(winnerId, false);
-    const turns = await Promise.allSettled([parent.queue.acquire(), winner.queue.acquire()]);
+    const turns = await Promise.allSettled([parent.acquireAll(), winner.acquireAll()]);
     const releases = turns.flatMap((t) => (t.status === 'fulfilled' ? [t.value] : []));
     try {
       const refused = turns.find((t): t is PromiseRejectedResult => t.status === 'rejected');
@@ -86,6 +93,7 @@ export class Lineage {
       const { machine: old, paused: oldPaused } = parent;
       registry.remove(winner, fail('sandboxMergedAway', winner.id, parent.id));
       registry.rebind(parent, winner.machine!, winner.template);
+      parent.allowOut = winner.allowOut;
       parent.touch();
       log.info({ parent: parent.id, winner: winner.id }, 'merged');
       void old?.destroy('the sandbox adopted another VM by merge');
@@ -110,13 +118,28 @@ export class Lineage {
     }
   }
 
-  /** Restores `n` machines from `state`, or none: on any failure the others are destroyed. */
-  private async restoreAll(state: FrozenState, n: number): Promise<Machine[]> {
-    const { hypervisor, stopping, log } = this.deps;
+  /**
+   * Restores `n` machines from `state` with the parent's network rules, or none: on any failure
+   * the others are destroyed.
+   */
+  private async restoreAll(
+    state: FrozenState,
+    n: number,
+    allowOut: readonly string[],
+  ): Promise<Machine[]> {
+    const { hypervisor, stopping, log, network } = this.deps;
+    const restoreOne = async (): Promise<Machine> => {
+      const machine = await hypervisor.restore(state);
+      try {
+        await network.bind(machine, allowOut);
+      } catch (err) {
+        await machine.destroy();
+        throw err;
+      }
+      return machine;
+    };
     // Each child holds its own reference to the state; the capture's goes when all are started.
-    const results = await Promise.allSettled(
-      Array.from({ length: n }, () => hypervisor.restore(state)),
-    ).finally(() => {
+    const results = await Promise.allSettled(Array.from({ length: n }, restoreOne)).finally(() => {
       state.release();
       void state.discardPrepared();
     });

@@ -25,6 +25,8 @@ export class SandboxRegistry {
     private readonly log: Logger,
     private readonly maxQueued: number,
     private readonly hypervisor: Hypervisor,
+    /** Applies a sandbox's egress rules to a machine it is about to drive (core/network.ts). */
+    private readonly bindNetwork: (machine: Machine, allowOut: readonly string[]) => Promise<void>,
     private readonly journal: RecordStore<SandboxRecord> = memoryRecords(),
   ) {}
 
@@ -80,7 +82,7 @@ export class SandboxRegistry {
       this.sandboxes.delete(sandbox.id);
       this.journal.remove(sandbox.id);
     }
-    sandbox.queue.close(why);
+    sandbox.close(why);
   }
 
   /** Forgets a lost sandbox; true if `id` was one. */
@@ -92,7 +94,7 @@ export class SandboxRegistry {
 
   /** Points `sandbox` at another running machine (merge, resume) and watches that one. */
   rebind(sandbox: Sandbox, machine: Machine, template = sandbox.template): void {
-    sandbox.machine = machine;
+    sandbox.setMachine(machine);
     sandbox.template = template;
     sandbox.brokenReason = null;
     sandbox.paused = null;
@@ -103,7 +105,7 @@ export class SandboxRegistry {
 
   /** Records that `sandbox` is now on disk (its machine stopped). */
   markPaused(sandbox: Sandbox, paused: NonNullable<Sandbox['paused']>): void {
-    sandbox.machine = null;
+    sandbox.setMachine(null);
     sandbox.paused = paused;
     sandbox.pausedAt = new Date();
     this.save(sandbox);
@@ -131,9 +133,12 @@ export class SandboxRegistry {
   async acquire(
     id: string,
     signal?: AbortSignal,
+    lanes: 'exec' | 'both' = 'exec',
   ): Promise<{ sandbox: RunningSandbox; release: Release }> {
     const sandbox = this.get(id, true);
-    const release = await sandbox.queue.acquire(signal);
+    const release = await (lanes === 'both'
+      ? sandbox.acquireAll(signal)
+      : sandbox.queue.acquire(signal));
     try {
       if (!this.holds(sandbox)) throw fail('sandboxNotFound', id);
       await this.wake(sandbox);
@@ -143,6 +148,31 @@ export class SandboxRegistry {
       throw err;
     }
     return { sandbox: sandbox as RunningSandbox, release };
+  }
+
+  /**
+   * Waits for the sandbox's file lane (docs/api.md, Files: "Ordering"): not behind its execs. A
+   * paused sandbox is resumed first, in its exec lane, as any operation that needs it running.
+   */
+  async acquireFiles(
+    id: string,
+    signal?: AbortSignal,
+  ): Promise<{ sandbox: RunningSandbox; release: Release }> {
+    for (;;) {
+      const sandbox = this.get(id, true);
+      if (sandbox.paused) (await this.acquire(id, signal)).release();
+      const release = await sandbox.fileQueue.acquire(signal);
+      try {
+        if (!this.holds(sandbox)) throw fail('sandboxNotFound', id);
+        this.ensureUsable(sandbox);
+      } catch (err) {
+        release();
+        throw err;
+      }
+      // Pausing takes this lane too, so a sandbox running now stays running until release.
+      if (!sandbox.paused) return { sandbox: sandbox as RunningSandbox, release };
+      release(); // paused again before its turn came: resume it again
+    }
   }
 
   /** Resumes `sandbox` if it is paused; its caller holds its turn. */
@@ -156,6 +186,12 @@ export class SandboxRegistry {
       this.log.error({ err, sandbox: sandbox.id }, 'resume failed');
       const why = err instanceof Error ? err.message : String(err);
       throw fail('vmOperationFailed', 'resume the sandbox', why);
+    }
+    try {
+      await this.bindNetwork(machine, sandbox.allowOut);
+    } catch (err) {
+      // The paused files are gone with the resume: the sandbox runs on, without network.
+      this.log.error({ err, sandbox: sandbox.id }, 'could not set up the network after resume');
     }
     this.rebind(sandbox, machine);
     this.log.info({ sandbox: sandbox.id, vm: machine.id }, 'sandbox resumed');

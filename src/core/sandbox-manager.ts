@@ -19,8 +19,12 @@ import { TemplatePool, type PoolConfig, type PoolStats, type RefillPauses } from
 import { SandboxRegistry } from './registry.js';
 import { Sandbox, type SandboxInfo } from './sandbox.js';
 import { Snapshots, type SnapshotInfo } from './snapshots.js';
+import { SandboxFiles } from './sandbox-files.js';
+import { SandboxNetwork, type EgressEnvironment } from './network.js';
 
 export { MAX_FORK } from './lineage.js';
+export { validateAllowOut } from './network.js';
+export type { FileDownload, FileEntry, ExtractResult, WriteResult } from './sandbox-files.js';
 export type { Language } from '../vm/machine.js';
 export type { SnapshotInfo } from './snapshots.js';
 
@@ -43,6 +47,8 @@ export interface CreateRequest {
   snapshot?: string;
   /** The sandbox's default environment (forks inherit it with the VM). */
   env?: Readonly<Record<string, string>>;
+  /** Validated `network.allow_out` (validateAllowOut); from a snapshot, default its rules. */
+  allowOut?: readonly string[];
 }
 
 export interface ManagerOptions {
@@ -74,6 +80,10 @@ export interface ManagerOptions {
   };
   /** Pause every sandbox on shutdown (and destroy otherwise). Default true. */
   readonly pauseOnShutdown?: boolean;
+  /** Where hostd's API listens: never reachable from a sandbox. */
+  readonly egress: EgressEnvironment;
+  /** SERVICE_MAX_FILE_BYTES. */
+  readonly maxFileBytes: number;
 }
 
 const secondsSince = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1e9;
@@ -88,6 +98,9 @@ export class SandboxManager {
   private readonly lineage: Lineage;
   private readonly reaper: IdleReaper;
   private readonly snapshots: Snapshots;
+  private readonly network: SandboxNetwork;
+  /** Reading and writing sandboxes' files (docs/api.md, Files). */
+  readonly files: SandboxFiles;
   private stopping = false;
   /** Creates in flight: shutdown waits for them, so that no VM they start outlives hostd. */
   private readonly creating = new Set<Promise<unknown>>();
@@ -98,12 +111,15 @@ export class SandboxManager {
     private readonly log: Logger,
     private readonly observer: ManagerObserver = {},
   ) {
+    this.network = new SandboxNetwork(options.egress, log);
     this.registry = new SandboxRegistry(
       log,
       options.maxQueuedExecs,
       hypervisor,
+      (machine, allowOut) => this.network.bind(machine, allowOut),
       options.records?.sandboxes,
     );
+    this.files = new SandboxFiles(this.registry, log, options.maxFileBytes);
     this.snapshots = new Snapshots(
       hypervisor,
       options.records?.snapshots,
@@ -128,6 +144,7 @@ export class SandboxManager {
       standby: this.standby,
       log,
       stopping: () => this.stopping,
+      network: this.network,
       onForked: (n, s) => observer.forked?.(n, s),
     });
     this.reaper = new IdleReaper(
@@ -205,8 +222,8 @@ export class SandboxManager {
     this.ensureRunning();
     const p =
       req.snapshot !== undefined
-        ? this.createFromSnapshot(req.snapshot, req.env)
-        : this.createFromPool(req.template, req.env);
+        ? this.createFromSnapshot(req.snapshot, req.env, req.allowOut)
+        : this.createFromPool(req.template, req.env, req.allowOut ?? []);
     this.creating.add(p);
     try {
       return await p;
@@ -218,6 +235,7 @@ export class SandboxManager {
   private async createFromPool(
     template: string | undefined,
     env: CreateRequest['env'],
+    allowOut: readonly string[],
   ): Promise<Sandbox> {
     const name = template ?? this.defaultTemplate;
     const pool = this.pools.get(name);
@@ -232,11 +250,12 @@ export class SandboxManager {
     } finally {
       admitted();
     }
-    await this.prepare(taken.machine, env);
+    await this.prepare(taken.machine, env, allowOut);
     const sandbox = this.registry.adopt(taken.machine, {
       template: name,
       parentId: null,
       snapshotId: null,
+      allowOut,
     });
     this.observer.created?.(taken.hit, secondsSince(started));
     return sandbox;
@@ -293,7 +312,7 @@ export class SandboxManager {
   /** Keeps the sandbox's whole state as a snapshot; the sandbox runs on. */
   async snapshot(id: string): Promise<SnapshotInfo> {
     this.ensureRunning();
-    const { sandbox, release } = await this.registry.acquire(id);
+    const { sandbox, release } = await this.registry.acquire(id, undefined, 'both');
     try {
       this.ensureStorage(sandbox.machine.captureCostMib());
       const state = await sandbox.machine.capture(1, null).catch((err: unknown) => {
@@ -327,7 +346,7 @@ export class SandboxManager {
   /** Writes the sandbox to disk and stops its machine; a no-op when it is paused already. */
   async pause(id: string): Promise<SandboxInfo> {
     const sandbox = this.registry.get(id, true);
-    const release = await sandbox.queue.acquire();
+    const release = await sandbox.acquireAll();
     try {
       if (!this.registry.holds(sandbox)) throw fail('sandboxNotFound', id);
       const { machine } = sandbox;
@@ -377,10 +396,11 @@ export class SandboxManager {
     // Nothing queued will run; what runs is interrupted, so that the pause does not wait for it.
     for (const s of all) {
       s.queue.rejectWaiting(fail('shuttingDown'));
+      s.fileQueue.rejectWaiting(fail('shuttingDown'));
       s.currentRun?.interrupt('hostd is shutting down');
     }
     if (this.options.pauseOnShutdown ?? true) await this.pauseAll(all);
-    for (const s of all) s.queue.close(fail('shuttingDown'));
+    for (const s of all) s.close(fail('shuttingDown'));
     await Promise.all([
       ...all.map((s) => s.machine?.destroy('hostd is shutting down')),
       ...[...this.pools.values()].map((p) => p.close()),
@@ -404,11 +424,16 @@ export class SandboxManager {
 
   /**
    * Last steps before a new machine becomes a sandbox: refused once hostd stops, given the
-   * sandbox's environment. On failure the machine is destroyed.
+   * sandbox's environment and network. On failure the machine is destroyed.
    */
-  private async prepare(machine: Machine, env: CreateRequest['env']): Promise<void> {
+  private async prepare(
+    machine: Machine,
+    env: CreateRequest['env'],
+    allowOut: readonly string[],
+  ): Promise<void> {
     try {
       if (this.stopping) throw fail('shuttingDown');
+      await this.network.bind(machine, allowOut);
       if (env && Object.keys(env).length > 0) {
         await machine.setEnv(env).catch((err: unknown) => {
           throw asMachineError(err, this.log, 'vmOperationFailed', 'set the environment');
@@ -423,16 +448,18 @@ export class SandboxManager {
   private async createFromSnapshot(
     snapshotId: string,
     env: CreateRequest['env'],
+    allowOutGiven: readonly string[] | undefined,
   ): Promise<Sandbox> {
-    const { state, template } = this.snapshots.get(snapshotId);
+    const { state, template, allowOut: inherited } = this.snapshots.get(snapshotId);
+    const allowOut = allowOutGiven ?? inherited;
     const admitted = this.admission.admit(1);
     try {
       const machine = await this.hypervisor.restore(state).catch((err: unknown) => {
         this.observer.vmStartFailed?.();
         throw asMachineError(err, this.log, 'vmStartFailed');
       });
-      await this.prepare(machine, env);
-      return this.registry.adopt(machine, { template, parentId: null, snapshotId });
+      await this.prepare(machine, env, allowOut);
+      return this.registry.adopt(machine, { template, parentId: null, snapshotId, allowOut });
     } finally {
       admitted();
     }
@@ -457,7 +484,12 @@ export class SandboxManager {
       }
       const sandbox = new Sandbox(
         record.id,
-        { template: record.template, parentId: record.parent_id, snapshotId: record.snapshot_id },
+        {
+          template: record.template,
+          parentId: record.parent_id,
+          snapshotId: record.snapshot_id,
+          allowOut: record.allow_out ?? [],
+        },
         null,
         this.options.maxQueuedExecs,
         new Date(record.created_at),
@@ -467,7 +499,12 @@ export class SandboxManager {
           sandbox.paused = await this.hypervisor.openPaused(record.paused);
           sandbox.pausedAt = new Date(record.paused_at ?? Date.now());
         } else if (record.running) {
-          sandbox.machine = await this.hypervisor.adopt(record.running);
+          const machine = await this.hypervisor.adopt(record.running);
+          sandbox.setMachine(machine);
+          // The old hostd's relayed connections went with it; the guest's listeners are reset.
+          await this.network.bind(machine, sandbox.allowOut).catch((err: unknown) => {
+            this.log.error({ err, sandbox: record.id }, 'could not set up the network');
+          });
           adopted++;
         } else {
           throw new Error('its record names no VM');
@@ -488,7 +525,7 @@ export class SandboxManager {
     const worker = async (): Promise<void> => {
       for (let s = todo.shift(); s; s = todo.shift()) {
         const sandbox = s;
-        const release = await sandbox.queue.acquire().catch(() => null);
+        const release = await sandbox.acquireAll().catch(() => null);
         if (!release) continue;
         try {
           const { machine } = sandbox;
@@ -498,7 +535,7 @@ export class SandboxManager {
           this.log.error({ err, sandbox: sandbox.id }, 'could not pause on shutdown: it is lost');
         } finally {
           // Closed before the turn passes on: nothing queued since may resume it again.
-          sandbox.queue.close(fail('shuttingDown'));
+          sandbox.close(fail('shuttingDown'));
           release();
         }
       }

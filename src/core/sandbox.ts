@@ -6,7 +6,8 @@
 import type { Machine, PausedMachine } from '../vm/machine.js';
 import type { ExecRun } from './exec-run.js';
 import type { SandboxRecord } from './journal.js';
-import { SerialQueue } from './serial-queue.js';
+import type { HostdError } from '../errors.js';
+import { SerialQueue, type Release } from './serial-queue.js';
 
 /** What GET /v1/sandboxes/{id} returns (docs/api.md). */
 export interface SandboxInfo {
@@ -24,12 +25,16 @@ export interface SandboxInfo {
   queued: number;
   /** Why the sandbox failed, when it did. */
   error: string | null;
+  /** Its egress rules, and the bytes its connections sent and received (docs/api.md, Network). */
+  network: { allow_out: string[]; bytes_out: number; bytes_in: number };
 }
 
 export interface SandboxOrigin {
   readonly template: string;
   readonly parentId: string | null;
   readonly snapshotId: string | null;
+  /** `network.allow_out` as given (validated); forks and snapshots carry it on. */
+  readonly allowOut?: readonly string[];
 }
 
 export class Sandbox {
@@ -39,11 +44,20 @@ export class Sandbox {
   brokenReason: string | null = null;
   /** Execs, forks, merges, snapshots and pauses, one at a time in arrival order. */
   readonly queue: SerialQueue;
+  /**
+   * File operations, one at a time in arrival order, next to `queue` so that they do not wait
+   * behind execs. Whatever changes the machine (fork, merge, snapshot, pause) takes both.
+   */
+  readonly fileQueue: SerialQueue;
+  /** Egress rules; a merge gives the parent the winner's. */
+  allowOut: readonly string[];
   template: string;
   readonly parentId: string | null;
   readonly snapshotId: string | null;
-  /** The running machine; null while paused. */
+  /** The running machine; null while paused. Change it with `setMachine`. */
   machine: Machine | null;
+  /** Network bytes of the machines it had before this one (a machine counts from zero). */
+  private readonly netBefore = { out: 0, in: 0 };
   /** The machine on disk while paused. */
   paused: PausedMachine | null = null;
   pausedAt: Date | null = null;
@@ -60,14 +74,47 @@ export class Sandbox {
     this.template = origin.template;
     this.parentId = origin.parentId;
     this.snapshotId = origin.snapshotId;
+    this.allowOut = origin.allowOut ?? [];
     this.machine = machine;
     this.createdAt = createdAt;
     this.queue = new SerialQueue(maxQueued);
+    this.fileQueue = new SerialQueue(maxQueued);
+  }
+
+  /** Both lanes, exec first (always in that order, so two holders never wait on each other). */
+  async acquireAll(signal?: AbortSignal): Promise<Release> {
+    const execTurn = await this.queue.acquire(signal);
+    try {
+      const fileTurn = await this.fileQueue.acquire(signal);
+      return () => {
+        fileTurn();
+        execTurn();
+      };
+    } catch (err) {
+      execTurn();
+      throw err;
+    }
+  }
+
+  /** Rejects every waiter of both lanes, now and later. */
+  close(err: HostdError): void {
+    this.queue.close(err);
+    this.fileQueue.close(err);
   }
 
   get state(): SandboxInfo['state'] {
     if (this.brokenReason) return 'failed';
     return this.paused ? 'paused' : 'ready';
+  }
+
+  /** Binds another machine (or none, paused), keeping the network byte counts going. */
+  setMachine(machine: Machine | null): void {
+    if (this.machine && this.machine !== machine) {
+      const stats = this.machine.networkStats();
+      this.netBefore.out += stats.bytesOut;
+      this.netBefore.in += stats.bytesIn;
+    }
+    this.machine = machine;
   }
 
   touch(): void {
@@ -86,6 +133,11 @@ export class Sandbox {
       busy: this.queue.running,
       queued: this.queue.waiting,
       error: this.brokenReason,
+      network: {
+        allow_out: [...this.allowOut],
+        bytes_out: this.netBefore.out + (this.machine?.networkStats().bytesOut ?? 0),
+        bytes_in: this.netBefore.in + (this.machine?.networkStats().bytesIn ?? 0),
+      },
     };
   }
 
@@ -97,6 +149,7 @@ export class Sandbox {
       parent_id: this.parentId,
       snapshot_id: this.snapshotId,
       created_at: this.createdAt.toISOString(),
+      allow_out: [...this.allowOut],
     };
     if (this.paused) {
       return {

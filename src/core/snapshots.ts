@@ -53,7 +53,7 @@ export class Snapshots {
   /** Keeps `state` (whose reference it takes over) as a new snapshot of `source`. */
   add(
     state: FrozenState,
-    source: { id: string; template: string },
+    source: { id: string; template: string; allowOut: readonly string[] },
     sizeBytes: number,
   ): SnapshotInfo {
     const record: SnapshotRecord = {
@@ -62,6 +62,7 @@ export class Snapshots {
       template: source.template,
       created_at: new Date().toISOString(),
       size_bytes: sizeBytes,
+      allow_out: [...source.allowOut],
       state: this.hypervisor.describeState(state),
     };
     try {
@@ -75,9 +76,10 @@ export class Snapshots {
   }
 
   /** The state of snapshot `id`, to restore a sandbox from. */
-  get(id: string): { state: FrozenState; template: string } {
+  get(id: string): { state: FrozenState; template: string; allowOut: readonly string[] } {
     const entry = this.find(id);
-    return { state: entry.state, template: entry.record.template };
+    const { template, allow_out: allowOut = [] } = entry.record;
+    return { state: entry.state, template, allowOut };
   }
 
   describe(id: string): SnapshotInfo {

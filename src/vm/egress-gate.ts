@@ -31,3 +31,9 @@ export interface EgressGate {
   checkName(host: string, port: number): EgressVerdict;
   checkAddresses(host: string, port: number, addresses: readonly string[]): EgressAddressVerdict;
 }
+
+/** The gate of a machine whose sandbox's rules are not applied yet: nothing gets out. */
+export const NO_EGRESS: EgressGate = {
+  checkName: () => ({ allow: false, reason: 'the network of this sandbox is not set up yet' }),
+  checkAddresses: () => ({ allow: false, reason: 'the network of this sandbox is not set up yet' }),
+};

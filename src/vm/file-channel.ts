@@ -50,8 +50,7 @@ export {
   type WriteResult,
 } from './file-transfers.js';
 
-/** The virtio-serial port name the guest's files server looks for. */
-export const FILES_PORT_NAME = 'hostd.files';
+export { FILES_PORT_NAME } from './qemu-args.js';
 const PROTOCOL_VERSION = 1;
 
 export interface FileChannelOptions {

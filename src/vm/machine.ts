@@ -8,6 +8,21 @@
  * frozen boot, or a fork point). A fork captures a running machine into a new FrozenState and
  * restores its children from it.
  */
+import type { EgressGate } from './egress-gate.js';
+import type { FileChannel } from './file-channel.js';
+import type { NetStats } from './net-channel.js';
+
+export type { EgressGate } from './egress-gate.js';
+export type { NetStats } from './net-channel.js';
+export {
+  type Download,
+  type ExtractResult,
+  type FileEntry,
+  FileChannelError,
+  FileOpError,
+  type Upload,
+  type WriteResult,
+} from './file-channel.js';
 
 export type Language = 'python' | 'bash';
 export type OutputStream = 'stdout' | 'stderr';
@@ -39,6 +54,23 @@ export interface ExecSink {
   onLost(reason: string): void;
 }
 
+/**
+ * A machine's files, read and written while execs run (vm/file-channel.ts). One operation at a
+ * time: the caller queues them (core's file lane).
+ */
+export type GuestFiles = Pick<
+  FileChannel,
+  'writeFile' | 'readFile' | 'tarOut' | 'tarIn' | 'list' | 'stat' | 'mkdir' | 'remove'
+>;
+
+/** What a machine's guest may reach (vm/net-channel.ts). */
+export interface NetworkPolicy {
+  /** Judges every connection the guest opens. */
+  readonly gate: EgressGate;
+  /** Ports of host.hostd.internal the guest listens on (those its rules allow). */
+  readonly hostPorts: readonly number[];
+}
+
 /** A running VM, as a sandbox drives it. */
 export interface Machine {
   /** For logs and metrics; not a sandbox id. */
@@ -64,6 +96,15 @@ export interface Machine {
    * replaces the previous one. Resolves once the guest will apply it to the next exec.
    */
   setEnv(env: Readonly<Record<string, string>>): Promise<void>;
+  readonly files: GuestFiles;
+  /**
+   * Applies the sandbox's network rules and resets the guest's connections. Call on every
+   * machine a sandbox gets (new, restored, resumed, adopted): until then the guest reaches
+   * nothing. Resolves once the guest listens on `hostPorts`.
+   */
+  setNetwork(policy: NetworkPolicy): Promise<void>;
+  /** Bytes the guest exchanged with the outside since this machine started. */
+  networkStats(): NetStats;
   /** Stop / resume reading the guest's output: backpressure from a slow client. */
   pauseOutput(): void;
   resumeOutput(): void;

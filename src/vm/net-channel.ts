@@ -25,8 +25,7 @@ import {
 
 export { type NetEvent, NET_WINDOW } from './net-connection.js';
 
-/** The virtio-serial port name the guest's relay looks for. */
-export const NET_PORT_NAME = 'hostd.net';
+export { NET_PORT_NAME } from './qemu-args.js';
 const PROTOCOL_VERSION = 1;
 
 /** How a VM's connections are judged and opened. */

@@ -64,6 +64,10 @@ export interface VmPaths {
   readonly qmpSocket: string;
   readonly agentSocket: string;
   readonly replSocket: string;
+  /** The files port (vm/file-channel.ts). */
+  readonly filesSocket: string;
+  /** The network port (vm/net-channel.ts). */
+  readonly netSocket: string;
   readonly consoleLog: string;
   /**
    * This VM's writable disk: a qcow2 copy-on-write overlay (of the template's disk.qcow2 for a
@@ -111,6 +115,8 @@ export type RamMode =
 /** The virtio-serial port names the guest agent looks for (guest/PROTOCOL.md). */
 export const AGENT_PORT_NAME = 'hostd.agent';
 export const REPL_PORT_NAME = 'hostd.repl';
+export const FILES_PORT_NAME = 'hostd.files';
+export const NET_PORT_NAME = 'hostd.net';
 
 /** Builds the argv (without the binary) for one QEMU process. */
 export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): string[] {
@@ -158,9 +164,9 @@ export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): strin
     '-serial',
     'chardev:console',
     '-device',
-    // Port 0 is reserved for a console; ours are 1 (the agent) and 2 (the Python REPL, which
-    // answers Python execs itself: see guest/PROTOCOL.md).
-    'virtio-serial-device,max_ports=3',
+    // Port 0 is reserved for a console; ours are 1 (the agent), 2 (the Python REPL, which
+    // answers Python execs itself), 3 (files) and 4 (the guest's network): guest/PROTOCOL.md.
+    'virtio-serial-device,max_ports=5',
     '-chardev',
     `socket,id=agent,path=${paths.agentSocket},server=on,wait=off`,
     '-device',
@@ -169,6 +175,14 @@ export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): strin
     `socket,id=repl,path=${paths.replSocket},server=on,wait=off`,
     '-device',
     `virtserialport,chardev=repl,name=${REPL_PORT_NAME}`,
+    '-chardev',
+    `socket,id=files,path=${paths.filesSocket},server=on,wait=off`,
+    '-device',
+    `virtserialport,chardev=files,name=${FILES_PORT_NAME}`,
+    '-chardev',
+    `socket,id=net,path=${paths.netSocket},server=on,wait=off`,
+    '-device',
+    `virtserialport,chardev=net,name=${NET_PORT_NAME}`,
     '-qmp',
     `unix:${paths.qmpSocket},server=on,wait=off`,
     // Device-state snapshots (xen-save-devices-state) carry no configuration section; every

@@ -71,6 +71,8 @@ export class QemuProcess extends EventEmitter {
       qmpSocket: join(this.dir, 'qmp.sock'),
       agentSocket: join(this.dir, 'agent.sock'),
       replSocket: join(this.dir, 'repl.sock'),
+      filesSocket: join(this.dir, 'files.sock'),
+      netSocket: join(this.dir, 'net.sock'),
       consoleLog: join(this.dir, 'console.log'),
     };
     this.exitPromise = new Promise((r) => (this.resolveExit = r));

@@ -3,4 +3,4 @@
  * bumped whenever their content, or how they are restored, changes, so that a hostd never
  * restores what it does not understand.
  */
-export const STATE_FORMAT = 1;
+export const STATE_FORMAT = 2;

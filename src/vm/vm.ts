@@ -11,14 +11,19 @@ import { statSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AgentChannel } from './agent-channel.js';
+import { NO_EGRESS } from './egress-gate.js';
+import { FileChannel } from './file-channel.js';
 import type {
   CancelReason,
   ExecSink,
   ExecSpec,
   ForkTarget,
+  GuestFiles,
   Machine,
   MachineDescriptor,
+  NetworkPolicy,
 } from './machine.js';
+import { NetChannel, type NetStats } from './net-channel.js';
 import { STATE_FORMAT } from './state-format.js';
 import { MemImage } from './mem-image.js';
 import { copyWrittenPages, loadWrittenPages, saveWrittenPages } from './page-delta.js';
@@ -26,6 +31,7 @@ import type { MachineSpec } from './qemu-args.js';
 import { QemuProcess, VmError, type QemuHost } from './qemu-process.js';
 import type { QemuState } from './qemu-state.js';
 import { writeDurably, type StateStore } from './state-store.js';
+import { connectWithRetry } from './unix-socket.js';
 import type { QemuPaused } from './qemu-paused.js';
 
 /** What every VM of one hypervisor shares: where QEMU runs, where states live. */
@@ -44,6 +50,7 @@ const PREPARE_FREEZE_TIMEOUT_MS = 15 * 60_000;
 /** Ending a crashed hostd's execs: a cancel's escalation takes 2 s, a kill a moment more. */
 const CANCEL_ALL_TIMEOUT_MS = 30_000;
 const SET_ENV_TIMEOUT_MS = 30_000;
+const NET_SYNC_TIMEOUT_MS = 30_000;
 
 /** A copy of a VM's base image made ahead, with standby QEMUs on it (vm/fork-target.ts). */
 export interface PreparedCopy {
@@ -57,6 +64,8 @@ function isPreparedCopy(target: unknown): target is PreparedCopy {
 
 export class Vm implements Machine {
   private agent: AgentChannel | null = null;
+  private filesChannel: FileChannel | null = null;
+  private net: NetChannel | null = null;
   /** The image this VM's RAM is a private copy-on-write mapping of (null for a template). */
   private base: MemImage | null = null;
   private state: QemuState | null = null;
@@ -70,7 +79,7 @@ export class Vm implements Machine {
     readonly spec: MachineSpec,
   ) {
     process.once('exit', (info: string) => {
-      this.agent?.close();
+      this.closeChannels();
       this.reportDeath(`the VM exited (${info})`);
     });
   }
@@ -89,7 +98,7 @@ export class Vm implements Machine {
     const ram = { kind: 'template', memPath } as const;
     const vm = new Vm(ctx, await QemuProcess.start(ctx.host, spec, ram, deadline), spec);
     try {
-      await vm.connectAgent(deadline);
+      await vm.connectChannels(deadline);
       await vm.requireAgent().hello(BOOT_TIMEOUT_MS);
       return vm;
     } catch (err) {
@@ -112,7 +121,7 @@ export class Vm implements Machine {
       // sides of the restore, as it was when the snapshot was taken. Connecting after `cont`
       // flipped it closed then open: the guest agent saw EOF, slept, and the first restore
       // work the guest did was noise (~20-50 ms under TCG).
-      await vm.connectAgent(deadline);
+      await vm.connectChannels(deadline);
       return vm;
     } catch (err) {
       throw await vm.process.failed(err);
@@ -150,7 +159,7 @@ export class Vm implements Machine {
     vm.state = state.retain();
     vm.base = state.image;
     try {
-      await vm.connectAgent(deadline);
+      await vm.connectChannels(deadline);
       const agent = vm.requireAgent();
       await agent.hello(HELLO_TIMEOUT_MS);
       // Nothing may be sent before the answer: a bash exit that follows it is a new exec's.
@@ -248,6 +257,26 @@ export class Vm implements Machine {
         done(err as Error);
       }
     });
+  }
+
+  get files(): GuestFiles {
+    if (!this.filesChannel) throw new VmError('VM has no files connection');
+    return this.filesChannel;
+  }
+
+  async setNetwork(policy: NetworkPolicy): Promise<void> {
+    const net = this.net;
+    if (!net) throw new VmError('VM has no network connection');
+    net.gate = policy.gate;
+    const answer = await net.sync(policy.hostPorts, NET_SYNC_TIMEOUT_MS);
+    if (answer.failed.length > 0) {
+      const what = answer.failed.map((f) => `${f.port}: ${f.error}`).join(', ');
+      throw new VmError(`the guest could not listen on host.hostd.internal ports (${what})`);
+    }
+  }
+
+  networkStats(): NetStats {
+    return this.net?.stats ?? { bytesOut: 0, bytesIn: 0, openConnections: 0, waitingOnGuest: 0 };
   }
 
   async setEnv(env: Readonly<Record<string, string>>): Promise<void> {
@@ -388,7 +417,7 @@ export class Vm implements Machine {
   async destroy(reason = 'the VM was destroyed'): Promise<void> {
     if (!this.destroyed) {
       this.destroyed = true;
-      this.agent?.close(reason);
+      this.closeChannels(reason);
     }
     await this.process.kill();
     const state = this.state;
@@ -406,10 +435,19 @@ export class Vm implements Machine {
     this.deathListener?.(why);
   }
 
-  private async connectAgent(deadline: number): Promise<void> {
+  /**
+   * Connects all four of the guest's ports. Before a restore, so that every port is "host
+   * connected" on both sides of it, as when the state was saved (see `standby`).
+   */
+  private async connectChannels(deadline: number): Promise<void> {
     const { paths } = this.process;
     const agent = await AgentChannel.connect(paths.agentSocket, paths.replSocket, deadline);
     this.agent = agent;
+    this.filesChannel = new FileChannel(await connectWithRetry(paths.filesSocket, deadline));
+    // Until setNetwork, the channel ignores the guest and the gate refuses everything.
+    this.net = new NetChannel(await connectWithRetry(paths.netSocket, deadline), {
+      gate: NO_EGRESS,
+    });
     agent.on('close', () => {
       if (this.destroyed || this.process.exited) return;
       // A dying QEMU closes the socket a moment before its exit is seen: wait for that, so
@@ -417,6 +455,12 @@ export class Vm implements Machine {
       const lost = setTimeout(() => this.reportDeath('the guest agent connection was lost'), 500);
       void this.process.whenExited().then(() => clearTimeout(lost));
     });
+  }
+
+  private closeChannels(reason?: string): void {
+    this.agent?.close(reason);
+    this.filesChannel?.close(reason);
+    this.net?.close(reason);
   }
 
   private requireAgent(): AgentChannel {

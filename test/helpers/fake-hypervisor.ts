@@ -22,10 +22,13 @@ import type {
   Machine,
   MachineDescriptor,
   MachineShape,
+  NetStats,
+  NetworkPolicy,
   PausedDescriptor,
   PausedMachine,
   StateDescriptor,
 } from '../../src/vm/machine.js';
+import { FakeFiles } from './fake-files.js';
 
 let ids = 0;
 
@@ -61,6 +64,10 @@ export class FakeMachine implements Machine {
   /** Every exec this machine was given, in order. */
   readonly execLog: string[] = [];
   outputPaused = false;
+  readonly files: FakeFiles;
+  /** The last network policy applied, and how many times one was. */
+  network: NetworkPolicy | null = null;
+  networkResets = 0;
 
   constructor(
     private readonly hv: FakeHypervisor,
@@ -68,6 +75,17 @@ export class FakeMachine implements Machine {
   ) {
     this.memory = new Map(origin.memory);
     origin.retain();
+    this.files = new FakeFiles(this.memory, () => hv.gate('file'));
+  }
+
+  async setNetwork(policy: NetworkPolicy): Promise<void> {
+    if (!this.alive) throw new Error(this.deathReason);
+    this.network = policy;
+    this.networkResets++;
+  }
+
+  networkStats(): NetStats {
+    return { bytesOut: 0, bytesIn: 0, openConnections: 0, waitingOnGuest: 0 };
   }
 
   get alive(): boolean {
@@ -245,7 +263,7 @@ class FakeTarget implements ForkTarget {
   }
 }
 
-type Step = 'restore' | 'capture' | 'boot' | 'pause' | 'resume';
+type Step = 'restore' | 'capture' | 'boot' | 'pause' | 'resume' | 'file';
 
 export class FakeHypervisor implements Hypervisor {
   readonly machineOverheadMib = 50;

@@ -182,6 +182,7 @@ test('the documented operations are exactly the routes the server registers', as
     manager: {} as unknown as SandboxManager,
     auth: { kind: 'open', why: 'loopback-no-keys' },
     maxBodyBytes: 1024,
+    maxFileBytes: 1024,
     logger: pino({ level: 'silent' }),
     metrics: createMetrics({ accel: 'tcg', version: 'test' }),
   });

@@ -20,6 +20,8 @@ const paths = {
   qmpSocket: '/s/qmp.sock',
   agentSocket: '/s/agent.sock',
   replSocket: '/s/repl.sock',
+  filesSocket: '/s/files.sock',
+  netSocket: '/s/net.sock',
   consoleLog: '/s/console.log',
 };
 

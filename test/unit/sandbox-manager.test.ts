@@ -15,7 +15,7 @@ import { eventually } from '../../testkit/eventually.js';
 
 const PLENTY = { memAvailableMib: 1e6, dataDirFreeMib: 1e6 };
 
-function setupOptions(free = { ...PLENTY }): ManagerOptions {
+export function setupOptions(free = { ...PLENTY }): ManagerOptions {
   return {
     templates: [
       { name: 'python', memoryMib: 512, vcpus: 1, poolSize: 2 },
@@ -29,10 +29,12 @@ function setupOptions(free = { ...PLENTY }): ManagerOptions {
     forkStandbyMax: 4,
     hostFree: () => free,
     refillPauses: { afterFailureMs: 1, whileShortMs: 1 },
+    egress: { apiPort: 7070, hostAddresses: ['127.0.0.1'] },
+    maxFileBytes: 1024,
   };
 }
 
-function setup(overrides: Partial<ManagerOptions> = {}): {
+export function setup(overrides: Partial<ManagerOptions> = {}): {
   manager: SandboxManager;
   hv: FakeHypervisor;
   free: { memAvailableMib: number; dataDirFreeMib: number };
@@ -47,7 +49,9 @@ function setup(overrides: Partial<ManagerOptions> = {}): {
   return { manager, hv, free };
 }
 
-async function started(overrides: Partial<ManagerOptions> = {}): Promise<ReturnType<typeof setup>> {
+export async function started(
+  overrides: Partial<ManagerOptions> = {},
+): Promise<ReturnType<typeof setup>> {
   const s = setup(overrides);
   await s.manager.start();
   return s;

@@ -1,13 +1,15 @@
 /** Sandboxes themselves: create, list, describe, logs, delete, pause and resume. */
 import type { FastifyInstance } from 'fastify';
-import type { SandboxManager } from '../../core/sandbox-manager.js';
+import { validateAllowOut, type SandboxManager } from '../../core/sandbox-manager.js';
 import { parseCreate, parseNoBody } from '../validate.js';
 
 type IdParams = { id: string };
 
 export function registerSandboxRoutes(app: FastifyInstance, manager: SandboxManager): void {
   app.post('/v1/sandboxes', async (req) => {
-    const sandbox = await manager.create(parseCreate(req.body));
+    const { network, ...rest } = parseCreate(req.body);
+    const allowOut = network ? validateAllowOut(network.allow_out) : undefined;
+    const sandbox = await manager.create({ ...rest, ...(allowOut ? { allowOut } : {}) });
     return { id: sandbox.id, state: 'ready' };
   });
 

@@ -1,0 +1,232 @@
+/**
+ * The files of a sandbox (docs/api.md, Files): each operation waits for the sandbox's file lane
+ * (not behind its execs), resumes a paused sandbox first, streams through the machine's files
+ * port, and turns what the guest or the channel reports into registry errors. Transfers stream:
+ * nothing here holds a whole file.
+ */
+import { Transform, type Readable } from 'node:stream';
+import type { Logger } from 'pino';
+import { fail, HostdError } from '../errors.js';
+import {
+  FileChannelError,
+  FileOpError,
+  type ExtractResult,
+  type FileEntry,
+  type GuestFiles,
+  type Upload,
+  type WriteResult,
+} from '../vm/machine.js';
+import type { SandboxRegistry } from './registry.js';
+import type { Release } from './serial-queue.js';
+
+export type { ExtractResult, FileEntry, WriteResult } from '../vm/machine.js';
+
+/** A download in progress: the lane is held until `stream` ended or failed. */
+export interface FileDownload {
+  /** Bytes to come, when known (a file; not a tar stream). */
+  readonly size: number | null;
+  readonly stream: Readable;
+}
+
+interface Lease {
+  readonly files: GuestFiles;
+  readonly release: Release;
+  readonly held: () => boolean;
+}
+
+export class SandboxFiles {
+  constructor(
+    private readonly registry: SandboxRegistry,
+    private readonly log: Logger,
+    /** SERVICE_MAX_FILE_BYTES: uploads past it fail with 413. */
+    private readonly maxFileBytes: number,
+  ) {}
+
+  /** Writes `body` to `path` (replacing it); it appears only once complete. */
+  write(
+    id: string,
+    path: string,
+    mode: number,
+    body: Readable,
+    signal: AbortSignal,
+  ): Promise<WriteResult> {
+    return this.upload(id, path, body, signal, (files, opSignal) =>
+      files.writeFile(path, { mode, signal: opSignal }),
+    );
+  }
+
+  /** Extracts the tar stream `body` into directory `path`. */
+  extract(id: string, path: string, body: Readable, signal: AbortSignal): Promise<ExtractResult> {
+    return this.upload(id, path, body, signal, (files, opSignal) =>
+      files.tarIn(path, { signal: opSignal }),
+    );
+  }
+
+  /** The bytes of file `path`. */
+  read(id: string, path: string, signal: AbortSignal): Promise<FileDownload> {
+    return this.download(id, path, signal, (files) => files.readFile(path, { signal }));
+  }
+
+  /** Directory (or file) `path` as a tar stream. */
+  tar(id: string, path: string, signal: AbortSignal): Promise<FileDownload> {
+    return this.download(id, path, signal, (files) => files.tarOut(path, { signal }));
+  }
+
+  list(id: string, path: string, signal: AbortSignal): Promise<FileEntry[]> {
+    return this.simple(id, path, signal, (files) => files.list(path, { signal }));
+  }
+
+  stat(id: string, path: string, signal: AbortSignal): Promise<FileEntry> {
+    return this.simple(id, path, signal, (files) => files.stat(path, { signal }));
+  }
+
+  async mkdir(id: string, path: string, signal: AbortSignal): Promise<string> {
+    return this.simple(id, path, signal, (files) => files.mkdir(path, { signal }));
+  }
+
+  async remove(id: string, path: string, recursive: boolean, signal: AbortSignal): Promise<void> {
+    return this.simple(id, path, signal, (files) => files.remove(path, { recursive, signal }));
+  }
+
+  private async lease(id: string, signal: AbortSignal): Promise<Lease> {
+    const { sandbox, release } = await this.registry.acquireFiles(id, signal);
+    const { machine } = sandbox;
+    sandbox.touch();
+    return {
+      files: machine.files,
+      release,
+      held: () => this.registry.holds(sandbox) && sandbox.machine === machine,
+    };
+  }
+
+  private async simple<T>(
+    id: string,
+    path: string,
+    signal: AbortSignal,
+    op: (files: GuestFiles) => Promise<T>,
+  ): Promise<T> {
+    const lease = await this.lease(id, signal);
+    try {
+      return await op(lease.files);
+    } catch (err) {
+      throw this.translate(err, id, path, lease);
+    } finally {
+      lease.release();
+    }
+  }
+
+  private async upload<R>(
+    id: string,
+    path: string,
+    body: Readable,
+    signal: AbortSignal,
+    start: (files: GuestFiles, signal: AbortSignal) => Upload<R>,
+  ): Promise<R> {
+    const lease = await this.lease(id, signal);
+    // Ends the guest's side when the body is over the limit or broke off.
+    const stop = new AbortController();
+    let tooLarge: HostdError | null = null;
+    try {
+      const upload = start(lease.files, AbortSignal.any([signal, stop.signal]));
+      const limit = this.limit();
+      // Not pipeline(): it would destroy the request, and with it the connection the error
+      // answer goes out on. The rest of a refused body is read and dropped instead.
+      const drop = (): void => {
+        body.unpipe(limit);
+        body.resume();
+      };
+      limit.on('error', (err: HostdError) => {
+        tooLarge = err;
+        drop();
+        stop.abort();
+      });
+      body.on('error', () => stop.abort());
+      upload.sink.on('error', drop);
+      body.pipe(limit).pipe(upload.sink);
+      try {
+        return await upload.done;
+      } catch (err) {
+        drop(); // the guest refused before the body was in
+        throw tooLarge ?? err;
+      }
+    } catch (err) {
+      throw this.translate(err, id, path, lease);
+    } finally {
+      lease.release();
+    }
+  }
+
+  private async download(
+    id: string,
+    path: string,
+    signal: AbortSignal,
+    start: (files: GuestFiles) => Promise<{
+      size: number | null;
+      stream: Readable;
+      done: Promise<void>;
+    }>,
+  ): Promise<FileDownload> {
+    const lease = await this.lease(id, signal);
+    let started;
+    try {
+      started = await start(lease.files);
+    } catch (err) {
+      lease.release();
+      throw this.translate(err, id, path, lease);
+    }
+    // The lane is the transfer's until the guest said it is over (or it failed).
+    started.done.then(lease.release, (err: unknown) => {
+      lease.release();
+      this.log.debug({ err, sandbox: id, path }, 'download ended early');
+    });
+    return { size: started.size, stream: started.stream };
+  }
+
+  /** Counts an upload's bytes: past SERVICE_MAX_FILE_BYTES it fails, before the guest renames. */
+  private limit(): Transform {
+    let bytes = 0;
+    const max = this.maxFileBytes;
+    return new Transform({
+      transform(chunk: Buffer, _encoding, callback) {
+        bytes += chunk.length;
+        if (bytes > max) callback(fail('fileTooLarge', max));
+        else callback(null, chunk);
+      },
+    });
+  }
+
+  /** What the guest or the channel said, as a registry error. */
+  private translate(err: unknown, id: string, path: string, lease: Lease): Error {
+    if (err instanceof HostdError) return err;
+    if (err instanceof FileOpError) {
+      const why = err.detail;
+      switch (err.code) {
+        case 'file_not_found':
+          return fail('fileNotFound', path);
+        case 'is_a_directory':
+          return fail('isADirectory', path, '');
+        case 'not_a_directory':
+          return fail('notADirectory', path);
+        case 'invalid_path':
+          return fail('invalidPath', path, why);
+        case 'sandbox_disk_full':
+          return fail('sandboxDiskFull', id);
+        case 'permission_denied':
+          return fail('permissionDenied', path, why);
+        case 'file_too_large':
+          return fail('fileTooLarge', this.maxFileBytes);
+        case 'invalid_archive':
+          return fail('invalidArchive', path, why);
+        default:
+          return fail('vmOperationFailed', 'complete the file operation', why);
+      }
+    }
+    if (!lease.held()) return fail('sandboxDeleted', id);
+    if (err instanceof FileChannelError && err.reason === 'cancelled') {
+      return fail('requestAborted', 'during the file transfer');
+    }
+    const why = err instanceof Error ? err.message : String(err);
+    this.log.warn({ err, sandbox: id, path }, 'file operation failed');
+    return fail('vmOperationFailed', 'complete the file operation', why);
+  }
+}
