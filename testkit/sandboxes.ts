@@ -18,6 +18,7 @@ export interface SandboxInfo {
   busy: boolean;
   queued: number;
   error: string | null;
+  network: { allow_out: string[]; bytes_out: number; bytes_in: number };
 }
 
 export async function createSandbox(api: Api, body: unknown = {}): Promise<string> {

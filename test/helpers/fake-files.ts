@@ -6,6 +6,7 @@
  */
 import { PassThrough, Readable } from 'node:stream';
 import {
+  FileChannelError,
   FileOpError,
   type Download,
   type ExtractResult,
@@ -24,12 +25,16 @@ export class FakeFiles implements GuestFiles {
     private readonly gate: () => Promise<void>,
   ) {}
 
-  writeFile(path: string): Upload<WriteResult> {
+  writeFile(path: string, options: { signal?: AbortSignal } = {}): Upload<WriteResult> {
     const sink = new PassThrough();
     const chunks: Buffer[] = [];
     sink.on('data', (c: Buffer) => chunks.push(c));
     const done = new Promise<WriteResult>((resolve, reject) => {
       sink.on('error', reject);
+      // As the real channel: a cancelled upload ends with nothing written.
+      options.signal?.addEventListener('abort', () =>
+        reject(new FileChannelError('cancelled', 'the upload was cancelled')),
+      );
       sink.on('end', () => {
         void this.gate().then(() => {
           const content = Buffer.concat(chunks);

@@ -8,68 +8,10 @@ import assert from 'node:assert/strict';
 import { pino } from 'pino';
 import { HostdError, type ErrorName } from '../../src/errors.js';
 import type { ExecEvent } from '../../src/core/exec-run.js';
-import { SandboxManager, type ManagerOptions } from '../../src/core/sandbox-manager.js';
-import { FakeHypervisor } from '../helpers/fake-hypervisor.js';
+import { SandboxManager } from '../../src/core/sandbox-manager.js';
+import { hang, run, setup, setupOptions, started } from '../helpers/manager.js';
 import { memoryRecords, type SandboxRecord, type SnapshotRecord } from '../../src/core/journal.js';
 import { eventually } from '../../testkit/eventually.js';
-
-const PLENTY = { memAvailableMib: 1e6, dataDirFreeMib: 1e6 };
-
-export function setupOptions(free = { ...PLENTY }): ManagerOptions {
-  return {
-    templates: [
-      { name: 'python', memoryMib: 512, vcpus: 1, poolSize: 2 },
-      { name: 'slim', memoryMib: 256, vcpus: 1, poolSize: 0 },
-    ],
-    maxSandboxes: 10,
-    maxQueuedExecs: 3,
-    idleTimeoutS: 0,
-    minFreeMib: 100,
-    maxExecOutputBytes: 1024,
-    forkStandbyMax: 4,
-    hostFree: () => free,
-    refillPauses: { afterFailureMs: 1, whileShortMs: 1 },
-    egress: { apiPort: 7070, hostAddresses: ['127.0.0.1'] },
-    maxFileBytes: 1024,
-  };
-}
-
-export function setup(overrides: Partial<ManagerOptions> = {}): {
-  manager: SandboxManager;
-  hv: FakeHypervisor;
-  free: { memAvailableMib: number; dataDirFreeMib: number };
-} {
-  const hv = new FakeHypervisor();
-  const free = { ...PLENTY };
-  const manager = new SandboxManager(
-    { ...setupOptions(free), ...overrides },
-    hv,
-    pino({ level: 'silent' }),
-  );
-  return { manager, hv, free };
-}
-
-export async function started(
-  overrides: Partial<ManagerOptions> = {},
-): Promise<ReturnType<typeof setup>> {
-  const s = setup(overrides);
-  await s.manager.start();
-  return s;
-}
-
-/** Runs one exec to its end and returns its events. */
-async function run(manager: SandboxManager, id: string, code: string): Promise<ExecEvent[]> {
-  const events: ExecEvent[] = [];
-  for await (const e of await manager.exec(id, { code, language: 'python' })) events.push(e);
-  return events;
-}
-
-/** Starts an exec that runs until its client goes away (`stop()`), as a long cell would. */
-async function hang(manager: SandboxManager, id: string): Promise<{ stop(): void }> {
-  const ac = new AbortController();
-  const run = await manager.exec(id, { code: 'hang', language: 'python', signal: ac.signal });
-  return { stop: () => (ac.abort(), run.discard()) };
-}
 
 const stdout = async (manager: SandboxManager, id: string, code: string): Promise<string> =>
   (await run(manager, id, code))
