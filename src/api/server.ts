@@ -20,6 +20,7 @@ import { registerLineageRoutes } from './routes/lineage.js';
 import { registerSandboxRoutes } from './routes/sandboxes.js';
 import { registerServiceRoutes } from './routes/service.js';
 import { registerSnapshotRoutes } from './routes/snapshots.js';
+import { registerTemplateRoutes } from './routes/templates.js';
 
 export interface ServerOptions {
   manager: SandboxManager;
@@ -120,6 +121,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   registerExecRoutes(app, manager);
   registerLineageRoutes(app, manager);
   registerSnapshotRoutes(app, manager);
+  registerTemplateRoutes(app, manager);
 
   return app;
 }

@@ -10,6 +10,7 @@ import { HostdError, type ErrorName } from '../../src/errors.js';
 import type { ExecEvent } from '../../src/core/exec-run.js';
 import { SandboxManager, type ManagerOptions } from '../../src/core/sandbox-manager.js';
 import { FakeHypervisor } from '../helpers/fake-hypervisor.js';
+import { FakeImages, plan } from '../helpers/fake-images.js';
 import { memoryRecords, type SandboxRecord, type SnapshotRecord } from '../../src/core/journal.js';
 import { eventually } from '../../testkit/eventually.js';
 
@@ -18,9 +19,10 @@ const PLENTY = { memAvailableMib: 1e6, dataDirFreeMib: 1e6 };
 function setupOptions(free = { ...PLENTY }): ManagerOptions {
   return {
     templates: [
-      { name: 'python', memoryMib: 512, vcpus: 1, poolSize: 2 },
-      { name: 'slim', memoryMib: 256, vcpus: 1, poolSize: 0 },
+      plan('python', { memoryMib: 512, vcpus: 1, poolSize: 2 }),
+      plan('slim', { memoryMib: 256, vcpus: 1, poolSize: 0 }),
     ],
+    images: new FakeImages(['python', 'slim']),
     maxSandboxes: 10,
     maxQueuedExecs: 3,
     idleTimeoutS: 0,
