@@ -393,6 +393,7 @@ export class SandboxManager {
   async shutdown(): Promise<void> {
     this.stopping = true;
     this.reaper.stop();
+    this.catalog.stopBuilding();
     await Promise.allSettled([...this.creating]);
     const all = this.registry.all();
     // Nothing queued will run; what runs is interrupted, so that the pause does not wait for it.

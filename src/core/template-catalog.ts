@@ -138,10 +138,15 @@ export class TemplateCatalog {
     return this.info(entry);
   }
 
-  /** Stops the build in progress (its scripts are killed), waits for a boot, closes the pools. */
-  async close(): Promise<void> {
+  /** Stops the build in progress (its scripts are killed) and the ones waiting; idempotent. */
+  stopBuilding(): void {
     this.stop.abort();
     this.toBuild.length = 0;
+  }
+
+  /** Stops building, waits for a boot in progress, closes the pools. */
+  async close(): Promise<void> {
+    this.stopBuilding();
     await this.builder;
     await Promise.all(this.pools().map((p) => p.close()));
   }

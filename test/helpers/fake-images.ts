@@ -59,7 +59,13 @@ export class FakeImages implements TemplateImages {
     this.mostAtOnce = Math.max(this.mostAtOnce, this.running);
     try {
       const held = this.held;
-      if (held) await new Promise<void>((r) => held.push(r));
+      // A real build's scripts are killed when it is stopped: it ends at once.
+      if (held) {
+        await new Promise<void>((r) => {
+          held.push(r);
+          signal.addEventListener('abort', () => r());
+        });
+      }
       if (signal.aborted) throw new Error('the build was stopped');
       const why = this.failing.get(spec.name);
       if (why !== undefined) throw new Error(why);
