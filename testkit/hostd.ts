@@ -99,9 +99,6 @@ export interface StartOptions {
 
 /** Resolves once hostd serves (it has written `hostd.url` into its state directory). */
 export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
-  if (!process.env.SERVICE_IMAGE_DIR) {
-    throw new Error('SERVICE_IMAGE_DIR is not set: run the tests through `npm test`');
-  }
   const stateDir = opts.stateDir ?? (await mkdtemp('/dev/shm/hostd-test-'));
   const ownDataDir = opts.dataDir === undefined;
   const dataDir = opts.dataDir ?? (await mkdtemp('/var/tmp/hostd-test-data-'));
@@ -112,6 +109,8 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
       SERVICE_STATE_DIR: stateDir,
       SERVICE_DATA_DIR: dataDir,
       SERVICE_POOL_SIZE: '2',
+      // One template unless a test asks for more: each boots at start, which costs seconds.
+      SERVICE_TEMPLATES: 'python',
       SERVICE_LOG_LEVEL: 'info',
       ...opts.env,
     },
