@@ -95,6 +95,8 @@ export interface StartOptions {
    * removed by `stop()`; given, it is kept (a restart test starts a second hostd on the first's).
    */
   dataDir?: string;
+  /** How long start-up may take (default 180 s): each template served boots before hostd listens. */
+  startTimeoutMs?: number;
 }
 
 /** Resolves once hostd serves (it has written `hostd.url` into its state directory). */
@@ -148,7 +150,7 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
         url = (await readFile(join(stateDir, 'hostd.url'), 'utf8').catch(() => '')).trim();
         return url !== '';
       },
-      { timeoutMs: 180_000, everyMs: 20 },
+      { timeoutMs: opts.startTimeoutMs ?? 180_000, everyMs: 20 },
     );
   } catch (err) {
     proc.kill('SIGKILL');
