@@ -7,8 +7,8 @@
  * - `SERVICE_HOSTD_URL`: measure the hostd serving there (with `SERVICE_API_KEY` if it needs
  *   a key) instead of starting one. Figures that need hostd's processes or logs
  *   (`template_boot_ms`, `create_pool_miss_p50_ms`, the fork memory figures) are then null.
- * - Without it, the bench starts its own hostd (needs `SERVICE_IMAGE_DIR`, as `npm run bench`
- *   sets): a pool of 4, plus a `cold` template with no pool for pool misses.
+ * - Without it, the bench starts its own hostd (the python template built, as `npm run bench`
+ *   does first): a pool of 4, plus a `cold` pool of the same build with no VMs, for pool misses.
  *
  * Every wait is on a condition hostd reports (a pool refilled, the fork standby settled, no
  * exec running, a deleted VM's process gone), so samples are taken on a host at rest.
@@ -214,7 +214,7 @@ async function main(): Promise<void> {
   } else {
     hostd = await startHostd({
       env: {
-        SERVICE_TEMPLATES: 'python,cold:pool=0',
+        SERVICE_TEMPLATES: 'python,cold:recipe=python:pool=0',
         SERVICE_POOL_SIZE: '4',
         SERVICE_LOG_LEVEL: 'info',
       },

@@ -48,18 +48,9 @@ say "compiling TypeScript"
 npx --no-install tsc -p tsconfig.json
 
 say "building the templates (cached; the first build of python downloads and installs packages for minutes)"
+# hostd would build what is missing itself, in the background; built here, it serves warm.
 node dist/src/template-cli.js build --all ||
-  say "some templates failed to build (see above); going on with the others"
-# Until hostd serves templates from their recipes itself, it boots one image for every template:
-# python's, or python-slim's when python could not be built.
-if [ -z "${SERVICE_IMAGE_DIR:-}" ]; then
-  if ! SERVICE_IMAGE_DIR="$(node dist/src/template-cli.js path --cached python 2>/dev/null ||
-    node dist/src/template-cli.js path --cached python-slim 2>/dev/null)"; then
-    say "neither python nor python-slim could be built: nothing to serve"
-    exit 1
-  fi
-fi
-export SERVICE_IMAGE_DIR
+  say "some templates failed to build (see above); hostd serves the others and reports them failed"
 
 case "$mode" in
   start)

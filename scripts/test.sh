@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite; called by scripts/run.sh after setup (so dist/ and the guest image
-# exist and SERVICE_IMAGE_DIR is set). Prints node's test-runner summary last.
+# exist and the templates are built). Prints node's test-runner summary last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 failures=()

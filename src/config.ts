@@ -5,15 +5,27 @@
  */
 import { homedir } from 'node:os';
 import { join } from 'node:path';
+import { defaultCacheDir } from './vm/image-builder.js';
 
 export type AccelChoice = 'auto' | 'kvm' | 'tcg';
 
-/** The resources and pool size of one template; every sandbox of a template gets the same VM. */
+/**
+ * One template of SERVICE_TEMPLATES: served from the recipe of its name (or `recipe`), with the
+ * resources it overrides; what it leaves out comes from the recipe's `[vm]` section.
+ */
 export interface TemplateConfig {
   readonly name: string;
-  readonly memoryMib: number;
-  readonly vcpus: number;
-  readonly poolSize: number;
+  readonly recipe?: string;
+  readonly memoryMib?: number;
+  readonly vcpus?: number;
+  readonly poolSize?: number;
+}
+
+/** Resources set for every template (SERVICE_VM_MEMORY_MIB, ...), over the recipes' own. */
+export interface TemplateDefaults {
+  readonly memoryMib?: number;
+  readonly vcpus?: number;
+  readonly poolSize?: number;
 }
 
 export interface Config {
@@ -25,12 +37,16 @@ export interface Config {
   readonly stateDir: string;
   /** Durable state (disk): frozen templates, VM memory images, snapshots, paused sandboxes. */
   readonly dataDir: string;
-  /** Directory holding vmlinux, initrd.cpio and manifest.json (a template directory: `npm run template -- path NAME`). */
-  readonly imageDir: string;
+  /** Where template images are built and found (SERVICE_CACHE_DIR). */
+  readonly cacheDir: string;
+  /** The user's recipes (SERVICE_TEMPLATE_DIR), next to the built-in templates/; '' for none. */
+  readonly templateDir: string;
   readonly accel: AccelChoice;
   readonly tcgTbMib: number;
-  readonly templates: readonly TemplateConfig[];
-  readonly defaultTemplate: string;
+  /** The templates to serve, in order; null: every recipe, `python` first. */
+  readonly templates: readonly TemplateConfig[] | null;
+  /** Resource overrides for every template, when the SERVICE_VM_* variables are set. */
+  readonly templateDefaults: TemplateDefaults;
   readonly maxSandboxes: number;
   readonly maxBodyBytes: number;
   /** Largest file upload (SERVICE_MAX_FILE_BYTES); uploads stream, so it is not held in memory. */
@@ -67,8 +83,13 @@ export class ConfigError extends Error {
 type Env = Record<string, string | undefined>;
 
 function intVar(env: Env, name: string, fallback: number, min: number, max: number): number {
+  return optionalInt(env, name, min, max) ?? fallback;
+}
+
+/** The variable as a whole number in [min, max], or undefined when it is unset or empty. */
+function optionalInt(env: Env, name: string, min: number, max: number): number | undefined {
   const raw = env[name];
-  if (raw === undefined || raw === '') return fallback;
+  if (raw === undefined || raw === '') return undefined;
   return wholeNumber(name, raw, min, max);
 }
 
@@ -110,23 +131,20 @@ export function isLoopback(host: string): boolean {
 }
 
 /**
- * `SERVICE_TEMPLATES` lists templates as `name[:mem=MiB][:cpus=N][:pool=N]`, comma-separated;
- * the first is the default. Unset: one template `python` with the global defaults.
+ * `SERVICE_TEMPLATES` lists templates as `name[:mem=MiB][:cpus=N][:pool=N][:recipe=NAME]`,
+ * comma-separated; the first is the default. Unset or empty: null (every recipe is served).
  */
-export function parseTemplates(
-  raw: string | undefined,
-  defaults: Omit<TemplateConfig, 'name'>,
-): TemplateConfig[] {
-  const spec = raw && raw.trim() !== '' ? raw : 'python';
+export function parseTemplates(raw: string | undefined): TemplateConfig[] | null {
+  if (!raw || raw.trim() === '') return null;
   const seen = new Set<string>();
-  return spec.split(',').map((part) => {
+  return raw.split(',').map((part) => {
     const [name = '', ...opts] = part.trim().split(':');
     if (!/^[a-z0-9][a-z0-9-]{0,31}$/.test(name)) {
       throw new ConfigError(`SERVICE_TEMPLATES: bad template name "${name}" (use a-z, 0-9, -)`);
     }
     if (seen.has(name)) throw new ConfigError(`SERVICE_TEMPLATES: template "${name}" listed twice`);
     seen.add(name);
-    const t = { name, ...defaults };
+    const t: { -readonly [K in keyof TemplateConfig]: TemplateConfig[K] } = { name };
     for (const opt of opts) {
       const eq = opt.indexOf('=');
       const [key, value] = eq < 0 ? [opt, ''] : [opt.slice(0, eq), opt.slice(eq + 1)];
@@ -134,6 +152,8 @@ export function parseTemplates(
       if (key === 'mem') t.memoryMib = wholeNumber(what, value, 128, 65536);
       else if (key === 'cpus') t.vcpus = wholeNumber(what, value, 1, 16);
       else if (key === 'pool') t.poolSize = wholeNumber(what, value, 0, 64);
+      else if (key === 'recipe' && /^[a-z0-9][a-z0-9-]{0,62}$/.test(value)) t.recipe = value;
+      else if (key === 'recipe') throw new ConfigError(`${what} must be a template name`);
       else throw new ConfigError(`SERVICE_TEMPLATES: unknown option "${opt}" for "${name}"`);
     }
     return t;
@@ -155,11 +175,10 @@ export function loadConfig(env: Env = process.env): Config {
   const dataDir =
     env.SERVICE_DATA_DIR ||
     (uid === 0 ? '/var/lib/hostd' : join(homedir(), '.local', 'share', 'hostd'));
-  const templates = parseTemplates(env.SERVICE_TEMPLATES, {
-    memoryMib: intVar(env, 'SERVICE_VM_MEMORY_MIB', 512, 128, 65536),
-    vcpus: intVar(env, 'SERVICE_VM_VCPUS', 1, 1, 16),
-    poolSize: intVar(env, 'SERVICE_POOL_SIZE', 2, 0, 64),
-  });
+  const templates = parseTemplates(env.SERVICE_TEMPLATES);
+  const memoryMib = optionalInt(env, 'SERVICE_VM_MEMORY_MIB', 128, 65536);
+  const vcpus = optionalInt(env, 'SERVICE_VM_VCPUS', 1, 16);
+  const poolSize = optionalInt(env, 'SERVICE_POOL_SIZE', 0, 64);
   return {
     host,
     port,
@@ -167,11 +186,16 @@ export function loadConfig(env: Env = process.env): Config {
     authDisabled,
     stateDir: env.SERVICE_STATE_DIR || `/dev/shm/hostd-${uid}`,
     dataDir,
-    imageDir: env.SERVICE_IMAGE_DIR || '',
+    cacheDir: defaultCacheDir(env),
+    templateDir: env.SERVICE_TEMPLATE_DIR || '',
     accel,
     tcgTbMib: intVar(env, 'SERVICE_TCG_TB_MIB', 32, 4, 1024),
     templates,
-    defaultTemplate: templates[0]!.name,
+    templateDefaults: {
+      ...(memoryMib === undefined ? {} : { memoryMib }),
+      ...(vcpus === undefined ? {} : { vcpus }),
+      ...(poolSize === undefined ? {} : { poolSize }),
+    },
     maxSandboxes: intVar(env, 'SERVICE_MAX_SANDBOXES', 128, 1, 4096),
     maxBodyBytes: intVar(env, 'SERVICE_MAX_BODY_BYTES', 4 * 1024 * 1024, 1024, 256 * 1024 * 1024),
     maxFileBytes: intVar(env, 'SERVICE_MAX_FILE_BYTES', 4 * 1024 ** 3, 1024, 2 ** 40),

@@ -12,7 +12,10 @@ import { FileRecords } from './core/journal.js';
 import { SandboxManager } from './core/sandbox-manager.js';
 import { chooseAccel, hostTscKhz } from './vm/accel.js';
 import { QemuHypervisor } from './vm/hypervisor.js';
-import { loadImage } from './vm/image.js';
+import { guestImageOf } from './vm/image.js';
+import { CachedTemplateImages } from './vm/template-images.js';
+import { BUILTIN_RECIPE_DIR, loadRecipes } from './core/recipe.js';
+import { planTemplates, UnknownRecipeError } from './core/template-plan.js';
 import { claimDataDir, claimStateDir, releaseDataDir, releaseStateDir } from './state-dir.js';
 import { canRead, launcher, lookupUser, type VmUser } from './vm/vm-user.js';
 import { writeFile } from 'node:fs/promises';
@@ -74,13 +77,33 @@ async function main(): Promise<void> {
   const accel = chooseAccel(config.accel);
   log.info({ accel: accel.accel, reason: accel.reason }, 'accelerator chosen');
   const tscKhz = hostTscKhz();
-  const image = await loadImage(config.imageDir);
-  log.info({ image: config.imageDir, key: image.key, kernel: image.kernelVersion }, 'guest image');
-  if (vmUser && !canRead(vmUser, [image.kernel, image.initrd])) {
-    throw new Error(
-      `QEMU's account ${vmUser.name} cannot read the guest image in ${config.imageDir}; build it under a readable cache (SERVICE_CACHE_DIR=/var/cache/hostd, the default for root)`,
-    );
+  if (process.env.SERVICE_IMAGE_DIR) {
+    log.warn('SERVICE_IMAGE_DIR is not read any more: each template is served from its own build');
   }
+  const recipes = await loadRecipes([
+    BUILTIN_RECIPE_DIR,
+    ...(config.templateDir ? [config.templateDir] : []),
+  ]);
+  let templates;
+  try {
+    templates = planTemplates(recipes, config.templates, config.templateDefaults);
+  } catch (err) {
+    if (!(err instanceof UnknownRecipeError)) throw err;
+    process.stderr.write(`hostd: ${err.message}\n`);
+    process.exit(2);
+  }
+  const images = new CachedTemplateImages({
+    cacheDir: config.cacheDir,
+    onStep: (template, step) => log.info({ template, step }, 'template build step'),
+    check: (image) => {
+      log.info({ template: image.manifest.name, dir: image.dir, key: image.key }, 'template image');
+      if (vmUser && !canRead(vmUser, [image.kernel, image.initrd, image.rootfs])) {
+        throw new Error(
+          `QEMU's account ${vmUser.name} cannot read the image; build it under a readable cache (SERVICE_CACHE_DIR=/var/cache/hostd, the default for root)`,
+        );
+      }
+    },
+  });
 
   const hypervisor = new QemuHypervisor(
     {
@@ -90,8 +113,8 @@ async function main(): Promise<void> {
       ...(vmUser ? { owner: { uid: vmUser.uid, gid: vmUser.gid } } : {}),
     },
     config.dataDir,
-    (_template, shape) => ({
-      image,
+    (_template, shape, image) => ({
+      image: guestImageOf(image),
       memoryMib: shape.memoryMib,
       vcpus: shape.vcpus,
       accel: accel.accel,
@@ -113,7 +136,8 @@ async function main(): Promise<void> {
   const metrics = createMetrics({ accel: accel.accel, version: HOSTD_VERSION });
   const manager = new SandboxManager(
     {
-      templates: config.templates,
+      templates,
+      images,
       maxSandboxes: config.maxSandboxes,
       maxQueuedExecs: config.maxQueuedExecs,
       idleTimeoutS: config.idleTimeoutS,

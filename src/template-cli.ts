@@ -11,12 +11,10 @@
  * images go to SERVICE_CACHE_DIR. Build output goes to stderr only with --verbose (-v); the
  * steps are always shown. Exit status: 0, 1 when a build failed, 2 for a bad command or recipe.
  */
-import { fileURLToPath } from 'node:url';
-import { loadRecipes, RecipeError, type Recipe } from './core/recipe.js';
+import { BUILTIN_RECIPE_DIR, loadRecipes, RecipeError, type Recipe } from './core/recipe.js';
 import { TemplateBuildError } from './vm/build-step.js';
 import { buildTemplate, defaultCacheDir, findBuilt, rootfsKeyOf } from './vm/image-builder.js';
 
-const BUILTIN_DIR = fileURLToPath(new URL('../../templates/', import.meta.url));
 const USAGE = `usage: npm run template -- list
        npm run template -- build [-v] NAME... | --all
        npm run template -- show NAME
@@ -34,7 +32,7 @@ async function main(argv: string[]): Promise<number> {
   const args = argv.filter((a) => a !== '-v' && a !== '--verbose');
   const [command, ...rest] = args;
   const dirs = [
-    BUILTIN_DIR,
+    BUILTIN_RECIPE_DIR,
     ...(process.env.SERVICE_TEMPLATE_DIR ? [process.env.SERVICE_TEMPLATE_DIR] : []),
   ];
   const catalog = await loadRecipes(dirs);

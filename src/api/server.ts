@@ -21,6 +21,7 @@ import { registerLineageRoutes } from './routes/lineage.js';
 import { registerSandboxRoutes } from './routes/sandboxes.js';
 import { registerServiceRoutes } from './routes/service.js';
 import { registerSnapshotRoutes } from './routes/snapshots.js';
+import { registerTemplateRoutes } from './routes/templates.js';
 
 export interface ServerOptions {
   manager: SandboxManager;
@@ -128,6 +129,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   registerExecRoutes(app, manager);
   registerLineageRoutes(app, manager);
   registerSnapshotRoutes(app, manager);
+  registerTemplateRoutes(app, manager);
   // In their own scope: only these routes take raw bodies.
   await app.register(async (scope) => {
     rawBodyParser(scope);

@@ -6,7 +6,13 @@
  */
 import type { Logger } from 'pino';
 import { fail } from '../errors.js';
-import type { FrozenState, Hypervisor, Machine, MachineShape } from '../vm/machine.js';
+import type {
+  FrozenState,
+  Hypervisor,
+  Machine,
+  MachineShape,
+  TemplateImage,
+} from '../vm/machine.js';
 
 export interface PoolConfig extends MachineShape {
   readonly name: string;
@@ -35,6 +41,8 @@ export class TemplatePool {
 
   constructor(
     readonly config: PoolConfig,
+    /** The template's built image, which its VMs boot. */
+    private readonly image: TemplateImage,
     private readonly hypervisor: Hypervisor,
     private readonly log: Logger,
     /** Why the host cannot afford another VM now, or null; refills wait while it says no. */
@@ -52,7 +60,7 @@ export class TemplatePool {
   /** Boots the template once and freezes it, then starts filling the pool. */
   async init(): Promise<FrozenState> {
     const started = Date.now();
-    this.frozen = await this.hypervisor.bootTemplate(this.config.name, this.config);
+    this.frozen = await this.hypervisor.bootTemplate(this.config.name, this.config, this.image);
     this.bootMs = Date.now() - started;
     this.log.info(
       { template: this.config.name, bootMs: this.bootMs },

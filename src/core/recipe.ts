@@ -5,6 +5,7 @@
  */
 import { readdir, readFile } from 'node:fs/promises';
 import { basename, dirname, isAbsolute, join, posix, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parse, TomlError } from 'smol-toml';
 import type { TemplateFile, TemplateResources, TemplateSpec } from '../vm/image-builder.js';
 
@@ -47,6 +48,9 @@ const FIELDS: Record<string, readonly string[]> = {
   python: ['packages', 'wheels', 'index_url'],
   file: ['src', 'dest', 'mode'],
 };
+
+/** The repository's own recipes (templates/); SERVICE_TEMPLATE_DIR's come after them. */
+export const BUILTIN_RECIPE_DIR = fileURLToPath(new URL('../../../templates/', import.meta.url));
 
 /** Resource defaults of a recipe that leaves them out. */
 export const RECIPE_DEFAULTS = { memoryMib: 512, vcpus: 1, poolSize: 2, diskMib: 4096 } as const;

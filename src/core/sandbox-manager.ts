@@ -7,7 +7,7 @@
  */
 import type { Logger } from 'pino';
 import { fail } from '../errors.js';
-import type { ExecSpec, Hypervisor, Machine } from '../vm/machine.js';
+import type { ExecSpec, Hypervisor, Machine, TemplateImages } from '../vm/machine.js';
 import { Admission } from './admission.js';
 import { ExecRun } from './exec-run.js';
 import { ForkStandby } from './fork-standby.js';
@@ -15,18 +15,21 @@ import type { HostFree } from './host-resources.js';
 import { IdleReaper } from './idle-reaper.js';
 import type { RecordStore, SandboxRecord, SnapshotRecord } from './journal.js';
 import { asMachineError, Lineage } from './lineage.js';
-import { TemplatePool, type PoolConfig, type PoolStats, type RefillPauses } from './pool.js';
+import { TemplatePool, type PoolStats, type RefillPauses } from './pool.js';
 import { SandboxRegistry } from './registry.js';
 import { Sandbox, type SandboxInfo } from './sandbox.js';
 import { Snapshots, type SnapshotInfo } from './snapshots.js';
 import { SandboxFiles } from './sandbox-files.js';
 import { SandboxNetwork, type EgressEnvironment } from './network.js';
+import { TemplateCatalog, type TemplateInfo } from './template-catalog.js';
+import type { TemplatePlan } from './template-plan.js';
 
 export { MAX_FORK } from './lineage.js';
 export { validateAllowOut } from './network.js';
 export type { FileDownload, FileEntry, ExtractResult, WriteResult } from './sandbox-files.js';
 export type { Language } from '../vm/machine.js';
 export type { SnapshotInfo } from './snapshots.js';
+export type { TemplateInfo } from './template-catalog.js';
 
 /** Hooks for metrics; the api layer wires them to prom-client. */
 export interface ManagerObserver {
@@ -52,8 +55,10 @@ export interface CreateRequest {
 }
 
 export interface ManagerOptions {
-  /** In order; the first is the default. */
-  readonly templates: readonly PoolConfig[];
+  /** The templates to serve, in order (core/template-plan.ts); the first is the default. */
+  readonly templates: readonly TemplatePlan[];
+  /** Where templates' images are found, and built when missing. */
+  readonly images: TemplateImages;
   readonly maxSandboxes: number;
   readonly maxQueuedExecs: number;
   /** Seconds without any request after which a sandbox is paused or deleted; 0: never. */
@@ -92,7 +97,7 @@ const SHUTDOWN_PAUSES_AT_ONCE = 4;
 
 export class SandboxManager {
   private readonly registry: SandboxRegistry;
-  private readonly pools = new Map<string, TemplatePool>();
+  private readonly catalog: TemplateCatalog;
   private readonly admission: Admission;
   private readonly standby: ForkStandby;
   private readonly lineage: Lineage;
@@ -147,6 +152,22 @@ export class SandboxManager {
       network: this.network,
       onForked: (n, s) => observer.forked?.(n, s),
     });
+    this.catalog = new TemplateCatalog(
+      options.templates,
+      options.images,
+      (plan, image) =>
+        new TemplatePool(
+          plan,
+          image,
+          hypervisor,
+          log,
+          () => this.admission.shortage(1),
+          () => observer.vmStartFailed?.(),
+          options.refillPauses,
+        ),
+      (_name, state) => this.standby.register(state),
+      log,
+    );
     this.reaper = new IdleReaper(
       options.idleTimeoutS,
       options.pausedTtlS ?? 0,
@@ -166,39 +187,40 @@ export class SandboxManager {
   }
 
   /**
-   * Reads back what earlier runs left (snapshots, paused sandboxes), boots every template (in
-   * turn: they compete for the same CPUs), removes what no record uses, starts the reaper.
-   * Sandboxes are resumed on first use, so start-up time does not grow with their number.
+   * Reads back what earlier runs left (snapshots, paused sandboxes), boots every template already
+   * built (in turn: they compete for the same CPUs), removes what no record uses, starts
+   * building the other templates in the background, starts the reaper. Sandboxes are resumed
+   * on first use, so start-up time does not grow with their number.
    */
   async start(): Promise<void> {
     for (const { id, why } of await this.snapshots.load()) {
       this.log.error({ snapshot: id, why }, 'a snapshot could not be reopened; it is dropped');
     }
     await this.readmitSandboxes();
-    for (const t of this.options.templates) {
-      const pool = new TemplatePool(
-        t,
-        this.hypervisor,
-        this.log,
-        () => this.admission.shortage(1),
-        () => this.observer.vmStartFailed?.(),
-        this.options.refillPauses,
-      );
-      this.pools.set(t.name, pool);
-      this.standby.register(await pool.init());
-    }
-    // Every state this run needs is open: what earlier runs left and nothing uses goes.
+    await this.catalog.start();
+    // Every state this run needs is open: what earlier runs left and nothing uses goes. Before
+    // any build starts: a template booting meanwhile would have its fresh state collected.
     const removed = await this.hypervisor.collectGarbage();
     if (removed) this.log.info({ removed }, 'removed frozen states no record uses');
+    this.catalog.buildMissing();
     this.reaper.start();
   }
 
   templateBootMs(template = this.defaultTemplate): number {
-    return this.pools.get(template)?.bootMs ?? 0;
+    return this.catalog.pools().find((p) => p.config.name === template)?.bootMs ?? 0;
   }
 
   poolStats(): PoolStats[] {
-    return [...this.pools.values()].map((p) => p.stats());
+    return this.catalog.pools().map((p) => p.stats());
+  }
+
+  /** Every template, in configuration order (the first is the default), with its state. */
+  listTemplates(): TemplateInfo[] {
+    return this.catalog.list();
+  }
+
+  describeTemplate(name: string): TemplateInfo {
+    return this.catalog.describe(name);
   }
 
   /** Machines started ahead for forks, and whether more are being started. */
@@ -238,8 +260,7 @@ export class SandboxManager {
     allowOut: readonly string[],
   ): Promise<Sandbox> {
     const name = template ?? this.defaultTemplate;
-    const pool = this.pools.get(name);
-    if (!pool) throw fail('templateNotFound', name, [...this.pools.keys()]);
+    const pool = this.catalog.pool(name);
     const started = process.hrtime.bigint();
     const admitted = this.admission.admit(1);
     let taken;
@@ -391,6 +412,7 @@ export class SandboxManager {
   async shutdown(): Promise<void> {
     this.stopping = true;
     this.reaper.stop();
+    this.catalog.stopBuilding();
     await Promise.allSettled([...this.creating]);
     const all = this.registry.all();
     // Nothing queued will run; what runs is interrupted, so that the pause does not wait for it.
@@ -403,7 +425,7 @@ export class SandboxManager {
     for (const s of all) s.close(fail('shuttingDown'));
     await Promise.all([
       ...all.map((s) => s.machine?.destroy('hostd is shutting down')),
-      ...[...this.pools.values()].map((p) => p.close()),
+      this.catalog.close(),
       this.standby.close(),
     ]);
     // Snapshots keep their references: letting go would delete files the next start reads.
@@ -555,7 +577,7 @@ export class SandboxManager {
   }
 
   private get defaultTemplate(): string {
-    return this.options.templates[0]!.name;
+    return this.catalog.defaultName ?? '';
   }
 
   private ensureRunning(): void {

@@ -14,13 +14,16 @@ import type {
   PausedDescriptor,
   PausedMachine,
   StateDescriptor,
+  TemplateImage,
 } from './machine.js';
+import type { LoadedImage } from './image.js';
 import { QemuPaused } from './qemu-paused.js';
 import type { MachineSpec } from './qemu-args.js';
 import type { QemuHost } from './qemu-process.js';
 import { QemuState } from './qemu-state.js';
 import { QemuForkTarget } from './fork-target.js';
 import { StateStore, templateKey } from './state-store.js';
+import { BuiltImage } from './template-images.js';
 import { STATE_FORMAT } from './state-format.js';
 import { Vm, type VmContext } from './vm.js';
 
@@ -34,8 +37,12 @@ export class QemuHypervisor implements Hypervisor {
     host: QemuHost,
     /** Durable state: frozen templates and memory images (SERVICE_DATA_DIR). */
     dataDir: string,
-    /** The full QEMU machine of a template with these resources. */
-    private readonly specFor: (template: string, shape: MachineShape) => MachineSpec,
+    /** The full QEMU machine of a template with these resources, booting its built `image`. */
+    private readonly specFor: (
+      template: string,
+      shape: MachineShape,
+      image: LoadedImage,
+    ) => MachineSpec,
     readonly machineOverheadMib: number,
   ) {
     this.ctx = { host, store: new StateStore(dataDir, host.owner) };
@@ -49,8 +56,14 @@ export class QemuHypervisor implements Hypervisor {
     await this.ctx.store.init();
   }
 
-  async bootTemplate(template: string, shape: MachineShape): Promise<FrozenState> {
-    const spec = this.specFor(template, shape);
+  async bootTemplate(
+    template: string,
+    shape: MachineShape,
+    image: TemplateImage,
+  ): Promise<FrozenState> {
+    if (!(image instanceof BuiltImage)) throw new Error(`not an image of the cache: ${image.key}`);
+    // The spec holds the image's key and files, so the frozen template's cache key does too.
+    const spec = this.specFor(template, shape, image.loaded);
     const key = templateKey(spec, this.qemuVersion);
     const { store } = this.ctx;
     const cached = await store.cachedTemplate(key, spec);

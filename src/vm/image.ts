@@ -5,7 +5,7 @@
  * the manifest and passes the files to QEMU.
  */
 import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import type { GuestImage } from './qemu-args.js';
 
 /** Version of the manifest layout; older directories (one initrd holding everything) are not read. */
@@ -106,4 +106,59 @@ export async function loadImage(dir: string): Promise<LoadedImage> {
     tcgCpu: manifest.tcg.cpu,
     manifest,
   };
+}
+
+/**
+ * What a machine spec keeps of a template directory: the files QEMU opens and the key. Specs are
+ * hashed into frozen templates' keys and stored with every snapshot, so they stay small and
+ * hold nothing that changes without the image changing.
+ */
+export function guestImageOf(image: LoadedImage): GuestImage {
+  return {
+    kernel: image.kernel,
+    initrd: image.initrd,
+    rootfs: image.rootfs,
+    cmdline: image.cmdline,
+    key: image.key,
+    ...(image.tcgCmdlineAppend === undefined ? {} : { tcgCmdlineAppend: image.tcgCmdlineAppend }),
+    ...(image.tcgCpu === undefined ? {} : { tcgCpu: image.tcgCpu }),
+  };
+}
+
+/**
+ * A saved machine state (snapshot, paused sandbox, frozen template) whose template build is no
+ * longer where it was made: restoring its memory over another build's root filesystem would
+ * corrupt the guest, so it is refused.
+ */
+export class ImageGoneError extends Error {
+  constructor(
+    /** The build the state was made on. */
+    readonly key: string,
+    /** The template directory it was in. */
+    readonly dir: string,
+    /** The key found there instead, or null when there is no build at all. */
+    readonly found: string | null,
+  ) {
+    super(
+      `it was made on template build ${key}, which is gone from ${dir}` +
+        (found === null ? '' : ` (that directory now holds build ${found})`) +
+        '; a saved state restores only on the build it was made on',
+    );
+    this.name = 'ImageGoneError';
+  }
+}
+
+/** Throws ImageGoneError unless the template build `image` names is still in its directory. */
+export async function checkImageBuild(image: GuestImage): Promise<void> {
+  const dir = dirname(image.rootfs);
+  let found: string | null = null;
+  try {
+    const manifest = JSON.parse(await readFile(join(dir, 'manifest.json'), 'utf8')) as {
+      key?: unknown;
+    };
+    found = typeof manifest.key === 'string' ? manifest.key : null;
+  } catch {
+    // no manifest: the build is gone
+  }
+  if (found !== image.key) throw new ImageGoneError(image.key, dir, found);
 }

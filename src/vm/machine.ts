@@ -23,6 +23,7 @@ export {
   type Upload,
   type WriteResult,
 } from './file-channel.js';
+import type { TemplateSpec } from './image-builder.js';
 
 export type Language = 'python' | 'bash';
 export type OutputStream = 'stdout' | 'stderr';
@@ -206,14 +207,47 @@ export interface MachineShape {
   readonly vcpus: number;
 }
 
+/**
+ * A template's built guest image (vm/template-images.ts), handed back to `bootTemplate`. Core
+ * reads only what the templates API shows; the rest is the hypervisor's business.
+ */
+export interface TemplateImage {
+  /** Identifies the build: frozen states made from one key never restore on another. */
+  readonly key: string;
+  /** When it was built (ISO 8601). */
+  readonly builtAt: string;
+  /** Size of each machine's writable disk; fixed by the build. */
+  readonly diskMib: number;
+  /** Names of the Debian packages the recipe asked for and every template's base ones. */
+  readonly debianPackages: readonly string[];
+  /** Names of what pip installed, dependencies included. */
+  readonly pythonPackages: readonly string[];
+}
+
+/**
+ * Finds and builds templates' images from their recipes. Core drives it (which template, when,
+ * one at a time) without knowing the build scripts or the cache layout.
+ */
+export interface TemplateImages {
+  /** The cached build of `recipe`, or null when it has not been built; builds nothing. */
+  find(recipe: TemplateSpec): Promise<TemplateImage | null>;
+  /**
+   * Builds `recipe` (minutes for a large one). Rejects with an Error whose message says why,
+   * for a client to read: the failing step and the end of its log. `signal` stops the build.
+   */
+  build(recipe: TemplateSpec, signal: AbortSignal): Promise<TemplateImage>;
+}
+
 /** Makes machines. */
 export interface Hypervisor {
   /**
    * The frozen state every sandbox of a template restores, with a reference for the caller:
    * from the template cache on disk when an earlier run left one for exactly this machine,
-   * else by cold-booting the template, preparing it and freezing it into that cache.
+   * else by cold-booting the template, preparing it and freezing it into that cache. `image` is
+   * what `TemplateImages` gave for the template: the cache is keyed by it, so a rebuilt template
+   * is booted afresh.
    */
-  bootTemplate(template: string, shape: MachineShape): Promise<FrozenState>;
+  bootTemplate(template: string, shape: MachineShape, image: TemplateImage): Promise<FrozenState>;
   /** The descriptor to store for `state`. */
   describeState(state: FrozenState): StateDescriptor;
   /** The state a stored descriptor names (no reference added: the caller retains it). */

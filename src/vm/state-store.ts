@@ -19,6 +19,7 @@ import { chown, mkdir, open, readdir, rename, rm, stat, writeFile } from 'node:f
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { PausedDescriptor, StateDescriptor } from './machine.js';
+import { checkImageBuild } from './image.js';
 import { MemImage } from './mem-image.js';
 import type { MachineSpec } from './qemu-args.js';
 import { readBounded } from './safe-files.js';
@@ -135,6 +136,8 @@ export class StateStore {
       );
     }
     const spec = desc.spec as MachineSpec;
+    // Its memory holds the page cache of its own root filesystem: never restore it on another.
+    await checkImageBuild(spec.image);
     if (desc.id.startsWith('template-')) {
       const state = await this.cachedTemplate(desc.id.slice('template-'.length), spec);
       if (!state)

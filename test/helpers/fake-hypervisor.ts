@@ -27,6 +27,7 @@ import type {
   PausedDescriptor,
   PausedMachine,
   StateDescriptor,
+  TemplateImage,
 } from '../../src/vm/machine.js';
 import { FakeFiles } from './fake-files.js';
 
@@ -273,10 +274,20 @@ export class FakeHypervisor implements Hypervisor {
   readonly targets: FakeTarget[] = [];
   /** Restores that throw instead of starting, counted down. */
   failNextRestores = 0;
+  /** Templates whose boot throws. */
+  readonly failingBoots = new Set<string>();
+  /** Every template booted, with the key of the image it booted. */
+  readonly boots: { template: string; key: string }[] = [];
   private readonly held = new Map<Step, { waiters: (() => void)[] }>();
 
-  async bootTemplate(template: string, _shape: MachineShape): Promise<FrozenState> {
+  async bootTemplate(
+    template: string,
+    _shape: MachineShape,
+    image: TemplateImage,
+  ): Promise<FrozenState> {
     await this.gate('boot');
+    if (this.failingBoots.has(template)) throw new Error('the VM failed to boot (fake)');
+    this.boots.push({ template, key: image.key });
     return new FakeState(`template-${template}`, new Map(), template).retain();
   }
 

@@ -6,15 +6,17 @@ import { pino } from 'pino';
 import type { ExecEvent } from '../../src/core/exec-run.js';
 import { SandboxManager, type ManagerOptions } from '../../src/core/sandbox-manager.js';
 import { FakeHypervisor } from './fake-hypervisor.js';
+import { FakeImages, plan } from './fake-images.js';
 
 const PLENTY = { memAvailableMib: 1e6, dataDirFreeMib: 1e6 };
 
 export function setupOptions(free = { ...PLENTY }): ManagerOptions {
   return {
     templates: [
-      { name: 'python', memoryMib: 512, vcpus: 1, poolSize: 2 },
-      { name: 'slim', memoryMib: 256, vcpus: 1, poolSize: 0 },
+      plan('python', { memoryMib: 512, vcpus: 1, poolSize: 2 }),
+      plan('slim', { memoryMib: 256, vcpus: 1, poolSize: 0 }),
     ],
+    images: new FakeImages(['python', 'slim']),
     maxSandboxes: 10,
     maxQueuedExecs: 3,
     idleTimeoutS: 0,

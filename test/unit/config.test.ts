@@ -42,29 +42,30 @@ test('numeric variables are range-checked with the variable named in the error',
   assert.throws(() => loadConfig({ SERVICE_ACCEL: 'xen' }), /SERVICE_ACCEL/);
 });
 
-test('templates: the first listed is the default; options override the global sizes', () => {
-  const t = parseTemplates('python,big:mem=2048:cpus=2:pool=0', {
-    memoryMib: 512,
-    vcpus: 1,
-    poolSize: 2,
-  });
-  assert.deepEqual(t, [
-    { name: 'python', memoryMib: 512, vcpus: 1, poolSize: 2 },
+test('templates: the first listed is the default; each lists only what it overrides', () => {
+  assert.deepEqual(parseTemplates('python,big:mem=2048:cpus=2:pool=0,cold:recipe=python:pool=0'), [
+    { name: 'python' },
     { name: 'big', memoryMib: 2048, vcpus: 2, poolSize: 0 },
+    { name: 'cold', recipe: 'python', poolSize: 0 },
   ]);
-  assert.throws(() => parseTemplates('a,a', { memoryMib: 512, vcpus: 1, poolSize: 2 }), /twice/);
-  assert.throws(
-    () => parseTemplates('Bad!', { memoryMib: 512, vcpus: 1, poolSize: 2 }),
-    /bad template name/,
+  for (const bad of ['a,a', 'Bad!', 'x:gpu=1', 'x:recipe=', 'x:recipe=No!']) {
+    assert.throws(() => parseTemplates(bad), ConfigError, bad);
+  }
+});
+
+test('templates: unset or empty serves every recipe; SERVICE_VM_* override only when set', () => {
+  assert.equal(loadConfig({}).templates, null);
+  assert.equal(loadConfig({ SERVICE_TEMPLATES: ' ' }).templates, null);
+  assert.deepEqual(loadConfig({}).templateDefaults, {});
+  assert.deepEqual(
+    loadConfig({ SERVICE_VM_MEMORY_MIB: '768', SERVICE_POOL_SIZE: '0', SERVICE_VM_VCPUS: '' })
+      .templateDefaults,
+    { memoryMib: 768, poolSize: 0 },
   );
-  assert.throws(
-    () => parseTemplates('x:gpu=1', { memoryMib: 512, vcpus: 1, poolSize: 2 }),
-    /unknown option/,
-  );
+  assert.equal(loadConfig({ SERVICE_TEMPLATE_DIR: '/srv/recipes' }).templateDir, '/srv/recipes');
 });
 
 test('templates: a bad or empty option value is refused, naming the template and the option', () => {
-  const defaults = { memoryMib: 512, vcpus: 1, poolSize: 2 };
   for (const [spec, named] of [
     ['python:mem', 'SERVICE_TEMPLATES: python:mem'],
     ['python:mem=', 'SERVICE_TEMPLATES: python:mem'],
@@ -73,7 +74,7 @@ test('templates: a bad or empty option value is refused, naming the template and
     ['big:pool=-1', 'SERVICE_TEMPLATES: big:pool'],
   ]) {
     assert.throws(
-      () => parseTemplates(spec!, defaults),
+      () => parseTemplates(spec!),
       (err: unknown) => err instanceof ConfigError && err.message.startsWith(named!),
       spec,
     );

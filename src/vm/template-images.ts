@@ -1,0 +1,80 @@
+/**
+ * Templates' images for hostd: the builder's cache (vm/image-builder.ts) behind core's
+ * `TemplateImages`, so that hostd finds what `npm run template` built and builds the rest itself.
+ * Builds of one template are serialized with other processes by the cache's file lock.
+ */
+import { TemplateBuildError } from './build-step.js';
+import { buildTemplate, findBuilt, type TemplateSpec } from './image-builder.js';
+import type { LoadedImage } from './image.js';
+import type { TemplateImage, TemplateImages } from './machine.js';
+
+/** Lines of the build log a failed template's reason quotes. */
+const REASON_TAIL_LINES = 10;
+
+/** A built template: what core shows, and the directory the hypervisor boots. */
+export class BuiltImage implements TemplateImage {
+  readonly key: string;
+  readonly builtAt: string;
+  readonly diskMib: number;
+  readonly debianPackages: readonly string[];
+  readonly pythonPackages: readonly string[];
+
+  constructor(readonly loaded: LoadedImage) {
+    const m = loaded.manifest;
+    this.key = m.key;
+    this.builtAt = m.built_at;
+    this.diskMib = m.resources.disk_mib;
+    this.debianPackages = m.contents.debian_packages.map((p) => p.name);
+    this.pythonPackages = m.contents.python_packages.map((p) => p.name);
+  }
+}
+
+export interface CacheOptions {
+  readonly cacheDir: string;
+  /** Called with each step a build announces (`debian packages`, `setup command 1 of 2: …`). */
+  readonly onStep?: (template: string, step: string) => void;
+  /** Throws when the built image is unusable here (e.g. QEMU's account cannot read it). */
+  readonly check?: (image: LoadedImage) => void;
+}
+
+/** The builder's cache as core's `TemplateImages`. */
+export class CachedTemplateImages implements TemplateImages {
+  constructor(private readonly opts: CacheOptions) {}
+
+  async find(recipe: TemplateSpec): Promise<BuiltImage | null> {
+    const loaded = await findBuilt(recipe, { cacheDir: this.opts.cacheDir });
+    if (!loaded) return null;
+    this.opts.check?.(loaded);
+    return new BuiltImage(loaded);
+  }
+
+  async build(recipe: TemplateSpec, signal: AbortSignal): Promise<BuiltImage> {
+    const { onStep } = this.opts;
+    try {
+      const loaded = await buildTemplate(recipe, {
+        cacheDir: this.opts.cacheDir,
+        signal,
+        onLine: (line) => {
+          if (line.startsWith('hostd-build-step: ')) onStep?.(recipe.name, line.slice(18));
+        },
+      });
+      this.opts.check?.(loaded);
+      return new BuiltImage(loaded);
+    } catch (err) {
+      if (err instanceof TemplateBuildError) throw new Error(buildFailure(err));
+      throw err;
+    }
+  }
+}
+
+/**
+ * Why a build failed, for API clients: the step and the end of its log. The log file's own path
+ * is left out (it is in hostd's log, and error messages do not name host files).
+ */
+export function buildFailure(err: TemplateBuildError): string {
+  const tail = err.tail.slice(-REASON_TAIL_LINES);
+  return (
+    `build step "${err.step}" failed (${err.reason})` +
+    (tail.length > 0 ? `; last lines of its log:\n${tail.join('\n')}` : '')
+  );
+}
