@@ -122,7 +122,7 @@ else
   # readme.mjs imports '@hostd/sdk' as the root README shows it: run it from inside the
   # package, where that name resolves to this checkout by self-reference.
   cp examples/readme.mjs "$TS/dist/readme-root.mjs"
-  for example in quickstart.mjs quickstart.py quickstart.sh readme.mjs readme.py readme.sh; do
+  for example in quickstart.mjs quickstart.py quickstart.sh readme.mjs readme.py readme.sh data-in-out.py; do
     case $example in
       readme.mjs) cmd=(node "$TS/dist/readme-root.mjs") ;;
       readme.py) cmd=(env "PYTHONPATH=$ROOT/sdk/python" python3 "examples/$example") ;;

@@ -28,6 +28,7 @@ import sys
 import threading
 import traceback
 
+import cpu_quirks
 import files_server
 import guest_system
 import net_relay
@@ -223,6 +224,7 @@ def main(argv=None):
     env = DefaultEnvironment(workdir, template.env)
     # Before the first REPL worker starts (in serve()): HTTP(S) clients go out through hostd.net.
     env.merge(net_relay.PROXY_ENV)
+    env.merge(cpu_quirks.emulation_env())
     try:
         (rfd, wfd), repl_fds = open_channels(args)
     except OSError as e:

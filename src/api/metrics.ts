@@ -42,6 +42,22 @@ export function createMetrics(info: { accel: string; version: string }): Metrics
     },
   });
   new Gauge({
+    name: 'hostd_sandbox_network_bytes',
+    help: 'Bytes the connections of the sandboxes alive now sent out and received (their `network`).',
+    labelNames: ['direction'],
+    registers: [registry],
+    collect() {
+      let out = 0;
+      let inward = 0;
+      for (const s of manager?.list() ?? []) {
+        out += s.network.bytes_out;
+        inward += s.network.bytes_in;
+      }
+      this.set({ direction: 'out' }, out);
+      this.set({ direction: 'in' }, inward);
+    },
+  });
+  new Gauge({
     name: 'hostd_fork_standby_vms',
     help: 'QEMU processes started ahead on a copy of a template image, waiting for forks.',
     registers: [registry],

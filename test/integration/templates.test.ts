@@ -105,6 +105,13 @@ test('python runs the data stack with numpy preloaded; python-slim has no numpy'
   assert.deepEqual([preloaded.stdout, preloaded.exit], ['True\n', 0]);
   const pandas = await run(hostd, py, 'import pandas as pd\nprint(int(pd.Series([1, 2]).sum()))');
   assert.deepEqual([pandas.stdout, pandas.exit], ['3\n', 0], pandas.stderr);
+  // BLAS and a rendered figure: under TCG, OpenBLAS once chose kernels the emulated CPU lacks.
+  const blas = await run(
+    hostd,
+    py,
+    'import numpy as np, io\nimport matplotlib.pyplot as plt\nprint(int((np.ones((64, 64)) @ np.ones((64, 64))).sum()))\nplt.bar([1, 2], [3, 4])\nbuf = io.BytesIO()\nplt.savefig(buf, format="png")\nprint(buf.getvalue()[:4] == b"\\x89PNG")',
+  );
+  assert.deepEqual([blas.stdout, blas.exit], ['262144\nTrue\n', 0], blas.stderr);
 
   const slim = await createSandbox(hostd, { template: 'python-slim' });
   const numpy = await run(

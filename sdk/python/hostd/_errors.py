@@ -8,7 +8,8 @@ codes are the TypeScript SDK's.
 ==============================================================  ===========================  =========================
 ``missing_api_key``, ``invalid_api_key``                        AuthenticationError          HostdError
 ``invalid_request``, ``merge_into_self``, ``invalid_path``,     InvalidRequestError          HostdError
-``is_a_directory``, ``not_a_directory``, ``body_too_large``,
+``is_a_directory``, ``not_a_directory``, ``invalid_archive``,
+``permission_denied`` (403), ``body_too_large``,
 ``file_too_large``, ``unsupported_media_type``
 ``sandbox_not_found``                                           SandboxNotFoundError         NotFoundError
 ``sandbox_lost`` (410)                                          SandboxLostError             NotFoundError
@@ -239,6 +240,8 @@ _CLASS_BY_CODE: Dict[str, Type[HostdError]] = {
     "invalid_path": InvalidRequestError,
     "is_a_directory": InvalidRequestError,
     "not_a_directory": InvalidRequestError,
+    "invalid_archive": InvalidRequestError,
+    "permission_denied": InvalidRequestError,
     "body_too_large": InvalidRequestError,
     "file_too_large": InvalidRequestError,
     "unsupported_media_type": InvalidRequestError,

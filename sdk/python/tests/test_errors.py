@@ -54,6 +54,8 @@ BY_CODE = {
     "invalid_path": InvalidRequestError,
     "is_a_directory": InvalidRequestError,
     "not_a_directory": InvalidRequestError,
+    "invalid_archive": InvalidRequestError,
+    "permission_denied": InvalidRequestError,
     "missing_api_key": AuthenticationError,
     "invalid_api_key": AuthenticationError,
     "sandbox_not_found": SandboxNotFoundError,

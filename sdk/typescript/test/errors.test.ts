@@ -49,6 +49,8 @@ const BY_CODE: Record<string, ErrorClass> = {
   invalid_path: InvalidRequestError,
   is_a_directory: InvalidRequestError,
   not_a_directory: InvalidRequestError,
+  invalid_archive: InvalidRequestError,
+  permission_denied: InvalidRequestError,
   missing_api_key: AuthenticationError,
   invalid_api_key: AuthenticationError,
   sandbox_not_found: SandboxNotFoundError,
