@@ -47,10 +47,17 @@ fi
 say "compiling TypeScript"
 npx --no-install tsc -p tsconfig.json
 
-say "building the templates (cached; the first build of python downloads and installs packages for minutes)"
-# hostd would build what is missing itself, in the background; built here, it serves warm.
-node dist/src/template-cli.js build --all ||
-  say "some templates failed to build (see above); hostd serves the others and reports them failed"
+if [ "$mode" = start ]; then
+  # hostd builds what is missing itself, in the background, and serves meanwhile: on a new
+  # machine the API answers at once and creates of a template still building get 503
+  # template_unavailable with Retry-After (the SDKs wait and retry).
+  say "templates missing from the cache are built by hostd in the background (GET /v1/templates shows their state)"
+else
+  say "building the templates (cached; the first build of python downloads and installs packages for minutes)"
+  # Tests and the bench want every template warm before they start.
+  node dist/src/template-cli.js build --all ||
+    say "some templates failed to build (see above); hostd serves the others and reports them failed"
+fi
 
 case "$mode" in
   start)
