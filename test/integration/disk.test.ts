@@ -156,8 +156,10 @@ describe('a sandbox disk', () => {
 test('files and forks survive a SIGTERM restart and a SIGKILL re-adoption of hostd', async () => {
   // Shared by the hostds, so none removes it when it stops.
   const dataDir = await mkdtemp('/var/tmp/hostd-test-data-');
+  // The same runtime directory too: a hostd re-adopts the VMs named there.
+  const stateDir = await mkdtemp('/dev/shm/hostd-test-');
   const env = { SERVICE_POOL_SIZE: '0' };
-  let h = await startHostd({ env, dataDir });
+  let h = await startHostd({ env, dataDir, stateDir });
   try {
     const parent = await createSandbox(h);
     const sum = await out(h, parent, writeRandom('/root/kept.bin', 4));
@@ -170,13 +172,13 @@ test('files and forks survive a SIGTERM restart and a SIGKILL re-adoption of hos
     await out(h, child, 'open("/root/child.txt", "w").write("c")');
     assert.equal(await h.stop('SIGTERM'), 0);
 
-    h = await startHostd({ env, dataDir });
+    h = await startHostd({ env, dataDir, stateDir });
     assert.equal(await out(h, parent, sha('/root/kept.bin')), sum);
     assert.equal(await out(h, child, 'print(open("/root/child.txt").read())'), 'c');
     assert.equal(await out(h, parent, exists('/root/child.txt')), 'False');
     await h.stop('SIGKILL');
 
-    h = await startHostd({ env, dataDir });
+    h = await startHostd({ env, dataDir, stateDir });
     assert.equal(await out(h, child, sha('/root/kept.bin')), sum);
     // The adopted VM captures again: a fork of it sees its files.
     const again = await h.json<{ children: { id: string }[] }>(
@@ -190,5 +192,6 @@ test('files and forks survive a SIGTERM restart and a SIGKILL re-adoption of hos
   } finally {
     await h.stop();
     await rm(dataDir, { recursive: true, force: true });
+    await rm(stateDir, { recursive: true, force: true });
   }
 });
