@@ -44,9 +44,7 @@ export class DiskLayer {
 
   /** Layers from the bottom (just above the template's empty disk) to this one. */
   chain(): DiskLayer[] {
-    const layers: DiskLayer[] = [];
-    for (let l: DiskLayer | null = this; l; l = l.backing) layers.unshift(l);
-    return layers;
+    return [...(this.backing?.chain() ?? []), this];
   }
 
   retain(): this {
