@@ -184,6 +184,50 @@ export class DiskStore {
     return this.add(id, path, backing, [recordPath], false);
   }
 
+  /**
+   * A new layer holding everything `layer`'s chain holds, directly over the template's empty
+   * disk `base` (which it is compared against, so only what differs is written). Read from the
+   * frozen files while VMs run on them. No references yet.
+   */
+  async flatten(layer: DiskLayer, base: string): Promise<DiskLayer> {
+    const id = `layer-${randomBytes(8).toString('hex')}`;
+    const path = join(this.dir, `${id}.qcow2`);
+    const recordPath = join(this.dir, `${id}.json`);
+    const tmp = `${path}.tmp`;
+    const files = [base, ...layer.chain().map((l) => l.path)].reverse();
+    // The whole chain, top first, each layer naming the next as its backing.
+    const source = files
+      .map((file, i) => {
+        const p = 'backing.'.repeat(i);
+        return `${p}driver=qcow2,${p}file.driver=file,${p}file.filename=${file.replaceAll(',', ',,')}`;
+      })
+      .join(',');
+    try {
+      // -U: VMs hold the files open (read-only); nothing writes them.
+      await run('qemu-img', [
+        'convert',
+        '-U',
+        '--image-opts',
+        source,
+        '-O',
+        'qcow2',
+        '-B',
+        base,
+        '-F',
+        'qcow2',
+        tmp,
+      ]);
+      if (this.owner) await chown(tmp, 0, this.owner.gid);
+      await writeRecord(recordPath, { backing: null });
+      await rename(tmp, path);
+    } catch (err) {
+      await rm(tmp, { force: true });
+      await rm(recordPath, { force: true });
+      throw err;
+    }
+    return this.add(id, path, null, [recordPath], false);
+  }
+
   /** Registers the layer of a cached template (`templates/<key>/disk.qcow2`), kept on disk. */
   templateLayer(key: string): DiskLayer {
     const id = `template-${key}`;

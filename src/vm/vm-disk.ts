@@ -34,6 +34,12 @@ export interface PendingOverlay {
 export class VmDisk {
   private released = false;
   private nextNode = 1;
+  /**
+   * Node names of the read-only layers above the template's empty disk, top first, as this
+   * hostd added them: after a flattening they are deleted from QEMU so that it closes their
+   * files. Unknown for a VM adopted after a crash (its old layers then stay open until it ends).
+   */
+  private layerNodes: string[] = [];
 
   private constructor(
     private readonly disks: DiskStore,
@@ -111,7 +117,16 @@ export class VmDisk {
   /** The chain QEMU opens at start (vm/qemu-args.ts). */
   chain(): DiskChain {
     const layers = this.attached ? this.layerPaths(this.backing) : [];
+    this.layerNodes = layers
+      .slice(1)
+      .map((_, i) => diskLayerNode(i + 1))
+      .reverse();
     return { top: this.disks.topPath(this.topId), layers };
+  }
+
+  /** Frozen layers under the overlay, not counting the template's empty disk. */
+  get depth(): number {
+    return this.backing?.chain().length ?? 0;
   }
 
   /** The layer the overlay sits on now (a paused machine's origin of its disk). */
@@ -157,6 +172,10 @@ export class VmDisk {
     }
     this.backing = layer;
     this.attached = true;
+    this.layerNodes = paths
+      .slice(1)
+      .map((_, i) => diskLayerNode(i + 1))
+      .reverse();
   }
 
   /** Adds a fresh overlay to QEMU for a capture (see `PendingOverlay`); the guest may run. */
@@ -164,16 +183,27 @@ export class VmDisk {
     const { disks } = this;
     const path = join(disks.dir, `${this.topId}.next.qcow2`);
     const node = `disk-t${this.nextNode++}`;
+    const fileNode = fileNodeOf(node);
     await disks.newOverlay(this.base, path);
+    const added: string[] = [];
+    const remove = async (): Promise<void> => {
+      for (const n of added.reverse()) {
+        await qmp.execute('blockdev-del', { 'node-name': n }).catch(() => undefined);
+      }
+      await disks.removeFile(path);
+    };
     try {
+      await qmp.execute('blockdev-add', { driver: 'file', 'node-name': fileNode, filename: path });
+      added.push(fileNode);
       await qmp.execute('blockdev-add', {
         driver: 'qcow2',
         'node-name': node,
-        file: { driver: 'file', filename: path },
+        file: fileNode,
         backing: null,
       });
+      added.push(node);
     } catch (err) {
-      await disks.removeFile(path);
+      await remove();
       throw err;
     }
     let stacked = false;
@@ -186,15 +216,62 @@ export class VmDisk {
         const layer = await disks.freezeTop(this.topId, this.backing);
         await disks.moveToTop(path, this.topId, layer);
         this.backing = layer.retain();
+        this.layerNodes.unshift(this.topNode);
         this.topNode = node;
         return layer;
       },
       abandon: async () => {
-        if (stacked) return;
-        await qmp.execute('blockdev-del', { 'node-name': node }).catch(() => undefined);
-        await disks.removeFile(path);
+        if (!stacked) await remove();
       },
     };
+  }
+
+  /**
+   * Replaces the chain under the overlay by one layer holding all of it, so that chains do not
+   * grow without bound (each capture adds a layer under the capturing VM). The new layer is
+   * made from the frozen chain while the guest runs, then put under the overlay in its place
+   * (`blockdev-reopen`: same data, so the guest cannot tell). Returns it, retained by this VM;
+   * the old chain is freed when no one else reads it. Keeps the old chain on failure.
+   */
+  async flatten(qmp: QmpClient): Promise<DiskLayer | null> {
+    const old = this.backing;
+    if (!old) return null;
+    const flat = (await this.disks.flatten(old, this.base)).retain();
+    const node = `disk-m${this.nextNode++}`;
+    try {
+      await qmp.execute('blockdev-add', {
+        driver: 'qcow2',
+        'node-name': node,
+        'read-only': true,
+        file: { driver: 'file', filename: flat.path },
+        backing: diskLayerNode(0),
+      });
+      await qmp.execute('blockdev-reopen', {
+        options: [
+          {
+            driver: 'qcow2',
+            'node-name': this.topNode,
+            file: fileNodeOf(this.topNode),
+            backing: node,
+          },
+        ],
+      });
+      await this.disks.recordTop(this.topId, flat);
+    } catch (err) {
+      await qmp.execute('blockdev-del', { 'node-name': node }).catch(() => undefined);
+      flat.release();
+      throw err;
+    }
+    this.backing = flat;
+    // Nothing reads the old layers' nodes now: deleting them, top first, closes their files.
+    for (const n of this.layerNodes.splice(0, this.layerNodes.length, node)) {
+      await qmp.execute('blockdev-del', { 'node-name': n }).catch(() => undefined);
+      if (n === DISK_TOP_NODE || n.startsWith('disk-t')) {
+        await qmp.execute('blockdev-del', { 'node-name': fileNodeOf(n) }).catch(() => undefined);
+      }
+    }
+    old.release();
+    return flat;
   }
 
   /**
@@ -223,4 +300,12 @@ export class VmDisk {
   private layerPaths(layer: DiskLayer | null): string[] {
     return [this.base, ...(layer?.chain() ?? []).map((l) => l.path)];
   }
+}
+
+/**
+ * The node name of the file under qcow2 node `node`: `blockdev-reopen` must name it. The overlay
+ * a VM starts with has the command line's; a capture's overlays get `<node>-file`.
+ */
+function fileNodeOf(node: string): string {
+  return node === DISK_TOP_NODE ? 'disk-file' : `${node}-file`;
 }

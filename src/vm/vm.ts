@@ -45,6 +45,12 @@ const PREPARE_FREEZE_TIMEOUT_MS = 15 * 60_000;
 /** Ending a crashed hostd's execs: a cancel's escalation takes 2 s, a kill a moment more. */
 const CANCEL_ALL_TIMEOUT_MS = 30_000;
 const SET_ENV_TIMEOUT_MS = 30_000;
+/**
+ * Frozen disk layers a VM's overlay may sit on before a capture merges them into one: each
+ * capture (fork, snapshot) adds one under the capturing VM, and every layer is a file each VM
+ * restored from it opens, with its own cache, and a lookup on reads that miss the layers above.
+ */
+const MAX_DISK_CHAIN = 8;
 
 /** A copy of a VM's base image made ahead, with standby QEMUs on it (vm/fork-target.ts). */
 export interface PreparedCopy {
@@ -362,7 +368,11 @@ export class Vm implements Machine {
       } finally {
         await qmp.execute('cont');
       }
-      const layer = overlay ? await overlay.commit() : null;
+      let layer = overlay ? await overlay.commit() : null;
+      if (this.disk && this.disk.depth > MAX_DISK_CHAIN) {
+        // Only a cost, never a failure: the long chain is just as correct.
+        layer = (await this.disk.flatten(qmp).catch(() => null)) ?? layer;
+      }
       return (await store.addFork(path, this.spec, deviceState, layer, standby)).retain();
     } catch (err) {
       await overlay?.abandon();

@@ -111,6 +111,32 @@ describe('a sandbox disk', () => {
     });
   });
 
+  test('a sandbox forked again and again keeps every file; its disk chain stays short', async () => {
+    await withSandboxes(hostd, async ({ create, track }) => {
+      const id = await create();
+      let last = '';
+      for (let i = 0; i < 10; i++) {
+        await out(hostd, id, `open("/root/gen${i}.txt", "w").write("${i}")`);
+        const res = await hostd.json<{ children: { id: string }[] }>(
+          'POST',
+          `/v1/sandboxes/${id}/fork`,
+          { n: 1 },
+        );
+        assert.equal(res.status, 200);
+        if (last) await hostd.request('DELETE', `/v1/sandboxes/${last}`);
+        last = track(res.body.children[0]!.id);
+      }
+      const read = 'print("".join(open(f"/root/gen{i}.txt").read() for i in range(10)))';
+      assert.equal(await out(hostd, last, read), '0123456789');
+      assert.equal(await out(hostd, id, read), '0123456789');
+      // Two sandboxes, each on a chain of at most 8 frozen layers (a merged one among them).
+      const layers = [...(await diskFiles(hostd)).keys()].filter((n) =>
+        /^layer-.*\.qcow2$/.test(n),
+      );
+      assert.ok(layers.length <= 9, `${layers.length} layers on disk`);
+    });
+  });
+
   test('a 4 GiB file fits, on the host disk, leaving guest RAM as it was', async () => {
     await withSandboxes(hostd, async ({ create }) => {
       const id = await create();
