@@ -37,7 +37,8 @@ export class QemuForkTarget implements ForkTarget, PreparedCopy {
 
   async addStandby(): Promise<void> {
     if (this.taken) return;
-    const vm = await Vm.standby(this.ctx, this.base.spec, this.image.path);
+    const disk = await Vm.unattachedDisk(this.ctx, this.base.spec);
+    const vm = await Vm.standby(this.ctx, this.base.spec, this.image.path, disk);
     if (this.taken) {
       // Taken while this QEMU started: the fork did not get it.
       await vm.destroy();

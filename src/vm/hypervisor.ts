@@ -69,7 +69,12 @@ export class QemuHypervisor implements Hypervisor {
     const cached = await store.cachedTemplate(key, spec);
     if (cached) return cached.retain();
     const dir = await store.templateWorkDir(key);
-    const vm = await Vm.bootTemplate(this.ctx, spec, join(dir, 'memory.img'));
+    const vm = await Vm.bootTemplate(
+      this.ctx,
+      spec,
+      join(dir, 'memory.img'),
+      join(dir, 'disk.qcow2'),
+    );
     const deviceState = await vm.freeze();
     return (await store.publishTemplate(key, dir, spec, deviceState)).retain();
   }
@@ -138,13 +143,18 @@ export class QemuHypervisor implements Hypervisor {
   }
 
   forkTargetCostMib(base: FrozenState): number {
-    return this.stateSizeBytes(base) / 1024 / 1024;
+    try {
+      return (statSync(ours(base).image.path).blocks * 512) / 1024 / 1024;
+    } catch {
+      return 0;
+    }
   }
 
   stateSizeBytes(state: FrozenState): number {
     const s = ours(state);
     try {
-      return statSync(s.image.path).blocks * 512 + s.deviceState.length;
+      const disk = s.layer ? this.ctx.store.disks.sizeBytes(s.layer.path) : 0;
+      return statSync(s.image.path).blocks * 512 + s.deviceState.length + disk;
     } catch {
       return 0;
     }

@@ -118,6 +118,8 @@ export function guestImageOf(image: LoadedImage): GuestImage {
     kernel: image.kernel,
     initrd: image.initrd,
     rootfs: image.rootfs,
+    // The empty writable disk each VM gets an overlay of (vm/disk-store.ts).
+    disk: image.disk,
     cmdline: image.cmdline,
     key: image.key,
     ...(image.tcgCmdlineAppend === undefined ? {} : { tcgCmdlineAppend: image.tcgCmdlineAppend }),

@@ -140,6 +140,8 @@ export interface MachineDescriptor {
   readonly pid: number;
   /** The state it was restored from (its memory is that state's image plus its own pages). */
   readonly origin: StateDescriptor;
+  /** Its writable disk, when it has one (the hypervisor keeps the disk's chain). */
+  readonly disk?: string;
 }
 
 /**

@@ -28,6 +28,11 @@ export interface GuestImage {
   readonly cmdline: string;
   /** Identifies the image build; snapshots are only valid for the same key. */
   readonly key: string;
+  /**
+   * The template's empty ext4 disk (qcow2): the bottom of every VM's writable disk chain.
+   * Without one, VMs keep written files in guest RAM.
+   */
+  readonly disk?: string;
   /** Appended to the command line under TCG; `{host_tsc_khz}` is filled in (manifest `tcg`). */
   readonly tcgCmdlineAppend?: string;
   /** CPU model under TCG (manifest `tcg.cpu`), e.g. with RDRAND so the guest RNG seeds at once. */
@@ -70,13 +75,33 @@ export interface VmPaths {
   readonly netSocket: string;
   readonly consoleLog: string;
   /**
-   * This VM's writable disk: a qcow2 copy-on-write overlay (of the template's disk.qcow2 for a
-   * template VM; of the frozen template's or fork point's overlay for a clone). Without one the
-   * guest keeps written files in RAM. A snapshot restores only into a VM that agrees with the
-   * one saved on having a disk.
+   * This VM's writable disk (see `DiskChain`). Without one the guest keeps written files in RAM.
+   * A snapshot restores only into a VM that agrees with the one saved on having a disk.
    */
-  readonly writableDisk?: string;
+  readonly writableDisk?: DiskChain;
 }
+
+/**
+ * A VM's writable disk as QEMU opens it: the VM's own qcow2 overlay over read-only qcow2 layers
+ * (vm/disk-layer.ts). The chain is spelled out here, node by node, rather than read from the
+ * files' headers: hostd makes every overlay by copying one empty qcow2 (no process to spawn),
+ * so no header names a backing file, and hostd's records are the one place chains are kept.
+ */
+export interface DiskChain {
+  /** The VM's overlay: the only file of the chain it writes. */
+  readonly top: string;
+  /**
+   * The read-only layers under it, bottom first: the template's empty disk, then frozen layers.
+   * Empty for a QEMU started before its state is known (a fork standby): its overlay has no
+   * backing until hostd attaches one (`diskLayerNode`, blockdev-reopen).
+   */
+  readonly layers: readonly string[];
+}
+
+/** The node name of read-only layer `index` (bottom first) of a VM's disk chain. */
+export const diskLayerNode = (index: number): string => `disk-l${index}`;
+/** The node name of the overlay a VM starts with (later captures put new ones over it). */
+export const DISK_TOP_NODE = 'disk';
 
 /** Serial numbers by which the guest's /init finds its disks (guest/image/init). */
 export const ROOTFS_SERIAL = 'hostd-root';
@@ -86,7 +111,7 @@ export const DISK_SERIAL = 'hostd-disk';
 const optValue = (s: string): string => s.replaceAll(',', ',,');
 
 /** The block devices of a VM, root filesystem first: the guest relies on that order too. */
-export function diskArgs(image: GuestImage, writableDisk: string | undefined): string[] {
+export function diskArgs(image: GuestImage, writableDisk: DiskChain | undefined): string[] {
   const args = [
     '-blockdev',
     `driver=file,filename=${optValue(image.rootfs)},node-name=rootfs-file,read-only=on`,
@@ -96,13 +121,22 @@ export function diskArgs(image: GuestImage, writableDisk: string | undefined): s
     `virtio-blk-device,drive=rootfs,serial=${ROOTFS_SERIAL}`,
   ];
   if (writableDisk) {
+    const { top, layers } = writableDisk;
+    layers.forEach((layer, i) => {
+      const backing = i > 0 ? `,backing=${diskLayerNode(i - 1)}` : '';
+      args.push(
+        '-blockdev',
+        `driver=qcow2,node-name=${diskLayerNode(i)},read-only=on,file.driver=file,file.filename=${optValue(layer)}${backing}`,
+      );
+    });
+    const backing = layers.length ? `,backing=${diskLayerNode(layers.length - 1)}` : '';
     args.push(
       '-blockdev',
-      `driver=file,filename=${optValue(writableDisk)},node-name=disk-file`,
+      `driver=file,filename=${optValue(top)},node-name=disk-file`,
       '-blockdev',
-      'driver=qcow2,file=disk-file,node-name=disk',
+      `driver=qcow2,file=disk-file,node-name=${DISK_TOP_NODE}${backing}`,
       '-device',
-      `virtio-blk-device,drive=disk,serial=${DISK_SERIAL}`,
+      `virtio-blk-device,drive=${DISK_TOP_NODE},serial=${DISK_SERIAL}`,
     );
   }
   return args;

@@ -1,11 +1,13 @@
 /**
  * A machine paused to disk under QEMU (vm/machine.ts, PausedMachine): the pages it had written
  * since its origin state (a page delta file, vm/page-delta.ts) and its device state, in
- * `paused/<id>/` of the data directory. It holds a reference to its origin, whose image the
- * delta applies to, until it is resumed or discarded.
+ * `paused/<id>/` of the data directory, with its writable disk's overlay (`disk.qcow2`, and
+ * `disk.json` naming the layer under it). It holds a reference to its origin, whose image the
+ * delta applies to, and to that layer, until it is resumed or discarded.
  */
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { DiskLayer } from './disk-layer.js';
 import type { PausedDescriptor, PausedMachine } from './machine.js';
 import type { QemuState } from './qemu-state.js';
 import { STATE_FORMAT } from './state-format.js';
@@ -21,6 +23,8 @@ export class QemuPaused implements PausedMachine {
     readonly deviceState: Buffer,
     readonly sizeBytes: number,
     private readonly onGone: () => void,
+    /** Its disk's overlay and the layer under it (retained), when the machine has a disk. */
+    readonly disk: { readonly path: string; readonly layer: DiskLayer | null } | null = null,
   ) {}
 
   get deltaPath(): string {
@@ -41,5 +45,6 @@ export class QemuPaused implements PausedMachine {
     await rm(this.dir, { recursive: true, force: true });
     this.onGone();
     this.origin.release();
+    this.disk?.layer?.release();
   }
 }

@@ -8,7 +8,13 @@ import { EventEmitter } from 'node:events';
 import { chown, mkdir, open, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { QmpClient } from './qmp.js';
-import { qemuArgs, type MachineSpec, type RamMode, type VmPaths } from './qemu-args.js';
+import {
+  qemuArgs,
+  type DiskChain,
+  type MachineSpec,
+  type RamMode,
+  type VmPaths,
+} from './qemu-args.js';
 import { readBounded, readTail, truncateIfOver } from './safe-files.js';
 import { sendAll } from './unix-socket.js';
 
@@ -87,10 +93,11 @@ export class QemuProcess extends EventEmitter {
     spec: MachineSpec,
     ram: RamMode,
     deadline: number,
+    disk?: DiskChain,
   ): Promise<QemuProcess> {
     const p = new QemuProcess(host);
     try {
-      await p.spawn(spec, ram, deadline);
+      await p.spawn(spec, ram, deadline, disk);
       return p;
     } catch (err) {
       throw await p.failed(err);
@@ -214,7 +221,12 @@ export class QemuProcess extends EventEmitter {
     return new VmError(err instanceof Error ? err.message : String(err), tail);
   }
 
-  private async spawn(spec: MachineSpec, ram: RamMode, deadline: number): Promise<void> {
+  private async spawn(
+    spec: MachineSpec,
+    ram: RamMode,
+    deadline: number,
+    disk: DiskChain | undefined,
+  ): Promise<void> {
     const { host } = this;
     await mkdir(this.dir, { recursive: true, mode: 0o700 });
     if (host.owner) await chown(this.dir, host.owner.uid, host.owner.gid);
@@ -232,8 +244,9 @@ export class QemuProcess extends EventEmitter {
     this.consoleCap.unref();
     const log = await open(join(this.dir, 'qemu.log'), 'w');
     const [cmd, ...pre] = [...host.launcher, host.qemuBinary];
+    const paths = disk ? { ...this.paths, writableDisk: disk } : this.paths;
     try {
-      this.proc = spawn(cmd!, [...pre, ...qemuArgs(spec, this.paths, ram)], {
+      this.proc = spawn(cmd!, [...pre, ...qemuArgs(spec, paths, ram)], {
         stdio: ['ignore', 'ignore', log.fd],
         // Its own session: a Ctrl-C in the terminal that runs hostd must not reach the VMs
         // (hostd pauses them on SIGINT), nor must hostd's death take them along.

@@ -1,7 +1,9 @@
 /**
- * A frozen machine state under QEMU: an immutable guest RAM image plus the device state that
- * goes with it (vm/machine.ts, FrozenState). Its references are its image's.
+ * A frozen machine state under QEMU: an immutable guest RAM image, the device state that goes
+ * with it and the frozen layer of its writable disk (vm/machine.ts, FrozenState). Its references
+ * are its image's; the state holds one reference to its disk layer until its image is freed.
  */
+import type { DiskLayer } from './disk-layer.js';
 import type { FrozenState } from './machine.js';
 import type { MemImage } from './mem-image.js';
 import type { MachineSpec } from './qemu-args.js';
@@ -15,6 +17,8 @@ export class QemuState implements FrozenState {
     readonly image: MemImage,
     /** QEMU device state without RAM (xen-save-devices-state): about 8 KB. */
     readonly deviceState: Buffer,
+    /** Its disk as it was at the instant of `image`: VMs restored from it write overlays of it. */
+    readonly layer: DiskLayer | null,
     /** Standby QEMUs already started on `image`, for this device state; restores take them. */
     readonly standby: Vm[] = [],
   ) {}

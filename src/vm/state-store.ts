@@ -1,11 +1,14 @@
 /**
  * Frozen machine states on disk, under the data directory, so that they outlive hostd:
  *
- *   templates/<key>/memory.img, device.state   a template's frozen boot, cached by the hash of
- *                                               everything that shapes it (`templateKey`): a
+ *   templates/<key>/memory.img, device.state,  a template's frozen boot, cached by the hash of
+ *     disk.qcow2                                everything that shapes it (`templateKey`): a
  *                                               restart restores from it instead of booting
- *   images/<id>.mem, <id>.state                 fork points: a fork's, a snapshot's
- *   paused/<id>/memory.delta, device.state      paused machines (vm/qemu-paused.ts)
+ *   images/<id>.mem, <id>.state, <id>.json      fork points: a fork's, a snapshot's (the JSON
+ *                                               names its disk layer)
+ *   paused/<id>/memory.delta, device.state,     paused machines (vm/qemu-paused.ts)
+ *     disk.qcow2, disk.json
+ *   disks/                                      writable disks (vm/disk-store.ts)
  *
  * A state is described to core by a `StateDescriptor` (plain JSON, stored in core's records) and
  * reopened from it after a restart. Every state open in this process is in `live`, once per id,
@@ -27,6 +30,8 @@ import { QemuPaused } from './qemu-paused.js';
 import { QemuState } from './qemu-state.js';
 import { STATE_FORMAT } from './state-format.js';
 import type { Vm } from './vm.js';
+import type { DiskLayer } from './disk-layer.js';
+import { DiskStore } from './disk-store.js';
 
 const run = promisify(execFile);
 
@@ -43,6 +48,7 @@ export class StateStore {
   readonly templatesDir: string;
   readonly imagesDir: string;
   readonly pausedDir: string;
+  readonly disks: DiskStore;
   private readonly live = new Map<string, QemuState>();
   private readonly livePaused = new Set<string>();
 
@@ -54,6 +60,7 @@ export class StateStore {
     this.templatesDir = join(dataDir, 'templates');
     this.imagesDir = join(dataDir, 'images');
     this.pausedDir = join(dataDir, 'paused');
+    this.disks = new DiskStore(dataDir, this.templatesDir, owner);
   }
 
   async init(): Promise<void> {
@@ -62,6 +69,7 @@ export class StateStore {
       // QEMU's account may read images, never create or rename anything among them.
       if (this.owner) await chown(dir, 0, this.owner.gid);
     }
+    await this.disks.init();
   }
 
   /** A frozen template for `key` cached by an earlier run, or null. */
@@ -71,8 +79,10 @@ export class StateStore {
     if (known) return known;
     const dir = join(this.templatesDir, key);
     if (!existsSync(join(dir, 'complete'))) return null;
+    if (spec.image.disk && !existsSync(join(dir, 'disk.qcow2'))) return null;
     const deviceState = await readBounded(join(dir, 'device.state'), MAX_DEVICE_STATE);
-    return this.adopt(id, spec, join(dir, 'memory.img'), deviceState, true);
+    const layer = spec.image.disk ? this.disks.templateLayer(key) : null;
+    return this.adopt(id, spec, join(dir, 'memory.img'), deviceState, true, layer);
   }
 
   /** A fresh directory to boot a template in; `publishTemplate` makes it the cache entry. */
@@ -95,15 +105,19 @@ export class StateStore {
     deviceState: Buffer,
   ): Promise<QemuState> {
     const image = join(workDir, 'memory.img');
+    // The template VM is gone: its overlay is now a layer every VM of the template reads.
+    if (spec.image.disk && this.owner) await chown(join(workDir, 'disk.qcow2'), 0, this.owner.gid);
     // Zero pages become holes: that halves a fresh guest's image, and forks copy less.
     await run('fallocate', ['--dig-holes', image]);
     await writeDurably(join(workDir, 'device.state'), deviceState);
     await syncFile(image);
+    if (spec.image.disk) await syncFile(join(workDir, 'disk.qcow2'));
     await writeDurably(join(workDir, 'complete'), Buffer.from(`${STATE_FORMAT}\n`));
     const dir = join(this.templatesDir, key);
     await rm(dir, { recursive: true, force: true });
     await rename(workDir, dir);
-    return this.adopt(`template-${key}`, spec, join(dir, 'memory.img'), deviceState, true);
+    const layer = spec.image.disk ? this.disks.templateLayer(key) : null;
+    return this.adopt(`template-${key}`, spec, join(dir, 'memory.img'), deviceState, true, layer);
   }
 
   /** A new image path for a fork point or a spare copy. */
@@ -112,18 +126,22 @@ export class StateStore {
   }
 
   /**
-   * Registers the fork point whose RAM is the complete image at `imagePath`, writing its device
-   * state next to it so that the state can be reopened after a restart.
+   * Registers the fork point whose RAM is the complete image at `imagePath` and whose disk is
+   * `layer`, writing its device state and the layer's id next to it so that the state can be
+   * reopened after a restart.
    */
   async addFork(
     imagePath: string,
     spec: MachineSpec,
     deviceState: Buffer,
+    layer: DiskLayer | null,
     standby: Vm[] = [],
   ): Promise<QemuState> {
     const id = imagePath.slice(this.imagesDir.length + 1).replace(/\.mem$/, '');
     await writeFile(join(this.imagesDir, `${id}.state`), deviceState, { mode: 0o640 });
-    return this.adopt(id, spec, imagePath, deviceState, false, standby);
+    const disk = Buffer.from(JSON.stringify({ disk: layer?.id ?? null }));
+    await writeFile(join(this.imagesDir, `${id}.json`), disk, { mode: 0o640 });
+    return this.adopt(id, spec, imagePath, deviceState, false, layer, standby);
   }
 
   /** The state `desc` names: the live one, or reopened from its files. */
@@ -149,7 +167,15 @@ export class StateStore {
       join(this.imagesDir, `${desc.id}.state`),
       MAX_DEVICE_STATE,
     );
-    return this.adopt(desc.id, spec, join(this.imagesDir, `${desc.id}.mem`), deviceState, false);
+    const meta = JSON.parse(
+      (await readBounded(join(this.imagesDir, `${desc.id}.json`), 4096)).toString('utf8'),
+    ) as { disk?: unknown };
+    if (meta.disk !== null && typeof meta.disk !== 'string') {
+      throw new Error(`state ${desc.id} names no disk layer`);
+    }
+    const layer = meta.disk === null ? null : await this.disks.open(meta.disk);
+    const image = join(this.imagesDir, `${desc.id}.mem`);
+    return this.adopt(desc.id, spec, image, deviceState, false, layer);
   }
 
   /** A fresh, empty folder for a machine being paused. */
@@ -170,9 +196,12 @@ export class StateStore {
     origin: QemuState,
     deviceState: Buffer,
     size: number,
+    disk: QemuPaused['disk'] = null,
   ): QemuPaused {
     this.livePaused.add(id);
-    return new QemuPaused(id, dir, origin, deviceState, size, () => this.livePaused.delete(id));
+    const gone = (): boolean => this.livePaused.delete(id);
+    const diskBytes = disk ? this.disks.sizeBytes(disk.path) : 0;
+    return new QemuPaused(id, dir, origin, deviceState, size + diskBytes, gone, disk);
   }
 
   /** The paused machine `desc` names, reopened from its files (with a reference to its origin). */
@@ -188,7 +217,14 @@ export class StateStore {
     const deviceState = await readBounded(join(dir, 'device.state'), MAX_DEVICE_STATE);
     const size = (await stat(join(dir, 'memory.delta'))).size + deviceState.length;
     const origin = (await this.open(desc.origin)).retain();
-    return this.addPaused(desc.id, dir, origin, deviceState, size);
+    let disk: QemuPaused['disk'];
+    try {
+      disk = await this.disks.openPaused(dir);
+    } catch (err) {
+      origin.release();
+      throw err;
+    }
+    return this.addPaused(desc.id, dir, origin, deviceState, size, disk);
   }
 
   describe(state: QemuState): StateDescriptor {
@@ -203,7 +239,7 @@ export class StateStore {
   async collectGarbage(): Promise<number> {
     let removed = 0;
     for (const name of await readdir(this.imagesDir)) {
-      const id = name.replace(/\.(mem|state)$/, '');
+      const id = name.replace(/\.(mem|state|json)$/, '');
       if (this.live.has(id)) continue;
       await rm(join(this.imagesDir, name), { force: true });
       removed++;
@@ -218,7 +254,7 @@ export class StateStore {
       await rm(join(this.pausedDir, name), { recursive: true, force: true });
       removed++;
     }
-    return removed;
+    return removed + (await this.disks.collectGarbage());
   }
 
   private adopt(
@@ -227,14 +263,19 @@ export class StateStore {
     path: string,
     deviceState: Buffer,
     keep: boolean,
+    layer: DiskLayer | null,
     standby: Vm[] = [],
   ): QemuState {
+    layer?.retain();
     const image = new MemImage(path, {
       keep,
-      companions: keep ? [] : [join(this.imagesDir, `${id}.state`)],
-      onFree: () => this.live.delete(id),
+      companions: keep ? [] : ['state', 'json'].map((ext) => join(this.imagesDir, `${id}.${ext}`)),
+      onFree: () => {
+        this.live.delete(id);
+        layer?.release();
+      },
     });
-    const state = new QemuState(id, spec, image, deviceState, standby);
+    const state = new QemuState(id, spec, image, deviceState, layer, standby);
     this.live.set(id, state);
     return state;
   }

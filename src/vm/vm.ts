@@ -33,6 +33,7 @@ import type { QemuState } from './qemu-state.js';
 import { writeDurably, type StateStore } from './state-store.js';
 import { connectWithRetry } from './unix-socket.js';
 import type { QemuPaused } from './qemu-paused.js';
+import { VmDisk, type PendingOverlay } from './vm-disk.js';
 
 /** What every VM of one hypervisor shares: where QEMU runs, where states live. */
 export interface VmContext {
@@ -51,6 +52,12 @@ const PREPARE_FREEZE_TIMEOUT_MS = 15 * 60_000;
 const CANCEL_ALL_TIMEOUT_MS = 30_000;
 const SET_ENV_TIMEOUT_MS = 30_000;
 const NET_SYNC_TIMEOUT_MS = 30_000;
+/**
+ * Frozen disk layers a VM's overlay may sit on before a capture merges them into one: each
+ * capture (fork, snapshot) adds one under the capturing VM, and every layer is a file each VM
+ * restored from it opens, with its own cache, and a lookup on reads that miss the layers above.
+ */
+const MAX_DISK_CHAIN = 8;
 
 /** A copy of a VM's base image made ahead, with standby QEMUs on it (vm/fork-target.ts). */
 export interface PreparedCopy {
@@ -69,6 +76,8 @@ export class Vm implements Machine {
   /** The image this VM's RAM is a private copy-on-write mapping of (null for a template). */
   private base: MemImage | null = null;
   private state: QemuState | null = null;
+  /** Its writable disk (null when the template has none: files then live in guest RAM). */
+  private disk: VmDisk | null = null;
   private destroyed = false;
   private deathListener: ((why: string) => void) | null = null;
   private deathReported = false;
@@ -92,17 +101,29 @@ export class Vm implements Machine {
     return this.state;
   }
 
-  /** Cold-boots a template VM whose RAM is the shared file `memPath`, waits for its agent. */
-  static async bootTemplate(ctx: VmContext, spec: MachineSpec, memPath: string): Promise<Vm> {
+  /**
+   * Cold-boots a template VM whose RAM is the shared file `memPath`, waits for its agent. Its
+   * writable disk is a new overlay at `diskPath` over the template's empty disk: once the VM is
+   * frozen, that file is the template's disk layer.
+   */
+  static async bootTemplate(
+    ctx: VmContext,
+    spec: MachineSpec,
+    memPath: string,
+    diskPath: string,
+  ): Promise<Vm> {
     const deadline = Date.now() + BOOT_TIMEOUT_MS;
     const ram = { kind: 'template', memPath } as const;
-    const vm = new Vm(ctx, await QemuProcess.start(ctx.host, spec, ram, deadline), spec);
+    const base = spec.image.disk;
+    if (base) await ctx.store.disks.newOverlay(base, diskPath);
+    const disk = base ? { top: diskPath, layers: [base] } : undefined;
+    const vm = new Vm(ctx, await QemuProcess.start(ctx.host, spec, ram, deadline, disk), spec);
     try {
       await vm.connectChannels(deadline);
       await vm.requireAgent().hello(BOOT_TIMEOUT_MS);
       return vm;
     } catch (err) {
-      throw await vm.process.failed(err);
+      throw await vm.failed(err);
     }
   }
 
@@ -112,10 +133,23 @@ export class Vm implements Machine {
    * whatever the file holds by then: a fork can start its children's QEMUs before it has
    * written the parent's pages (core's fork standby starts them before the fork is asked for).
    */
-  static async standby(ctx: VmContext, spec: MachineSpec, memPath: string): Promise<Vm> {
+  static async standby(
+    ctx: VmContext,
+    spec: MachineSpec,
+    memPath: string,
+    disk: VmDisk | null,
+  ): Promise<Vm> {
     const deadline = Date.now() + RESTORE_TIMEOUT_MS;
     const ram = { kind: 'clone', memPath } as const;
-    const vm = new Vm(ctx, await QemuProcess.start(ctx.host, spec, ram, deadline), spec);
+    let process: QemuProcess;
+    try {
+      process = await QemuProcess.start(ctx.host, spec, ram, deadline, disk?.chain());
+    } catch (err) {
+      await disk?.release();
+      throw err;
+    }
+    const vm = new Vm(ctx, process, spec);
+    vm.disk = disk;
     try {
       // Connected before the device state loads, the agent port is "host connected" on both
       // sides of the restore, as it was when the snapshot was taken. Connecting after `cont`
@@ -124,7 +158,7 @@ export class Vm implements Machine {
       await vm.connectChannels(deadline);
       return vm;
     } catch (err) {
-      throw await vm.process.failed(err);
+      throw await vm.failed(err);
     }
   }
 
@@ -138,13 +172,29 @@ export class Vm implements Machine {
     let vm: Vm | undefined;
     try {
       while ((vm = state.standby.pop()) && !vm.isStandby) void vm.destroy();
-      vm ??= await Vm.standby(ctx, state.spec, state.image.path);
+      vm ??= await Vm.standby(ctx, state.spec, state.image.path, await Vm.newDisk(ctx, state));
     } catch (err) {
       state.release();
       throw err;
     }
     await vm.resume(state);
     return vm;
+  }
+
+  /** A new writable disk over `state`'s layer; null when the template has no disk. */
+  private static async newDisk(ctx: VmContext, state: QemuState): Promise<VmDisk | null> {
+    const base = state.spec.image.disk;
+    if (!base) return null;
+    return VmDisk.create(ctx.store.disks, base, state.layer?.retain() ?? null);
+  }
+
+  /**
+   * A writable disk with no layer yet, for a standby QEMU of `spec`: it gets the layer of the
+   * state it is restored into. Null when the template has no disk.
+   */
+  static async unattachedDisk(ctx: VmContext, spec: MachineSpec): Promise<VmDisk | null> {
+    const base = spec.image.disk;
+    return base ? VmDisk.unattached(ctx.store.disks, base) : null;
   }
 
   /**
@@ -159,6 +209,10 @@ export class Vm implements Machine {
     vm.state = state.retain();
     vm.base = state.image;
     try {
+      const base = state.spec.image.disk;
+      if (desc.disk !== undefined && base) {
+        vm.disk = await VmDisk.adopt(ctx.store.disks, base, desc.disk, process.qmp);
+      }
       await vm.connectChannels(deadline);
       const agent = vm.requireAgent();
       await agent.hello(HELLO_TIMEOUT_MS);
@@ -166,7 +220,7 @@ export class Vm implements Machine {
       await agent.request('cancel_all', {}, CANCEL_ALL_TIMEOUT_MS);
       return vm;
     } catch (err) {
-      throw await vm.process.failed(err);
+      throw await vm.failed(err);
     }
   }
 
@@ -179,6 +233,7 @@ export class Vm implements Machine {
       id: this.id,
       pid,
       origin: { format: STATE_FORMAT, id: state.id, spec: state.spec },
+      ...(this.disk ? { disk: this.disk.topId } : {}),
     };
   }
 
@@ -192,10 +247,13 @@ export class Vm implements Machine {
     this.state = state; // takes over the caller's reference
     this.base = state.image;
     try {
+      if (this.disk && !this.disk.isAttached) {
+        await this.disk.attach(this.process.qmp, state.layer?.retain() ?? null);
+      }
       await this.process.loadDeviceState(deviceState, Date.now() + RESTORE_TIMEOUT_MS);
       await this.requireAgent().hello(HELLO_TIMEOUT_MS);
     } catch (err) {
-      throw await this.process.failed(err);
+      throw await this.failed(err);
     }
   }
 
@@ -324,18 +382,29 @@ export class Vm implements Machine {
       standby = [];
       await MemImage.copy(base.path, path, host.owner);
     }
+    const qmp = this.process.qmp;
+    let overlay: PendingOverlay | null = null;
     try {
-      const qmp = this.process.qmp;
+      // Made while the guest runs; only putting it over the current overlay needs the pause.
+      overlay = this.disk ? await this.disk.prepareCapture(qmp) : null;
       await qmp.execute('stop');
       let deviceState: Buffer;
       try {
         deviceState = await this.process.saveDeviceState();
         await copyWrittenPages(pid, base.path, this.spec.memoryMib * 1024 * 1024, path);
+        // `stop` drained and flushed the disk: the overlay now is the disk of this instant.
+        await overlay?.stack();
       } finally {
         await qmp.execute('cont');
       }
-      return (await store.addFork(path, this.spec, deviceState, standby)).retain();
+      let layer = overlay ? await overlay.commit() : null;
+      if (this.disk && this.disk.depth > MAX_DISK_CHAIN) {
+        // Only a cost, never a failure: the long chain is just as correct.
+        layer = (await this.disk.flatten(qmp).catch(() => null)) ?? layer;
+      }
+      return (await store.addFork(path, this.spec, deviceState, layer, standby)).retain();
     } catch (err) {
+      await overlay?.abandon();
       for (const vm of standby) void vm.destroy();
       await rm(path, { force: true });
       throw err;
@@ -351,7 +420,13 @@ export class Vm implements Machine {
     const state = paused.origin.retain();
     let vm: Vm;
     try {
-      vm = await Vm.standby(ctx, state.spec, state.image.path);
+      const { disk } = paused;
+      const base = state.spec.image.disk;
+      const vmDisk =
+        disk && base
+          ? await VmDisk.fromPaused(ctx.store.disks, base, disk.path, disk.layer?.retain() ?? null)
+          : null;
+      vm = await Vm.standby(ctx, state.spec, state.image.path, vmDisk);
     } catch (err) {
       state.release();
       throw err;
@@ -363,7 +438,7 @@ export class Vm implements Machine {
       await loadWrittenPages(pid, state.image.path, bytes, paused.deltaPath);
     } catch (err) {
       state.release();
-      throw await vm.process.failed(err);
+      throw await vm.failed(err);
     }
     await vm.resume(state, paused.deviceState);
     return vm;
@@ -384,11 +459,14 @@ export class Vm implements Machine {
       const delta = join(dir, 'memory.delta');
       bytes = await saveWrittenPages(pid, base.path, this.spec.memoryMib * 1024 * 1024, delta);
       await writeDurably(join(dir, 'device.state'), deviceState);
+      if (this.disk) await store.disks.recordPaused(dir, this.disk.layer);
     } catch (err) {
       await rm(dir, { recursive: true, force: true });
       await qmp.execute('cont').catch(() => undefined);
       throw err;
     }
+    // The stopped VM's overlay moves, whole, into the paused folder, with its layer's reference.
+    const disk = this.disk ? await this.disk.moveToPaused(dir) : null;
     // The paused machine takes its own reference to the origin; this VM's goes with it.
     const paused = store.addPaused(
       id,
@@ -396,6 +474,7 @@ export class Vm implements Machine {
       state.retain(),
       deviceState,
       bytes + deviceState.length,
+      disk,
     );
     await this.destroy('the sandbox was paused');
     return paused;
@@ -423,6 +502,7 @@ export class Vm implements Machine {
     const state = this.state;
     this.state = this.base = null;
     state?.release();
+    await this.disk?.release();
   }
 
   logTail(lines = 30): Promise<string> {
@@ -433,6 +513,13 @@ export class Vm implements Machine {
     if (this.destroyed || this.deathReported) return;
     this.deathReported = true;
     this.deathListener?.(why);
+  }
+
+  /** Kills QEMU and frees its disk after `err` made the VM unusable; returns the VmError. */
+  private async failed(err: unknown): Promise<VmError> {
+    const error = await this.process.failed(err);
+    await this.disk?.release();
+    return error;
   }
 
   /**

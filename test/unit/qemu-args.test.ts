@@ -75,11 +75,11 @@ test('the root filesystem is the first virtio disk, read-only, found by the gues
 test('a writable disk is the second virtio disk, a qcow2 the VM may write', () => {
   const args = qemuArgs(
     spec,
-    { ...paths, writableDisk: '/s/disk.qcow2' },
+    { ...paths, writableDisk: { top: '/d/top.qcow2', layers: [] } },
     { kind: 'template', memPath: '/m' },
   );
   assert.deepEqual(argAfter(args, '-blockdev').slice(2), [
-    'driver=file,filename=/s/disk.qcow2,node-name=disk-file',
+    'driver=file,filename=/d/top.qcow2,node-name=disk-file',
     'driver=qcow2,file=disk-file,node-name=disk',
   ]);
   assert.deepEqual(
@@ -91,8 +91,19 @@ test('a writable disk is the second virtio disk, a qcow2 the VM may write', () =
   );
 });
 
+test('the writable disk is the VM overlay over read-only layers, chained bottom first', () => {
+  const writableDisk = { top: '/d/top.qcow2', layers: ['/img/disk.qcow2', '/d/layer-1.qcow2'] };
+  const args = qemuArgs(spec, { ...paths, writableDisk }, { kind: 'clone', memPath: '/m' });
+  assert.deepEqual(argAfter(args, '-blockdev').slice(2), [
+    'driver=qcow2,node-name=disk-l0,read-only=on,file.driver=file,file.filename=/img/disk.qcow2',
+    'driver=qcow2,node-name=disk-l1,read-only=on,file.driver=file,file.filename=/d/layer-1.qcow2,backing=disk-l0',
+    'driver=file,filename=/d/top.qcow2,node-name=disk-file',
+    'driver=qcow2,file=disk-file,node-name=disk,backing=disk-l1',
+  ]);
+});
+
 test('a clone has the same disks as its template: they are part of the restored machine', () => {
-  const withDisk = { ...paths, writableDisk: '/s/disk.qcow2' };
+  const withDisk = { ...paths, writableDisk: { top: '/d/top.qcow2', layers: [] } };
   const t = qemuArgs(spec, withDisk, { kind: 'template', memPath: '/m' });
   const c = qemuArgs(spec, withDisk, { kind: 'clone', memPath: '/m' });
   assert.deepEqual(argAfter(c, '-blockdev'), argAfter(t, '-blockdev'));

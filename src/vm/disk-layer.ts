@@ -1,0 +1,68 @@
+/**
+ * A frozen layer of VMs' writable disks: a qcow2 file that no VM writes any more (a template's
+ * disk after its boot, a fork point's or snapshot's disk, captured at the same paused instant as
+ * its memory). It holds only the clusters written while it was a VM's overlay; reads of the rest
+ * go to `backing`, down to the template's empty disk. VMs write to overlays of their own above it.
+ *
+ * Like a memory image (vm/mem-image.ts), a layer must outlive everything reading it and no
+ * more: each holder (a frozen state, a VM or a paused machine whose overlay sits on it, and each
+ * layer above it) holds a reference. The last release deletes its files, unless it is kept (a
+ * cached template's), and then releases its backing: freeing a fork point frees the layers
+ * only it used, and spares the ones others still read.
+ */
+import { rm } from 'node:fs/promises';
+
+export interface DiskLayerOptions {
+  /** Other files that go with the layer (its record). */
+  readonly companions?: readonly string[];
+  /** Never delete the files (a cached template's layer): the last release only forgets it. */
+  readonly keep?: boolean;
+  /** Called once when the last reference goes (before the backing is released). */
+  readonly onFree?: () => void;
+  /** Deletes a file; tests record instead. */
+  readonly remove?: (path: string) => Promise<void>;
+}
+
+export class DiskLayer {
+  private refs = 0;
+  private freed = false;
+
+  /**
+   * `backing` is the layer under this one (null: the template's empty disk); the new layer
+   * takes over one reference to it from the caller, given back when this layer is freed.
+   */
+  constructor(
+    readonly id: string,
+    readonly path: string,
+    readonly backing: DiskLayer | null,
+    private readonly options: DiskLayerOptions = {},
+  ) {}
+
+  get references(): number {
+    return this.refs;
+  }
+
+  /** Layers from the bottom (just above the template's empty disk) to this one. */
+  chain(): DiskLayer[] {
+    return [...(this.backing?.chain() ?? []), this];
+  }
+
+  retain(): this {
+    if (this.freed) throw new Error(`disk layer ${this.id} was retained after it was freed`);
+    this.refs++;
+    return this;
+  }
+
+  release(): void {
+    if (this.refs <= 0) return;
+    this.refs--;
+    if (this.refs > 0 || this.freed) return;
+    this.freed = true;
+    if (!this.options.keep) {
+      const remove = this.options.remove ?? ((p: string) => rm(p, { force: true }));
+      for (const p of [this.path, ...(this.options.companions ?? [])]) void remove(p);
+    }
+    this.options.onFree?.();
+    this.backing?.release();
+  }
+}

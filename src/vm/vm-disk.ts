@@ -1,0 +1,311 @@
+/**
+ * One VM's writable disk: its own qcow2 overlay (a "top", vm/disk-store.ts) over a chain of
+ * frozen layers (vm/disk-layer.ts) ending in the template's empty disk. The VM holds a reference
+ * to the layer its overlay sits on for as long as it runs.
+ *
+ * The QMP side of the disk's life:
+ * - a fork standby QEMU starts before its state is known, on an overlay with no backing; `attach`
+ *   adds the state's layers (`blockdev-add`) and makes them the overlay's backing
+ *   (`blockdev-reopen`) before the device state loads, so the guest never saw the difference;
+ * - a capture (fork, snapshot) freezes the overlay as a layer of the new state and puts a fresh
+ *   overlay over it (`blockdev-add`, then `blockdev-snapshot` inside the pause window, so disk and
+ *   memory are captured at one instant); `stop` has already drained and flushed QEMU's writes.
+ */
+import { link } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { DiskLayer } from './disk-layer.js';
+import type { DiskStore } from './disk-store.js';
+import { DISK_TOP_NODE, diskLayerNode, type DiskChain } from './qemu-args.js';
+import type { QmpClient } from './qmp.js';
+
+/** A capture's new overlay, added to QEMU but not yet over the old one. */
+export interface PendingOverlay {
+  /** Inside the pause window: the new overlay goes over the current one. */
+  stack(): Promise<void>;
+  /**
+   * After `stack`: the old overlay becomes a frozen layer (returned, without references of its
+   * own) and the VM writes the new one.
+   */
+  commit(): Promise<DiskLayer>;
+  /** Before `stack`, or when it failed: removes the new overlay. */
+  abandon(): Promise<void>;
+}
+
+export class VmDisk {
+  private released = false;
+  private nextNode = 1;
+  /**
+   * Node names of the read-only layers above the template's empty disk, top first, as this
+   * hostd added them: after a flattening they are deleted from QEMU so that it closes their
+   * files. Unknown for a VM adopted after a crash (its old layers then stay open until it ends).
+   */
+  private layerNodes: string[] = [];
+
+  private constructor(
+    private readonly disks: DiskStore,
+    /** The template's empty disk, under every layer. */
+    private readonly base: string,
+    /** Names this VM's overlay (`disks/<topId>.qcow2`) and its record. */
+    readonly topId: string,
+    /** The layer the overlay sits on (retained), null when it is directly over `base`. */
+    private backing: DiskLayer | null,
+    /** False while the overlay has no backing at all (a standby before `attach`). */
+    private attached: boolean,
+    /** QEMU's node name of the overlay the guest writes. */
+    private topNode = DISK_TOP_NODE,
+  ) {}
+
+  /** A new overlay over `backing`, whose reference it takes over from the caller. */
+  static async create(disks: DiskStore, base: string, backing: DiskLayer | null): Promise<VmDisk> {
+    const topId = disks.newTopId();
+    try {
+      await disks.createTop(topId, base, backing);
+    } catch (err) {
+      backing?.release();
+      throw err;
+    }
+    return new VmDisk(disks, base, topId, backing, true);
+  }
+
+  /** A new overlay with no backing yet, for a QEMU whose state is not known (`attach`). */
+  static async unattached(disks: DiskStore, base: string): Promise<VmDisk> {
+    const topId = disks.newTopId();
+    await disks.createTop(topId, base, null);
+    return new VmDisk(disks, base, topId, null, false);
+  }
+
+  /**
+   * The overlay a paused machine left (`pausedDisk`, over `backing`, whose reference it takes
+   * over), linked under a new top's name: the paused files keep theirs until they are discarded.
+   */
+  static async fromPaused(
+    disks: DiskStore,
+    base: string,
+    pausedDisk: string,
+    backing: DiskLayer | null,
+  ): Promise<VmDisk> {
+    const topId = disks.newTopId();
+    try {
+      await link(pausedDisk, disks.topPath(topId));
+      await disks.recordTop(topId, backing);
+    } catch (err) {
+      await disks.dropTop(topId);
+      backing?.release();
+      throw err;
+    }
+    return new VmDisk(disks, base, topId, backing, true);
+  }
+
+  /** The disk of a VM an earlier hostd started (re-adoption after a crash). */
+  static async adopt(
+    disks: DiskStore,
+    base: string,
+    topId: string,
+    qmp: QmpClient,
+  ): Promise<VmDisk> {
+    const backing = await disks.adoptTop(topId);
+    const blocks = (await qmp.execute('query-block')) as { inserted?: { 'node-name'?: string } }[];
+    const top = blocks
+      .map((b) => b.inserted?.['node-name'])
+      .find((n) => n !== undefined && n !== 'rootfs');
+    const disk = new VmDisk(disks, base, topId, backing, true, top ?? DISK_TOP_NODE);
+    // Node names this hostd adds must not collide with the earlier run's.
+    disk.nextNode = 1000;
+    return disk;
+  }
+
+  /** The chain QEMU opens at start (vm/qemu-args.ts). */
+  chain(): DiskChain {
+    const layers = this.attached ? this.layerPaths(this.backing) : [];
+    this.layerNodes = layers
+      .slice(1)
+      .map((_, i) => diskLayerNode(i + 1))
+      .reverse();
+    return { top: this.disks.topPath(this.topId), layers };
+  }
+
+  /** Frozen layers under the overlay, not counting the template's empty disk. */
+  get depth(): number {
+    return this.backing?.chain().length ?? 0;
+  }
+
+  /** The layer the overlay sits on now (a paused machine's origin of its disk). */
+  get layer(): DiskLayer | null {
+    return this.backing;
+  }
+
+  get isAttached(): boolean {
+    return this.attached;
+  }
+
+  /**
+   * Gives an unattached overlay (a standby QEMU, not yet running) the backing `layer`, whose
+   * reference it takes over. The guest has not run, so it sees the chain from its first read.
+   */
+  async attach(qmp: QmpClient, layer: DiskLayer | null): Promise<void> {
+    if (this.attached) throw new Error('disk attached twice');
+    const paths = this.layerPaths(layer);
+    try {
+      for (const [i, filename] of paths.entries()) {
+        await qmp.execute('blockdev-add', {
+          driver: 'qcow2',
+          'node-name': diskLayerNode(i),
+          'read-only': true,
+          file: { driver: 'file', filename },
+          ...(i > 0 ? { backing: diskLayerNode(i - 1) } : {}),
+        });
+      }
+      await qmp.execute('blockdev-reopen', {
+        options: [
+          {
+            driver: 'qcow2',
+            'node-name': this.topNode,
+            file: 'disk-file',
+            backing: diskLayerNode(paths.length - 1),
+          },
+        ],
+      });
+      await this.disks.recordTop(this.topId, layer);
+    } catch (err) {
+      layer?.release();
+      throw err;
+    }
+    this.backing = layer;
+    this.attached = true;
+    this.layerNodes = paths
+      .slice(1)
+      .map((_, i) => diskLayerNode(i + 1))
+      .reverse();
+  }
+
+  /** Adds a fresh overlay to QEMU for a capture (see `PendingOverlay`); the guest may run. */
+  async prepareCapture(qmp: QmpClient): Promise<PendingOverlay> {
+    const { disks } = this;
+    const path = join(disks.dir, `${this.topId}.next.qcow2`);
+    const node = `disk-t${this.nextNode++}`;
+    const fileNode = fileNodeOf(node);
+    await disks.newOverlay(this.base, path);
+    const added: string[] = [];
+    const remove = async (): Promise<void> => {
+      for (const n of added.reverse()) {
+        await qmp.execute('blockdev-del', { 'node-name': n }).catch(() => undefined);
+      }
+      await disks.removeFile(path);
+    };
+    try {
+      await qmp.execute('blockdev-add', { driver: 'file', 'node-name': fileNode, filename: path });
+      added.push(fileNode);
+      await qmp.execute('blockdev-add', {
+        driver: 'qcow2',
+        'node-name': node,
+        file: fileNode,
+        backing: null,
+      });
+      added.push(node);
+    } catch (err) {
+      await remove();
+      throw err;
+    }
+    let stacked = false;
+    return {
+      stack: async () => {
+        await qmp.execute('blockdev-snapshot', { node: this.topNode, overlay: node });
+        stacked = true;
+      },
+      commit: async () => {
+        const layer = await disks.freezeTop(this.topId, this.backing);
+        await disks.moveToTop(path, this.topId, layer);
+        this.backing = layer.retain();
+        this.layerNodes.unshift(this.topNode);
+        this.topNode = node;
+        return layer;
+      },
+      abandon: async () => {
+        if (!stacked) await remove();
+      },
+    };
+  }
+
+  /**
+   * Replaces the chain under the overlay by one layer holding all of it, so that chains do not
+   * grow without bound (each capture adds a layer under the capturing VM). The new layer is
+   * made from the frozen chain while the guest runs, then put under the overlay in its place
+   * (`blockdev-reopen`: same data, so the guest cannot tell). Returns it, retained by this VM;
+   * the old chain is freed when no one else reads it. Keeps the old chain on failure.
+   */
+  async flatten(qmp: QmpClient): Promise<DiskLayer | null> {
+    const old = this.backing;
+    if (!old) return null;
+    const flat = (await this.disks.flatten(old, this.base)).retain();
+    const node = `disk-m${this.nextNode++}`;
+    try {
+      await qmp.execute('blockdev-add', {
+        driver: 'qcow2',
+        'node-name': node,
+        'read-only': true,
+        file: { driver: 'file', filename: flat.path },
+        backing: diskLayerNode(0),
+      });
+      await qmp.execute('blockdev-reopen', {
+        options: [
+          {
+            driver: 'qcow2',
+            'node-name': this.topNode,
+            file: fileNodeOf(this.topNode),
+            backing: node,
+          },
+        ],
+      });
+      await this.disks.recordTop(this.topId, flat);
+    } catch (err) {
+      await qmp.execute('blockdev-del', { 'node-name': node }).catch(() => undefined);
+      flat.release();
+      throw err;
+    }
+    this.backing = flat;
+    // Nothing reads the old layers' nodes now: deleting them, top first, closes their files.
+    for (const n of this.layerNodes.splice(0, this.layerNodes.length, node)) {
+      await qmp.execute('blockdev-del', { 'node-name': n }).catch(() => undefined);
+      if (n === DISK_TOP_NODE || n.startsWith('disk-t')) {
+        await qmp.execute('blockdev-del', { 'node-name': fileNodeOf(n) }).catch(() => undefined);
+      }
+    }
+    old.release();
+    return flat;
+  }
+
+  /**
+   * Moves the (stopped) VM's overlay into a paused machine's folder, as `disk.qcow2`, and hands
+   * over the reference to its layer: the VM no longer owns a disk.
+   */
+  async moveToPaused(dir: string): Promise<{ path: string; layer: DiskLayer | null }> {
+    const path = join(dir, 'disk.qcow2');
+    await this.disks.moveTop(this.topId, path);
+    this.released = true;
+    const layer = this.backing;
+    this.backing = null;
+    return { path, layer };
+  }
+
+  /** Deletes the overlay and lets go of its layer. Idempotent. */
+  async release(): Promise<void> {
+    if (this.released) return;
+    this.released = true;
+    await this.disks.dropTop(this.topId);
+    this.backing?.release();
+    this.backing = null;
+  }
+
+  /** Files of the read-only part of a chain ending in `layer`, bottom first. */
+  private layerPaths(layer: DiskLayer | null): string[] {
+    return [this.base, ...(layer?.chain() ?? []).map((l) => l.path)];
+  }
+}
+
+/**
+ * The node name of the file under qcow2 node `node`: `blockdev-reopen` must name it. The overlay
+ * a VM starts with has the command line's; a capture's overlays get `<node>-file`.
+ */
+function fileNodeOf(node: string): string {
+  return node === DISK_TOP_NODE ? 'disk-file' : `${node}-file`;
+}
