@@ -31,7 +31,11 @@ export interface Config {
   readonly tcgTbMib: number;
   readonly templates: readonly TemplateConfig[];
   readonly defaultTemplate: string;
-  readonly maxSandboxes: number;
+  /**
+   * Sandboxes alive at once; null (SERVICE_MAX_SANDBOXES unset or `auto`) makes the cap follow
+   * host memory (core/admission.ts `sandboxCapFor`), so a bigger host holds more without tuning.
+   */
+  readonly maxSandboxes: number | null;
   readonly maxBodyBytes: number;
   readonly maxQueuedExecs: number;
   /** Seconds without any request after which a sandbox is paused or deleted; 0 disables. */
@@ -170,7 +174,10 @@ export function loadConfig(env: Env = process.env): Config {
     tcgTbMib: intVar(env, 'SERVICE_TCG_TB_MIB', 32, 4, 1024),
     templates,
     defaultTemplate: templates[0]!.name,
-    maxSandboxes: intVar(env, 'SERVICE_MAX_SANDBOXES', 128, 1, 4096),
+    maxSandboxes:
+      env.SERVICE_MAX_SANDBOXES === 'auto'
+        ? null
+        : intVar(env, 'SERVICE_MAX_SANDBOXES', 0, 1, 65536) || null,
     maxBodyBytes: intVar(env, 'SERVICE_MAX_BODY_BYTES', 4 * 1024 * 1024, 1024, 256 * 1024 * 1024),
     maxQueuedExecs: intVar(env, 'SERVICE_MAX_QUEUED_EXECS', 64, 1, 100000),
     idleTimeoutS: intVar(env, 'SERVICE_IDLE_TIMEOUT_S', 3600, 0, 30 * 24 * 3600),

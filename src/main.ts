@@ -7,7 +7,8 @@ import { ConfigError, isLoopback, loadConfig, type Config } from './config.js';
 import { authMode } from './api/auth.js';
 import { createMetrics } from './api/metrics.js';
 import { buildServer } from './api/server.js';
-import { hostFree } from './core/host-resources.js';
+import { sandboxCapFor } from './core/admission.js';
+import { hostFree, hostMemTotalMib } from './core/host-resources.js';
 import { FileRecords } from './core/journal.js';
 import { SandboxManager } from './core/sandbox-manager.js';
 import { chooseAccel, hostTscKhz } from './vm/accel.js';
@@ -81,6 +82,13 @@ async function main(): Promise<void> {
     );
   }
 
+  // Host memory of an idle sandbox that has run code, measured by the bench (bench/density.ts):
+  // QEMU's heap, its other anonymous memory, the guest pages written since the restore and its
+  // share of libraries come to ~16 MiB; under TCG, the translation buffer on top, which fills up
+  // to its size.
+  const perVmMib = (accel.accel === 'tcg' ? config.tcgTbMib : 0) + 16;
+  const maxSandboxes = config.maxSandboxes ?? sandboxCapFor(hostMemTotalMib(), perVmMib);
+  log.info({ maxSandboxes, perVmMib, fromHostMemory: config.maxSandboxes === null }, 'sandbox cap');
   const hypervisor = new QemuHypervisor(
     {
       qemuBinary: config.qemuBinary,
@@ -97,15 +105,14 @@ async function main(): Promise<void> {
       tcgTbMib: config.tcgTbMib,
       tscKhz,
     }),
-    // QEMU's heap and device state, plus the TCG translation buffer under TCG.
-    (accel.accel === 'tcg' ? config.tcgTbMib : 0) + 48,
+    perVmMib,
   );
   await hypervisor.init();
   const metrics = createMetrics({ accel: accel.accel, version: HOSTD_VERSION });
   const manager = new SandboxManager(
     {
       templates: config.templates,
-      maxSandboxes: config.maxSandboxes,
+      maxSandboxes,
       maxQueuedExecs: config.maxQueuedExecs,
       idleTimeoutS: config.idleTimeoutS,
       minFreeMib: config.minFreeMib,
