@@ -9,18 +9,7 @@ import { createSandbox } from '../testkit/sandboxes.js';
 import { filesFigures, displayFigures, egressFigures } from './files-net.js';
 import { expectOk, guarded, Skip } from './skip.js';
 import { stateFigures } from './state.js';
-import { exec, now, pct, type Results } from './util.js';
-
-/** The text a cell printed on stdout, from an exec's NDJSON stream. */
-export function stdoutOf(ndjson: string): string {
-  return ndjson
-    .split('\n')
-    .filter((l) => l.startsWith('{'))
-    .map((l) => JSON.parse(l) as { type: string; data: unknown })
-    .filter((e) => e.type === 'stdout')
-    .map((e) => String(e.data))
-    .join('');
-}
+import { exec, now, pct, stdoutOf, type Results } from './util.js';
 
 export async function featureFigures(c: Api, hostd: Hostd | null): Promise<Results> {
   return {

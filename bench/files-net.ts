@@ -9,10 +9,9 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { Api, Hostd } from '../testkit/hostd.js';
 import { createSandbox } from '../testkit/sandboxes.js';
-import { stdoutOf } from './features.js';
 import { expectOk, guarded, Skip } from './skip.js';
 import { rssMib } from './proc-stats.js';
-import { exec, now, pct, type Results } from './util.js';
+import { exec, now, pct, stdoutOf, type Results } from './util.js';
 
 const MiB = 1024 * 1024;
 /** Issue 13 names 256 MiB; a rate extrapolates, so the bench moves less to fit its 10 minutes. */

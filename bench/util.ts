@@ -61,3 +61,14 @@ export function execHttp(c: Api, agent: Agent, id: string, code: string): Promis
     req.end(body);
   });
 }
+
+/** The text a cell printed on stdout, from an exec's NDJSON stream. */
+export function stdoutOf(ndjson: string): string {
+  return ndjson
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as { type: string; data: unknown })
+    .filter((e) => e.type === 'stdout')
+    .map((e) => String(e.data))
+    .join('');
+}

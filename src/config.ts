@@ -29,6 +29,8 @@ export interface Config {
   readonly imageDir: string;
   readonly accel: AccelChoice;
   readonly tcgTbMib: number;
+  /** Let TCG VMs use transparent huge pages (SERVICE_TCG_HUGE_PAGES=1); off: vm/huge-pages.ts. */
+  readonly tcgHugePages: boolean;
   readonly templates: readonly TemplateConfig[];
   readonly defaultTemplate: string;
   /**
@@ -172,6 +174,7 @@ export function loadConfig(env: Env = process.env): Config {
     imageDir: env.SERVICE_IMAGE_DIR || '',
     accel,
     tcgTbMib: intVar(env, 'SERVICE_TCG_TB_MIB', 32, 4, 1024),
+    tcgHugePages: env.SERVICE_TCG_HUGE_PAGES === '1',
     templates,
     defaultTemplate: templates[0]!.name,
     maxSandboxes:

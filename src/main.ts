@@ -13,6 +13,7 @@ import { FileRecords } from './core/journal.js';
 import { SandboxManager } from './core/sandbox-manager.js';
 import { chooseAccel, hostTscKhz } from './vm/accel.js';
 import { QemuHypervisor } from './vm/hypervisor.js';
+import { noHugePagesLauncher } from './vm/huge-pages.js';
 import { loadImage } from './vm/image.js';
 import { claimDataDir, claimStateDir, releaseDataDir, releaseStateDir } from './state-dir.js';
 import { canRead, launcher, lookupUser, type VmUser } from './vm/vm-user.js';
@@ -93,7 +94,10 @@ async function main(): Promise<void> {
     {
       qemuBinary: config.qemuBinary,
       vmsDir: join(config.stateDir, 'vms'),
-      launcher: launcher(vmUser),
+      launcher: [
+        ...(accel.accel === 'tcg' && !config.tcgHugePages ? noHugePagesLauncher() : []),
+        ...launcher(vmUser),
+      ],
       ...(vmUser ? { owner: { uid: vmUser.uid, gid: vmUser.gid } } : {}),
     },
     config.dataDir,
