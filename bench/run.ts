@@ -158,7 +158,7 @@ const parts = new Set(
 );
 
 /** hostd's default SERVICE_TCG_TB_MIB (src/config.ts), to find the buffer in smaps. */
-const DEFAULT_TB_MIB = 32;
+const DEFAULT_TB_MIB = 16;
 
 async function main(): Promise<void> {
   const started = now();

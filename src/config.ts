@@ -173,7 +173,7 @@ export function loadConfig(env: Env = process.env): Config {
     dataDir,
     imageDir: env.SERVICE_IMAGE_DIR || '',
     accel,
-    tcgTbMib: intVar(env, 'SERVICE_TCG_TB_MIB', 32, 4, 1024),
+    tcgTbMib: intVar(env, 'SERVICE_TCG_TB_MIB', 16, 4, 1024),
     tcgHugePages: env.SERVICE_TCG_HUGE_PAGES === '1',
     templates,
     defaultTemplate: templates[0]!.name,
