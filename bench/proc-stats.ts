@@ -126,7 +126,18 @@ export function machineInfo(): Record<string, string | number> {
     cpu_cores: cpus().length,
     host_mem_total_mib: memTotal ? Math.round(Number(memTotal) / 1024) : 0,
     load_at_start: loadAverage(),
+    thp_mode:
+      /\[(\w+)\]/.exec(readOr('/sys/kernel/mm/transparent_hugepage/enabled'))?.[1] ?? 'unknown',
+    ksm_run_at_start: readOr('/sys/kernel/mm/ksm/run').trim() || 'unknown',
   };
+}
+
+function readOr(path: string): string {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch {
+    return '';
+  }
 }
 
 /** The 1-minute load average, two decimals: noted beside CPU-time sensitive figures. */

@@ -31,6 +31,8 @@ export interface Config {
   readonly tcgTbMib: number;
   /** Let TCG VMs use transparent huge pages (SERVICE_TCG_HUGE_PAGES=1); off: vm/huge-pages.ts. */
   readonly tcgHugePages: boolean;
+  /** Turn the host's KSM on at start when hostd is root (SERVICE_KSM, default on): vm/ksm.ts. */
+  readonly ksm: boolean;
   readonly templates: readonly TemplateConfig[];
   readonly defaultTemplate: string;
   /**
@@ -175,6 +177,7 @@ export function loadConfig(env: Env = process.env): Config {
     accel,
     tcgTbMib: intVar(env, 'SERVICE_TCG_TB_MIB', 16, 4, 1024),
     tcgHugePages: env.SERVICE_TCG_HUGE_PAGES === '1',
+    ksm: choice(env, 'SERVICE_KSM', ['on', 'off'] as const, 'on') === 'on',
     templates,
     defaultTemplate: templates[0]!.name,
     maxSandboxes:

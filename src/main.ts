@@ -14,6 +14,7 @@ import { SandboxManager } from './core/sandbox-manager.js';
 import { chooseAccel, hostTscKhz } from './vm/accel.js';
 import { QemuHypervisor } from './vm/hypervisor.js';
 import { noHugePagesLauncher } from './vm/huge-pages.js';
+import { enableKsm } from './vm/ksm.js';
 import { loadImage } from './vm/image.js';
 import { claimDataDir, claimStateDir, releaseDataDir, releaseStateDir } from './state-dir.js';
 import { canRead, launcher, lookupUser, type VmUser } from './vm/vm-user.js';
@@ -91,6 +92,8 @@ async function main(): Promise<void> {
   const perVmMib = 16 + (accel.accel === 'tcg' ? Math.min(config.tcgTbMib, 12) : 0);
   const maxSandboxes = config.maxSandboxes ?? sandboxCapFor(hostMemTotalMib(), perVmMib);
   log.info({ maxSandboxes, perVmMib, fromHostMemory: config.maxSandboxes === null }, 'sandbox cap');
+  const ksm = enableKsm(config.ksm && process.getuid?.() === 0);
+  log.info(ksm, 'kernel same-page merging (SERVICE_KSM)');
   const hypervisor = new QemuHypervisor(
     {
       qemuBinary: config.qemuBinary,
