@@ -33,7 +33,7 @@ export async function guarded(names: string[], measure: () => Promise<Results>):
     const why =
       err instanceof Skip
         ? `skipped: ${err.message}`
-        : `error: ${(err as Error).message.slice(0, 200)}`;
+        : `error: ${(err as Error).message.split('\n')[0]!.slice(0, 200)}`;
     if (!(err instanceof Skip)) console.error(err);
     return Object.fromEntries(names.map((n) => [n, why]));
   }
