@@ -43,11 +43,19 @@ export interface Config {
   readonly templateDir: string;
   readonly accel: AccelChoice;
   readonly tcgTbMib: number;
+  /** Let TCG VMs use transparent huge pages (SERVICE_TCG_HUGE_PAGES=1); off: vm/huge-pages.ts. */
+  readonly tcgHugePages: boolean;
+  /** Turn the host's KSM on at start when hostd is root (SERVICE_KSM, default on): vm/ksm.ts. */
+  readonly ksm: boolean;
   /** The templates to serve, in order; null: every recipe, `python` first. */
   readonly templates: readonly TemplateConfig[] | null;
   /** Resource overrides for every template, when the SERVICE_VM_* variables are set. */
   readonly templateDefaults: TemplateDefaults;
-  readonly maxSandboxes: number;
+  /**
+   * Sandboxes alive at once; null (SERVICE_MAX_SANDBOXES unset or `auto`) makes the cap follow
+   * host memory (core/admission.ts `sandboxCapFor`), so a bigger host holds more without tuning.
+   */
+  readonly maxSandboxes: number | null;
   readonly maxBodyBytes: number;
   /** Largest file upload (SERVICE_MAX_FILE_BYTES); uploads stream, so it is not held in memory. */
   readonly maxFileBytes: number;
@@ -189,14 +197,19 @@ export function loadConfig(env: Env = process.env): Config {
     cacheDir: defaultCacheDir(env),
     templateDir: env.SERVICE_TEMPLATE_DIR || '',
     accel,
-    tcgTbMib: intVar(env, 'SERVICE_TCG_TB_MIB', 32, 4, 1024),
+    tcgTbMib: intVar(env, 'SERVICE_TCG_TB_MIB', 16, 4, 1024),
+    tcgHugePages: env.SERVICE_TCG_HUGE_PAGES === '1',
+    ksm: choice(env, 'SERVICE_KSM', ['on', 'off'] as const, 'on') === 'on',
     templates,
     templateDefaults: {
       ...(memoryMib === undefined ? {} : { memoryMib }),
       ...(vcpus === undefined ? {} : { vcpus }),
       ...(poolSize === undefined ? {} : { poolSize }),
     },
-    maxSandboxes: intVar(env, 'SERVICE_MAX_SANDBOXES', 128, 1, 4096),
+    maxSandboxes:
+      env.SERVICE_MAX_SANDBOXES === 'auto'
+        ? null
+        : intVar(env, 'SERVICE_MAX_SANDBOXES', 0, 1, 65536) || null,
     maxBodyBytes: intVar(env, 'SERVICE_MAX_BODY_BYTES', 4 * 1024 * 1024, 1024, 256 * 1024 * 1024),
     maxFileBytes: intVar(env, 'SERVICE_MAX_FILE_BYTES', 4 * 1024 ** 3, 1024, 2 ** 40),
     maxQueuedExecs: intVar(env, 'SERVICE_MAX_QUEUED_EXECS', 64, 1, 100000),

@@ -7,7 +7,8 @@ import { ConfigError, isLoopback, loadConfig, type Config } from './config.js';
 import { authMode } from './api/auth.js';
 import { createMetrics } from './api/metrics.js';
 import { buildServer } from './api/server.js';
-import { hostFree } from './core/host-resources.js';
+import { sandboxCapFor } from './core/admission.js';
+import { hostFree, hostMemTotalMib } from './core/host-resources.js';
 import { FileRecords } from './core/journal.js';
 import { SandboxManager } from './core/sandbox-manager.js';
 import { chooseAccel, hostTscKhz } from './vm/accel.js';
@@ -16,6 +17,8 @@ import { guestImageOf } from './vm/image.js';
 import { CachedTemplateImages } from './vm/template-images.js';
 import { BUILTIN_RECIPE_DIR, loadRecipes } from './core/recipe.js';
 import { planTemplates, UnknownRecipeError } from './core/template-plan.js';
+import { noHugePagesLauncher } from './vm/huge-pages.js';
+import { enableKsm } from './vm/ksm.js';
 import { claimDataDir, claimStateDir, releaseDataDir, releaseStateDir } from './state-dir.js';
 import { canRead, launcher, lookupUser, type VmUser } from './vm/vm-user.js';
 import { writeFile } from 'node:fs/promises';
@@ -105,11 +108,24 @@ async function main(): Promise<void> {
     },
   });
 
+  // Host memory of an idle sandbox that has run code, measured by the bench (bench/density.ts):
+  // QEMU's heap, its other anonymous memory, the guest pages written since the restore and its
+  // libraries' private data come to ~16 MiB; under TCG, the part of the translation buffer an
+  // idle VM has filled (~10 MiB, whatever the buffer's size) on top. A sandbox that grows past
+  // this is held back by the memory check, not by the count.
+  const perVmMib = 16 + (accel.accel === 'tcg' ? Math.min(config.tcgTbMib, 12) : 0);
+  const maxSandboxes = config.maxSandboxes ?? sandboxCapFor(hostMemTotalMib(), perVmMib);
+  log.info({ maxSandboxes, perVmMib, fromHostMemory: config.maxSandboxes === null }, 'sandbox cap');
+  const ksm = enableKsm(config.ksm && process.getuid?.() === 0);
+  log.info(ksm, 'kernel same-page merging (SERVICE_KSM)');
   const hypervisor = new QemuHypervisor(
     {
       qemuBinary: config.qemuBinary,
       vmsDir: join(config.stateDir, 'vms'),
-      launcher: launcher(vmUser),
+      launcher: [
+        ...(accel.accel === 'tcg' && !config.tcgHugePages ? noHugePagesLauncher() : []),
+        ...launcher(vmUser),
+      ],
       ...(vmUser ? { owner: { uid: vmUser.uid, gid: vmUser.gid } } : {}),
     },
     config.dataDir,
@@ -121,8 +137,7 @@ async function main(): Promise<void> {
       tcgTbMib: config.tcgTbMib,
       tscKhz,
     }),
-    // QEMU's heap and device state, plus the TCG translation buffer under TCG.
-    (accel.accel === 'tcg' ? config.tcgTbMib : 0) + 48,
+    perVmMib,
   );
   await hypervisor.init();
   // The API's port is known once it listens (SERVICE_HOSTD_ADDR may ask for port 0).
@@ -138,7 +153,7 @@ async function main(): Promise<void> {
     {
       templates,
       images,
-      maxSandboxes: config.maxSandboxes,
+      maxSandboxes,
       maxQueuedExecs: config.maxQueuedExecs,
       idleTimeoutS: config.idleTimeoutS,
       minFreeMib: config.minFreeMib,

@@ -8,6 +8,28 @@
 import { fail } from '../errors.js';
 import { shortage, type HostFree } from './host-resources.js';
 
+/**
+ * Host memory the default sandbox cap leaves free (issue 15 sizes hosts with 2 GiB left): room
+ * for hostd, the page cache of the images, and sandboxes that grow past their idle size.
+ */
+export const CAP_RESERVE_MIB = 2048;
+
+/**
+ * The default cap on sandboxes alive, when SERVICE_MAX_SANDBOXES is not set: as many idle
+ * sandboxes as fit in the host's memory less the reserve, at the measured cost of one (at least
+ * one sandbox, so a small host still serves). Sandboxes that grow past their idle size are
+ * stopped by the memory check of `admit` (503), not by this count (429).
+ *
+ * @example sandboxCapFor(24105, 28) // 787 on a 24 GiB host at 28 MiB per sandbox
+ */
+export function sandboxCapFor(
+  memTotalMib: number,
+  perVmMib: number,
+  reserveMib = CAP_RESERVE_MIB,
+): number {
+  return Math.max(1, Math.floor((memTotalMib - reserveMib) / perVmMib));
+}
+
 export interface AdmissionLimits {
   /** Sandboxes alive at once, fork children and pending starts included. */
   readonly maxSandboxes: number;

@@ -21,6 +21,12 @@ export function hostFree(dataDir: string): HostFree {
   };
 }
 
+/** The host's total memory in MiB (MemTotal), which the default sandbox cap follows. */
+export function hostMemTotalMib(): number {
+  const m = /^MemTotal:\s+(\d+) kB/m.exec(readFileSync('/proc/meminfo', 'utf8'));
+  return m ? Number(m[1]) / 1024 : 0;
+}
+
 /**
  * Returns why starting `vms` more VMs (and writing `imageMib` of image) would leave less than
  * `reserveMib` free, or null when it is fine. `perVmMib` is the estimated cost of one idle VM.

@@ -146,6 +146,14 @@ export type RamMode =
   | { readonly kind: 'template'; readonly memPath: string }
   | { readonly kind: 'clone'; readonly memPath: string };
 
+/**
+ * The translation buffer of a template's cold boot, at least: a boot runs far more distinct code
+ * than a restored VM, and with a small buffer TCG flushes and retranslates it over and over
+ * (a boot at 8 MiB did not finish in 3 minutes at load 12). The template VM exits once frozen,
+ * so its buffer costs nothing later, and the buffer size is not part of the device state.
+ */
+export const TEMPLATE_BOOT_TB_MIB = 32;
+
 /** The virtio-serial port names the guest agent looks for (guest/PROTOCOL.md). */
 export const AGENT_PORT_NAME = 'hostd.agent';
 export const REPL_PORT_NAME = 'hostd.repl';
@@ -160,7 +168,7 @@ export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): strin
       ? ['-accel', 'kvm', '-cpu', 'host']
       : [
           '-accel',
-          `tcg,tb-size=${spec.tcgTbMib}`,
+          `tcg,tb-size=${ram.kind === 'template' ? Math.max(spec.tcgTbMib, TEMPLATE_BOOT_TB_MIB) : spec.tcgTbMib}`,
           ...(spec.image.tcgCpu ? ['-cpu', spec.image.tcgCpu] : []),
         ];
   const args = [

@@ -80,3 +80,10 @@ test('templates: a bad or empty option value is refused, naming the template and
     );
   }
 });
+
+test('the sandbox cap follows host memory unless SERVICE_MAX_SANDBOXES sets a number', () => {
+  assert.equal(loadConfig({}).maxSandboxes, null);
+  assert.equal(loadConfig({ SERVICE_MAX_SANDBOXES: 'auto' }).maxSandboxes, null);
+  assert.equal(loadConfig({ SERVICE_MAX_SANDBOXES: '7' }).maxSandboxes, 7);
+  assert.throws(() => loadConfig({ SERVICE_MAX_SANDBOXES: '0' }), ConfigError);
+});

@@ -127,6 +127,14 @@ test('TCG bounds the translation buffer; KVM uses the host CPU', () => {
   assert.deepEqual(argAfter(kvm, '-cpu'), ['host']);
 });
 
+test('a small translation buffer applies to restored VMs; a cold boot keeps at least 32 MiB', () => {
+  const small = { ...spec, tcgTbMib: 8 };
+  const accelOf = (kind: 'template' | 'clone'): string[] =>
+    argAfter(qemuArgs(small, paths, { kind, memPath: '/m' }), '-accel');
+  assert.deepEqual(accelOf('clone'), ['tcg,tb-size=8']);
+  assert.deepEqual(accelOf('template'), ['tcg,tb-size=32']);
+});
+
 test('the guest gets no network device and QEMU runs under its seccomp sandbox', () => {
   const args = qemuArgs(spec, paths, { kind: 'clone', memPath: '/m' });
   assert.ok(args.includes('-nodefaults'));

@@ -1,0 +1,74 @@
+/** Small helpers every part of the bench shares: percentiles, clocks, exec round trips. */
+import { request, type Agent } from 'node:http';
+import type { Api } from '../testkit/hostd.js';
+
+export type Results = Record<string, number | string | null>;
+
+export function pct(values: number[], p: number): number {
+  const s = [...values].sort((a, b) => a - b);
+  const i = Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1));
+  return Math.round(s[i]! * 100) / 100;
+}
+
+export const now = (): number => Number(process.hrtime.bigint()) / 1e6;
+
+/** Runs `code` in sandbox `id` through fetch and returns the NDJSON stream's text. */
+export async function exec(c: Api, id: string, code: string): Promise<string> {
+  const res = await c.request('POST', `/v1/sandboxes/${id}/exec`, { code });
+  const text = await res.text();
+  checkExec(id, res.status, text);
+  return text;
+}
+
+/** Throws unless an exec's response is a 200 stream ending in exit 0. */
+export function checkExec(id: string, status: number | undefined, text: string): void {
+  if (status !== 200 || !text.includes('"type":"exit","data":0')) {
+    throw new Error(`exec on ${id}: ${status} ${text.slice(0, 300)}`);
+  }
+}
+
+/** `exec` through a node:http agent (keep-alive) instead of fetch, which costs ~1 ms itself. */
+export function execHttp(c: Api, agent: Agent, id: string, code: string): Promise<void> {
+  const body = JSON.stringify({ code });
+  const url = new URL(`${c.url}/v1/sandboxes/${id}/exec`);
+  return new Promise((resolve, reject) => {
+    const req = request(
+      url,
+      {
+        method: 'POST',
+        agent,
+        headers: {
+          ...c.headers,
+          'content-type': 'application/json',
+          'content-length': Buffer.byteLength(body),
+        },
+      },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => (text += chunk));
+        res.on('end', () => {
+          try {
+            checkExec(id, res.statusCode, text);
+            resolve();
+          } catch (err) {
+            reject(err as Error);
+          }
+        });
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+/** The text a cell printed on stdout, from an exec's NDJSON stream. */
+export function stdoutOf(ndjson: string): string {
+  return ndjson
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as { type: string; data: unknown })
+    .filter((e) => e.type === 'stdout')
+    .map((e) => String(e.data))
+    .join('');
+}
