@@ -69,7 +69,7 @@ if [ -f sdk/test.sh ]; then
 fi
 
 step "hostd unit and integration tests (node:test)"
-node --test --test-concurrency=1 --test-timeout=600000 dist/test/unit/ dist/test/integration/ 2>&1 | tee "$logs/node.log"
+node --test --test-concurrency=1 --test-timeout=900000 dist/test/unit/ dist/test/integration/ 2>&1 | tee "$logs/node.log"
 if [ "${PIPESTATUS[0]}" != 0 ]; then failures+=("node tests"); fi
 count "$logs/node.log" '^# pass [0-9]+' '^# fail [0-9]+'
 
