@@ -5,6 +5,7 @@
  * RSS growth: unlike MemAvailable, which is reported beside it, it does not move with other
  * processes on a shared machine. Idle CPU and exec latency are taken with the N sandboxes alive.
  */
+import { readFileSync } from 'node:fs';
 import { Agent } from 'node:http';
 import { findProcessesUsing } from '../src/state-dir.js';
 import { sandboxQemuPid, type Api, type Hostd } from '../testkit/hostd.js';
@@ -30,6 +31,15 @@ export interface DensityOptions {
   tbMib: number;
   /** Seconds over which idle CPU is sampled. */
   idleSeconds: number;
+}
+
+/** Pages of process `pid` that KSM has merged (0 without KSM or on older kernels). */
+function ksmMergingPages(pid: number): number {
+  try {
+    return Number(readFileSync(`/proc/${pid}/ksm_merging_pages`, 'utf8').trim()) || 0;
+  } catch {
+    return 0;
+  }
 }
 
 const VARIED_CODE = [
@@ -69,12 +79,7 @@ export async function densityFigures(c: Api, hostd: Hostd, o: DensityOptions): P
       await execHttp(c, agent, id, `x = ${i}\nprint(x)`);
     }
     await atRest();
-    const pssAfter = await qemuPssTotal();
-    const hostdAfter = rssMib(hostdPid);
-    const availAfter = memAvailableMib();
-    const perSandbox = (pssAfter - pssBefore + (hostdAfter - hostdBefore)) / o.n;
     const pids = await Promise.all(ids.map((id) => sandboxQemuPid(hostd, id)));
-    const one = qemuMemory(pids[0]!, hostd.dataDir, o.tbMib);
 
     // Idle CPU: the N sandboxes' QEMUs over a quiet window, as % of one core per 100 sandboxes.
     const cpu0 = pids.reduce((a, p) => a + cpuMs(p), 0);
@@ -95,6 +100,14 @@ export async function densityFigures(c: Api, hostd: Hostd, o: DensityOptions): P
     }
     single.destroy();
 
+    // Memory last: KSM (when on) merges the pages sandboxes wrote while they idle.
+    const pssAfter = await qemuPssTotal();
+    const hostdAfter = rssMib(hostdPid);
+    const availAfter = memAvailableMib();
+    const perSandbox = (pssAfter - pssBefore + (hostdAfter - hostdBefore)) / o.n;
+    const one = qemuMemory(pids[0]!, hostd.dataDir, o.tbMib);
+    const ksmMerged = pids.reduce((a, p) => a + ksmMergingPages(p), 0);
+
     // Code the VM has not run yet: a fresh interpreter importing modules, timed in the guest.
     // A small translation buffer shows here first (TCG flushes it when full and retranslates).
     const varied: number[] = [];
@@ -114,6 +127,7 @@ export async function densityFigures(c: Api, hostd: Hostd, o: DensityOptions): P
       exec_print_p50_ms_100_idle: pct(times, 50),
       exec_print_p99_ms_100_idle: pct(times, 99),
       exec_new_code_ms: pct(varied, 50),
+      ksm_merged_mib_per_sandbox: round1((ksmMerged * 4) / 1024 / o.n),
       ...Object.fromEntries(Object.entries(one).map(([k, v]) => [`qemu_${k}`, v])),
     };
   } finally {
