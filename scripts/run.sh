@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The one entry point behind `npm start`, `npm test` and `npm run bench`: install what is
 # missing (Debian packages when root, else print the exact command), install npm packages,
-# compile, build every template into the cache (a broken recipe is reported and the rest go on),
-# then do the job.
+# compile, build every template into the cache for tests and the bench (a broken recipe is
+# reported and the rest go on; `npm start` leaves that to hostd, which serves meanwhile), then do
+# the job.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-start}"
