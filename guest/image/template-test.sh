@@ -52,11 +52,12 @@ test_python() {
 		for c in git curl wget unzip sqlite3 jq pip; do command -v $c >/dev/null; done
 		test ! -e /usr/lib/python3.11/EXTERNALLY-MANAGED
 		python3 -c "import numpy, pandas, matplotlib.pyplot, time; open(\"/tmp/loaded\", \"w\"); time.sleep(600)" &
+		loader=$!  # saved now: the process substitution below sets $! to its own pid
 		while [ ! -e /tmp/loaded ]; do sleep 0.2; done
 		free -m
 		read -r _ total _ _ _ _ available < <(free -m | sed -n 2p)
 		echo "python: $available of $total MiB available ($((available * 100 / total))%) with the data stack loaded"
-		kill $!
+		kill "$loader"
 		test $((available * 100)) -ge $((total * 80))' \
 		"$here/boot-test.sh" "$dir"
 }
