@@ -206,7 +206,8 @@ async function main(): Promise<void> {
     process.exit(1);
   }
   const address = await app.listen({ host: config.host, port: config.port });
-  apiPort = new URL(address).port ? Number(new URL(address).port) : config.port;
+  const { port } = new URL(address);
+  apiPort = port ? Number(port) : config.port;
   // Where a client that started hostd on port 0 (tests, scripts) finds it, without parsing logs.
   await writeFile(join(config.stateDir, 'hostd.url'), `${address}\n`, { mode: 0o600 });
   log.info(

@@ -80,11 +80,11 @@ export class SandboxFiles {
     return this.simple(id, path, signal, (files) => files.stat(path, { signal }));
   }
 
-  async mkdir(id: string, path: string, signal: AbortSignal): Promise<string> {
+  mkdir(id: string, path: string, signal: AbortSignal): Promise<string> {
     return this.simple(id, path, signal, (files) => files.mkdir(path, { signal }));
   }
 
-  async remove(id: string, path: string, recursive: boolean, signal: AbortSignal): Promise<void> {
+  remove(id: string, path: string, recursive: boolean, signal: AbortSignal): Promise<void> {
     return this.simple(id, path, signal, (files) => files.remove(path, { recursive, signal }));
   }
 

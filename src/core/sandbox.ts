@@ -122,6 +122,7 @@ export class Sandbox {
   }
 
   info(): SandboxInfo {
+    const net = this.machine?.networkStats();
     return {
       id: this.id,
       state: this.state,
@@ -135,8 +136,8 @@ export class Sandbox {
       error: this.brokenReason,
       network: {
         allow_out: [...this.allowOut],
-        bytes_out: this.netBefore.out + (this.machine?.networkStats().bytesOut ?? 0),
-        bytes_in: this.netBefore.in + (this.machine?.networkStats().bytesIn ?? 0),
+        bytes_out: this.netBefore.out + (net?.bytesOut ?? 0),
+        bytes_in: this.netBefore.in + (net?.bytesIn ?? 0),
       },
     };
   }
