@@ -53,6 +53,13 @@ export interface ErrorBody {
   code: string;
 }
 
+/** Strings and bytes go as they are (file uploads); anything else as JSON. */
+function encodeBody(body: unknown): BodyInit | undefined {
+  if (body === undefined || typeof body === 'string') return body;
+  if (body instanceof Uint8Array) return body as Uint8Array<ArrayBuffer>;
+  return JSON.stringify(body);
+}
+
 /** An API client for the hostd at `url`, sending `Bearer apiKey` when given. */
 export function connect(url: string, apiKey?: string): Api {
   const headers: Record<string, string> = apiKey ? { authorization: `Bearer ${apiKey}` } : {};
@@ -69,7 +76,7 @@ export function connect(url: string, apiKey?: string): Api {
         ...(body === undefined ? {} : { 'content-type': 'application/json' }),
         ...extra,
       },
-      body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+      body: encodeBody(body),
     });
   return {
     url,

@@ -109,8 +109,11 @@ export interface Machine {
   /** Stop / resume reading the guest's output: backpressure from a slow client. */
   pauseOutput(): void;
   resumeOutput(): void;
-  /** Runs one trivial exec so that a pooled machine's first real exec is not its slowest. */
-  warmUp(): Promise<void>;
+  /**
+   * Runs one exec that imports `preload` (already imported: only the import path runs) outside
+   * the user's namespace, so that a pooled machine's first real exec is not its slowest.
+   */
+  warmUp(preload: readonly string[]): Promise<void>;
   /**
    * Captures the machine's whole state at one instant into a new FrozenState for `children`
    * restores. The machine is paused only for the final copy and keeps running. `target`, when

@@ -24,7 +24,7 @@ export function setupOptions(free = { ...PLENTY }): ManagerOptions {
     maxExecOutputBytes: 1024,
     forkStandbyMax: 4,
     hostFree: () => free,
-    refillPauses: { afterFailureMs: 1, whileShortMs: 1 },
+    refillPauses: { afterTakeMs: 1, afterFailureMs: 1, whileShortMs: 1 },
     egress: { apiPort: 7070, hostAddresses: ['127.0.0.1'] },
     maxFileBytes: 1024,
   };
