@@ -35,6 +35,10 @@ export class ForkStandby {
 
   /** Keeps a fork target ready for forks of machines restored from `base`, from now on. */
   register(base: FrozenState): void {
+    // Two templates of one build share their frozen state (a second pool of `python` with
+    // other resources): a second entry would replace the first, whose target then outlived
+    // hostd with its QEMUs.
+    if (this.entries.has(base)) return;
     this.entries.set(base, { base, lastFork: 1, ready: null, making: null, again: false });
     this.make(base);
   }

@@ -1,0 +1,21 @@
+/**
+ * ForkStandby's bookkeeping against the fake hypervisor: every target it makes is either taken
+ * by a fork or discarded when it closes, so no standby QEMU outlives hostd.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { ForkStandby } from '../../src/core/fork-standby.js';
+import { eventually } from '../../testkit/eventually.js';
+import { FakeHypervisor, FakeState } from '../helpers/fake-hypervisor.js';
+
+test('a state two templates share gets one target, discarded at close', async () => {
+  const hv = new FakeHypervisor();
+  const standby = new ForkStandby(hv, 4, () => null);
+  const shared = new FakeState('template-python', new Map(), 'python');
+  standby.register(shared);
+  standby.register(shared); // `cold:recipe=python`: the same build, the same frozen state
+  await eventually('the target to be made', () => !standby.filling && standby.standby === 1);
+  await standby.close();
+  assert.equal(hv.targets.length, 1);
+  assert.ok(hv.targets.every((t) => t.discarded));
+});
