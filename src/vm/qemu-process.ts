@@ -48,6 +48,16 @@ const MAX_DEVICE_STATE = 64 * 1024 * 1024;
 let counter = 0;
 
 /**
+ * QEMU's whole environment. Not hostd's: that holds SERVICE_API_KEYS, which a guest that broke
+ * into its QEMU could read from /proc/self/environ. (One malloc arena, MALLOC_ARENA_MAX=1, was
+ * measured too: QEMU's memory only moved from thread arenas to the main heap.)
+ */
+const QEMU_ENV: NodeJS.ProcessEnv = {
+  PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin',
+  LANG: 'C',
+};
+
+/**
  * Emits `exit` (with a description such as `signal SIGKILL`) once, when QEMU exits. A QEMU is
  * either spawned by this hostd or attached after a restart (`attach`): it does not die with
  * hostd, so a crash of hostd loses no VM.
@@ -248,6 +258,7 @@ export class QemuProcess extends EventEmitter {
     try {
       this.proc = spawn(cmd!, [...pre, ...qemuArgs(spec, paths, ram)], {
         stdio: ['ignore', 'ignore', log.fd],
+        env: QEMU_ENV,
         // Its own session: a Ctrl-C in the terminal that runs hostd must not reach the VMs
         // (hostd pauses them on SIGINT), nor must hostd's death take them along.
         detached: true,

@@ -4,7 +4,10 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { findProcessesUsing } from '../../src/state-dir.js';
+import { eventually } from '../../testkit/eventually.js';
 import { ROOT, startHostd, type Hostd } from '../../testkit/hostd.js';
 
 describe('with SERVICE_API_KEYS set', () => {
@@ -44,6 +47,18 @@ describe('with SERVICE_API_KEYS set', () => {
         authorization: `Bearer ${key}`,
       });
       assert.equal(res.status, 200, key);
+    }
+  });
+
+  test("the keys are not in the VMs' QEMU processes, which run untrusted guests", async () => {
+    let pids: number[] = [];
+    await eventually(
+      'a pool VM',
+      async () => (pids = await findProcessesUsing(hostd.stateDir)).length > 0,
+    );
+    for (const pid of pids) {
+      const environ = await readFile(`/proc/${pid}/environ`, 'utf8');
+      assert.ok(!environ.includes('key-one'), `QEMU ${pid} has the API keys in its environment`);
     }
   });
 
