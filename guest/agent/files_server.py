@@ -19,7 +19,6 @@ import os
 import select
 import socket
 import sys
-import threading
 import time
 import traceback
 
@@ -27,7 +26,7 @@ import files_ops
 import files_tar
 from files_ops import OpError, check_path
 from port_frames import (DATA, END, HEADER, JSON, SYNC_EVENT, SYNC_REPLY, EofBackoff, FrameReader,
-                         frame)
+                         frame, serve_port)
 
 PORT_NAME = "hostd.files"
 VERSION = 1
@@ -407,19 +406,9 @@ class Server:
 
 
 def start(open_port):
-    """Serves the files port from a daemon thread of the calling process (the agent).
-    open_port(name) opens a virtio port by name; a VM without this port logs it and goes on."""
-    def run():
-        try:
-            fd = open_port(PORT_NAME)
-        except OSError as e:
-            log("no %s port, file transfer is off: %s" % (PORT_NAME, e))
-            return
-        os.set_inheritable(fd, False)
-        Server(fd, fd).serve()
-    thread = threading.Thread(target=run, name="files", daemon=True)
-    thread.start()
-    return thread
+    """Serves the files port from a thread of the agent (port_frames.serve_port)."""
+    return serve_port(open_port, PORT_NAME, lambda fd: Server(fd, fd).serve(), log,
+                      "file transfer is off")
 
 
 def main(argv=None):

@@ -26,12 +26,11 @@ import selectors
 import socket
 import struct
 import sys
-import threading
 import time
 import traceback
 
 from port_frames import (CLOSE, CREDIT, DATA, END, HEADER, JSON, MAX_PAYLOAD, OPEN, SYNC_EVENT,
-                         SYNC_REPLY, EofBackoff, FrameReader, frame)
+                         SYNC_REPLY, EofBackoff, FrameReader, frame, serve_port)
 
 PORT_NAME = "hostd.net"
 VERSION = 1
@@ -416,19 +415,9 @@ def _abort(sock):
 
 
 def start(open_port):
-    """Serves the net port from a daemon thread of the calling process (the agent).
-    open_port(name) opens a virtio port by name; a VM without this port logs it and goes on."""
-    def run():
-        try:
-            fd = open_port(PORT_NAME)
-        except OSError as e:
-            log("no %s port, the network is off: %s" % (PORT_NAME, e))
-            return
-        os.set_inheritable(fd, False)
-        Relay().serve(fd)
-    thread = threading.Thread(target=run, name="net", daemon=True)
-    thread.start()
-    return thread
+    """Serves the net port from a thread of the agent (port_frames.serve_port)."""
+    return serve_port(open_port, PORT_NAME, lambda fd: Relay().serve(fd), log,
+                      "the network is off")
 
 
 def main(argv=None):

@@ -19,6 +19,7 @@ discards everything before it.
 import os
 import re
 import struct
+import threading
 
 HEADER = struct.Struct(">BII")      # kind, id, payload length
 MAX_PAYLOAD = 32 << 10              # longest payload the host sends (so: the padding it needs)
@@ -145,3 +146,19 @@ class FrameReader:
         self.scanning = True
         del self.buf[:1]
 
+
+def serve_port(open_port, name, serve, log, off):
+    """Serves virtio port `name` from a daemon thread of the calling process (the agent), with
+    serve(fd). open_port(name) opens a virtio port by name; a VM without this port logs that
+    `off` (what it goes without) and goes on."""
+    def run():
+        try:
+            fd = open_port(name)
+        except OSError as e:
+            log("no %s port, %s: %s" % (name, off, e))
+            return
+        os.set_inheritable(fd, False)
+        serve(fd)
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread
