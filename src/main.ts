@@ -9,7 +9,7 @@ import { createMetrics } from './api/metrics.js';
 import { buildServer } from './api/server.js';
 import { sandboxCapFor } from './core/admission.js';
 import { hostFree, hostMemTotalMib } from './core/host-resources.js';
-import { FileRecords } from './core/journal.js';
+import { FileRecords, type SandboxRecord } from './core/journal.js';
 import { SandboxManager } from './core/sandbox-manager.js';
 import { chooseAccel, hostTscKhz } from './vm/accel.js';
 import { QemuHypervisor } from './vm/hypervisor.js';
@@ -161,7 +161,11 @@ async function main(): Promise<void> {
       forkStandbyMax: config.forkStandbyMax,
       hostFree: () => hostFree(config.dataDir),
       records: {
-        sandboxes: new FileRecords(join(config.dataDir, 'sandboxes')),
+        // A running sandbox's VM does not outlive the host: only paused and lost ones must.
+        sandboxes: new FileRecords<SandboxRecord>(
+          join(config.dataDir, 'sandboxes'),
+          (r) => r.state !== 'running',
+        ),
         snapshots: new FileRecords(join(config.dataDir, 'snapshots')),
       },
       idleAction: config.idleAction,

@@ -1,7 +1,7 @@
 /**
  * hostd's records, outside its memory and durable: one small JSON file per sandbox and per
- * snapshot in the data directory, rewritten (atomically, and synced to disk) whenever what it
- * records changes. A restart reads them back: paused sandboxes, snapshots, and the sandboxes
+ * snapshot in the data directory, rewritten atomically whenever what it records changes, and
+ * synced to disk when it must outlive the host (a snapshot, a paused sandbox). A restart reads them back: paused sandboxes, snapshots, and the sandboxes
  * whose VMs outlived a crash (docs/api.md, "Restarts and crashes"). Operators and tests read
  * them too: a running sandbox's `vm` names its folder under the state directory's `vms/`,
  * which holds `qemu.pid`.
@@ -63,9 +63,17 @@ export function memoryRecords<R extends { id: string }>(): RecordStore<R> & {
   };
 }
 
-/** One `<id>.json` per record in `dir`, replaced atomically and synced (a crash loses none). */
+/**
+ * One `<id>.json` per record in `dir`, replaced atomically (a crash of hostd loses none), and
+ * synced to disk when `lastsReboot` says the record must outlive the host. A record that only
+ * matters while the host stays up is not synced: fsync held hostd's event loop ~1 ms per create
+ * on a fast disk, far longer on a slow one, and every fork child and delete wrote one.
+ */
 export class FileRecords<R extends { id: string }> implements RecordStore<R> {
-  constructor(private readonly dir: string) {
+  constructor(
+    private readonly dir: string,
+    private readonly lastsReboot: (record: R) => boolean = () => true,
+  ) {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
   }
 
@@ -74,7 +82,7 @@ export class FileRecords<R extends { id: string }> implements RecordStore<R> {
     const fd = openSync(`${path}.tmp`, 'w', 0o600);
     try {
       writeSync(fd, JSON.stringify(record) + '\n');
-      fsyncSync(fd);
+      if (this.lastsReboot(record)) fsyncSync(fd);
     } finally {
       closeSync(fd);
     }
