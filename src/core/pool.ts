@@ -17,8 +17,6 @@ import type {
 export interface PoolConfig extends MachineShape {
   readonly name: string;
   readonly poolSize: number;
-  /** The modules the template preloads: a pooled machine's warm-up imports them once more. */
-  readonly preload?: readonly string[];
 }
 
 export interface PoolStats {
@@ -143,7 +141,7 @@ export class TemplatePool {
       let machine: Machine;
       try {
         machine = await this.restore();
-        await machine.warmUp(this.config.preload ?? []).catch(async (err: unknown) => {
+        await machine.warmUp(this.image.preload).catch(async (err: unknown) => {
           await machine.destroy();
           throw err;
         });

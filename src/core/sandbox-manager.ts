@@ -9,7 +9,6 @@ import type { Logger } from 'pino';
 import { fail } from '../errors.js';
 import type { ExecSpec, Hypervisor, Machine, TemplateImages } from '../vm/machine.js';
 import { Admission } from './admission.js';
-import { RecipeError } from './recipe.js';
 import { ExecRun } from './exec-run.js';
 import { ForkStandby } from './fork-standby.js';
 import type { HostFree } from './host-resources.js';
@@ -158,7 +157,7 @@ export class SandboxManager {
       options.images,
       (plan, image) =>
         new TemplatePool(
-          { ...plan, preload: plan.recipe instanceof RecipeError ? [] : plan.recipe.preload },
+          plan,
           image,
           hypervisor,
           log,

@@ -227,6 +227,8 @@ export interface TemplateImage {
   readonly debianPackages: readonly string[];
   /** Names of what pip installed, dependencies included. */
   readonly pythonPackages: readonly string[];
+  /** Modules the template's REPL imported before it was frozen. */
+  readonly preload: readonly string[];
 }
 
 /**

@@ -18,6 +18,7 @@ export class BuiltImage implements TemplateImage {
   readonly diskMib: number;
   readonly debianPackages: readonly string[];
   readonly pythonPackages: readonly string[];
+  readonly preload: readonly string[];
 
   constructor(readonly loaded: LoadedImage) {
     const m = loaded.manifest;
@@ -26,6 +27,7 @@ export class BuiltImage implements TemplateImage {
     this.diskMib = m.resources.disk_mib;
     this.debianPackages = m.contents.debian_packages.map((p) => p.name);
     this.pythonPackages = m.contents.python_packages.map((p) => p.name);
+    this.preload = m.preload;
   }
 }
 

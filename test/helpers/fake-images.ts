@@ -16,6 +16,7 @@ export function fakeImage(name: string): TemplateImage {
     diskMib: 4096,
     debianPackages: ['python3-minimal', `${name}-package`],
     pythonPackages: [],
+    preload: [],
   };
 }
 
