@@ -1,10 +1,10 @@
 /**
  * hostd's records, outside its memory and durable: one small JSON file per sandbox and per
  * snapshot in the data directory, rewritten atomically whenever what it records changes, and
- * synced to disk when it must outlive the host (a snapshot, a paused sandbox). A restart reads them back: paused sandboxes, snapshots, and the sandboxes
- * whose VMs outlived a crash (docs/api.md, "Restarts and crashes"). Operators and tests read
- * them too: a running sandbox's `vm` names its folder under the state directory's `vms/`,
- * which holds `qemu.pid`.
+ * synced to disk when it must outlive the host (a snapshot, a paused sandbox). A restart reads
+ * them back: paused sandboxes, snapshots, and the sandboxes whose VMs outlived a crash
+ * (docs/api.md, "Restarts and crashes"). Operators and tests read them too: a running
+ * sandbox's `vm` names its folder under the state directory's `vms/`, which holds `qemu.pid`.
  */
 import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync } from 'node:fs';
 import { renameSync, rmSync, writeSync } from 'node:fs';
