@@ -10,36 +10,20 @@
  * cached template's), and then releases its backing: freeing a fork point frees the layers
  * only it used, and spares the ones others still read.
  */
-import { rm } from 'node:fs/promises';
+import { SharedFile, type SharedFileOptions } from './shared-file.js';
 
-export interface DiskLayerOptions {
-  /** Other files that go with the layer (its record). */
-  readonly companions?: readonly string[];
-  /** Never delete the files (a cached template's layer): the last release only forgets it. */
-  readonly keep?: boolean;
-  /** Called once when the last reference goes (before the backing is released). */
-  readonly onFree?: () => void;
-  /** Deletes a file; tests record instead. */
-  readonly remove?: (path: string) => Promise<void>;
-}
-
-export class DiskLayer {
-  private refs = 0;
-  private freed = false;
-
+export class DiskLayer extends SharedFile {
   /**
    * `backing` is the layer under this one (null: the template's empty disk); the new layer
    * takes over one reference to it from the caller, given back when this layer is freed.
    */
   constructor(
     readonly id: string,
-    readonly path: string,
+    path: string,
     readonly backing: DiskLayer | null,
-    private readonly options: DiskLayerOptions = {},
-  ) {}
-
-  get references(): number {
-    return this.refs;
+    options: SharedFileOptions = {},
+  ) {
+    super(path, options);
   }
 
   /** Layers from the bottom (just above the template's empty disk) to this one. */
@@ -47,22 +31,12 @@ export class DiskLayer {
     return [...(this.backing?.chain() ?? []), this];
   }
 
-  retain(): this {
+  override retain(): this {
     if (this.freed) throw new Error(`disk layer ${this.id} was retained after it was freed`);
-    this.refs++;
-    return this;
+    return super.retain();
   }
 
-  release(): void {
-    if (this.refs <= 0) return;
-    this.refs--;
-    if (this.refs > 0 || this.freed) return;
-    this.freed = true;
-    if (!this.options.keep) {
-      const remove = this.options.remove ?? ((p: string) => rm(p, { force: true }));
-      for (const p of [this.path, ...(this.options.companions ?? [])]) void remove(p);
-    }
-    this.options.onFree?.();
+  protected override onFreed(): void {
     this.backing?.release();
   }
 }

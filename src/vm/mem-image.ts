@@ -9,27 +9,11 @@ import { randomBytes } from 'node:crypto';
 import { lchown, rm } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
+import { SharedFile } from './shared-file.js';
 
 const run = promisify(execFile);
 
-export interface MemImageOptions {
-  /** Other files that go with the image. */
-  readonly companions?: readonly string[];
-  /** Never delete the files (a template cached on disk); the last release only forgets it. */
-  readonly keep?: boolean;
-  /** Called once when the last reference goes. */
-  readonly onFree?: () => void;
-}
-
-export class MemImage {
-  private refs = 0;
-  private freed = false;
-
-  constructor(
-    readonly path: string,
-    private readonly options: MemImageOptions = {},
-  ) {}
-
+export class MemImage extends SharedFile {
   /**
    * Copies `from` to `to`, keeping holes (zero pages cost nothing) and sharing blocks where the
    * filesystem can (reflinks on XFS or btrfs make the copy instant), and gives the copy to
@@ -53,25 +37,5 @@ export class MemImage {
   /** A fresh name for an image of `kind` next to `path`. */
   static sibling(path: string, kind: 'fork' | 'spare'): string {
     return MemImage.freshName(dirname(path), kind);
-  }
-
-  get references(): number {
-    return this.refs;
-  }
-
-  retain(): this {
-    this.refs++;
-    return this;
-  }
-
-  release(): void {
-    if (this.refs <= 0) return;
-    this.refs--;
-    if (this.refs > 0 || this.freed) return;
-    this.freed = true;
-    if (!this.options.keep) {
-      for (const p of [this.path, ...(this.options.companions ?? [])]) void rm(p, { force: true });
-    }
-    this.options.onFree?.();
   }
 }
