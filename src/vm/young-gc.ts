@@ -1,0 +1,47 @@
+/**
+ * Bounds the garbage a large file transfer leaves behind. Every socket read is a fresh 64 KiB
+ * buffer that is garbage once written out, and V8 collects such buffers only when its external
+ * memory limit (64 MiB above the last collection) is reached: a 1 GiB download grew hostd by 13
+ * to 36 MiB, the most on a loaded host, where the thread that frees dead buffers lags. A minor
+ * collection every few MiB a transfer moves frees them at once; it costs well under 1 ms while
+ * only the transfer's buffers are young, about 1% of the event loop at 100 MiB/s.
+ */
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+
+/** Bytes moved between two minor collections. */
+export const YOUNG_GC_EVERY_BYTES = 8 * 1024 * 1024;
+
+type GcFunction = (options: { type: 'minor' }) => void;
+
+let collect: GcFunction | null | undefined;
+
+/** V8's own `gc`, exposed in a fresh context only: hostd's global scope stays as it was. */
+function gcFunction(): GcFunction | null {
+  if (collect === undefined) {
+    try {
+      setFlagsFromString('--expose-gc');
+      collect = runInNewContext('gc') as GcFunction;
+    } catch {
+      collect = null;
+    }
+  }
+  return collect;
+}
+
+/** Counts the bytes of one transfer and runs a minor collection each YOUNG_GC_EVERY_BYTES. */
+export class YoungGcPacer {
+  private moved = 0;
+
+  constructor(
+    private readonly every = YOUNG_GC_EVERY_BYTES,
+    private readonly collectYoung: () => void = () => gcFunction()?.({ type: 'minor' }),
+  ) {}
+
+  add(bytes: number): void {
+    this.moved += bytes;
+    if (this.moved < this.every) return;
+    this.moved = 0;
+    this.collectYoung();
+  }
+}
