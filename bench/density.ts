@@ -5,7 +5,7 @@
  * RSS growth: unlike MemAvailable, which is reported beside it, it does not move with other
  * processes on a shared machine. Idle CPU and exec latency are taken with the N sandboxes alive.
  */
-import { readFileSync } from 'node:fs';
+import { readFileSync, readdirSync } from 'node:fs';
 import { Agent } from 'node:http';
 import { findProcessesUsing } from '../src/state-dir.js';
 import { sandboxQemuPid, type Api, type Hostd } from '../testkit/hostd.js';
@@ -31,6 +31,50 @@ export interface DensityOptions {
   tbMib: number;
   /** Seconds over which idle CPU is sampled. */
   idleSeconds: number;
+  /** At most this long is waited for KSM's passes before memory is read. */
+  ksmSettleMaxSeconds: number;
+}
+
+/** KSM's count of completed passes over mergeable memory (null without KSM). */
+function ksmFullScans(): number | null {
+  try {
+    if (readFileSync('/sys/kernel/mm/ksm/run', 'utf8').trim() !== '1') return null;
+    return Number(readFileSync('/sys/kernel/mm/ksm/full_scans', 'utf8').trim());
+  } catch {
+    return null;
+  }
+}
+
+/** The kernel's KSM thread, whose CPU the merging costs (not part of any QEMU's). */
+function ksmdPid(): number | null {
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/comm`, 'utf8').trim() === 'ksmd') return Number(entry);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return null;
+}
+
+/**
+ * Waits until KSM has made `passes` full passes since `from`, at most `maxSeconds`; returns the
+ * seconds waited. A page is merged on the pass after the one that first saw it unchanged, and
+ * the pass under way at `from` may have gone by a page before it was written: three passes.
+ */
+async function ksmSettled(
+  from: number | null,
+  passes: number,
+  maxSeconds: number,
+): Promise<number> {
+  const t0 = performance.now();
+  if (from === null) return 0;
+  while ((ksmFullScans() ?? from) < from + passes) {
+    if (performance.now() - t0 > maxSeconds * 1000) break;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  return round1((performance.now() - t0) / 1000);
 }
 
 /** Pages of process `pid` that KSM has merged (0 without KSM or on older kernels). */
@@ -80,15 +124,22 @@ export async function densityFigures(c: Api, hostd: Hostd, o: DensityOptions): P
     }
     await atRest();
     const pids = await Promise.all(ids.map((id) => sandboxQemuPid(hostd, id)));
+    const scansAtCreate = ksmFullScans();
+    // What the N cost the moment they exist, before KSM merged what they wrote alike.
+    const atCreate = (await qemuPssTotal()) - pssBefore + (rssMib(hostdPid) - hostdBefore);
 
     // Idle CPU: the N sandboxes' QEMUs over a quiet window, as % of one core per 100 sandboxes.
+    // KSM's own thread is reported beside it: it runs for the host, not in any QEMU.
+    const ksmd = ksmdPid();
     const cpu0 = pids.reduce((a, p) => a + cpuMs(p), 0);
     const hostdCpu0 = cpuMs(hostdPid);
+    const ksmdCpu0 = ksmd === null ? 0 : cpuMs(ksmd);
     const t0 = performance.now();
     await new Promise((r) => setTimeout(r, o.idleSeconds * 1000));
     const windowMs = performance.now() - t0;
     const cpuUsed = pids.reduce((a, p) => a + cpuMs(p), 0) - cpu0;
     const hostdCpu = cpuMs(hostdPid) - hostdCpu0;
+    const ksmdCpu = ksmd === null ? 0 : cpuMs(ksmd) - ksmdCpu0;
 
     // Exec round trips on one sandbox while the others idle.
     const times: number[] = [];
@@ -100,7 +151,9 @@ export async function densityFigures(c: Api, hostd: Hostd, o: DensityOptions): P
     }
     single.destroy();
 
-    // Memory last: KSM (when on) merges the pages sandboxes wrote while they idle.
+    // Memory last, in the steady state of sandboxes that idle: KSM (when on) merges the pages
+    // they wrote alike over its next passes, which take ~30 s each at its default rate for 100.
+    const ksmSettleS = await ksmSettled(scansAtCreate, 3, o.ksmSettleMaxSeconds);
     const pssAfter = await qemuPssTotal();
     const hostdAfter = rssMib(hostdPid);
     const availAfter = memAvailableMib();
@@ -119,11 +172,14 @@ export async function densityFigures(c: Api, hostd: Hostd, o: DensityOptions): P
       density_sandboxes: o.n,
       density_load: loadAverage(),
       active_sandbox_host_mib: round1(perSandbox),
+      active_sandbox_host_mib_at_create: round1(atCreate / o.n),
+      ksm_settle_s: ksmSettleS,
       active_sandbox_memavailable_mib: round1((availBefore - availAfter) / o.n),
       max_active_sandboxes_24gib: Math.floor((24 * 1024 - RESERVE_MIB) / perSandbox),
       idle_cpu_pct_per_100_sandboxes:
         Math.round((cpuUsed / windowMs) * 100 * (100 / o.n) * 100) / 100,
       idle_hostd_cpu_pct: Math.round((hostdCpu / windowMs) * 100 * 100) / 100,
+      idle_ksmd_cpu_pct: Math.round((ksmdCpu / windowMs) * 100 * 100) / 100,
       exec_print_p50_ms_100_idle: pct(times, 50),
       exec_print_p99_ms_100_idle: pct(times, 99),
       exec_new_code_ms: pct(varied, 50),

@@ -269,6 +269,7 @@ async function main(): Promise<void> {
         poolSize: 4,
         tbMib: Number(process.env.SERVICE_TCG_TB_MIB ?? 0) || DEFAULT_TB_MIB,
         idleSeconds: 15,
+        ksmSettleMaxSeconds: 90,
       });
       Object.assign(results, density);
     }
