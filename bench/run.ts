@@ -286,6 +286,8 @@ async function main(): Promise<void> {
   }
 
   results.load_at_end = loadAverage();
+  // The host's speed can drift over a run (other tenants of a shared machine): compare both ends.
+  results.baseline_no_vm_ms_at_end = baselineNoVm();
   results.bench_seconds = Math.round((now() - started) / 1000);
   results.measured_at = new Date().toISOString();
   mkdirSync(join(ROOT, 'bench', 'results'), { recursive: true });
