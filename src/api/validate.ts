@@ -190,6 +190,10 @@ export function parseFork(body: unknown): { n: number } {
  * components (docs/api.md, Files). The guest checks again; this answers early and the same way.
  */
 export function parseGuestPath(value: unknown): string {
+  if (Array.isArray(value)) {
+    const times = `the path query parameter is given ${value.length} times`;
+    throw fail('invalidPath', String(value[0]), times);
+  }
   if (typeof value !== 'string' || value === '') {
     throw fail('invalidPath', String(value ?? ''), 'the path query parameter is required');
   }

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseCreate, parseExec, parseFork } from '../../src/api/validate.js';
+import { parseCreate, parseExec, parseFork, parseGuestPath } from '../../src/api/validate.js';
 import { HostdError, type ErrorName } from '../../src/errors.js';
 
 /** Throws `invalid_request` from registry entry `entry`, about `field` when one is given. */
@@ -78,4 +78,20 @@ test('exec takes env, an absolute cwd and display', () => {
   assert.deepEqual(parseExec({ code: 'x', display: false }), { code: 'x', language: 'python' });
   rejects400(() => parseExec({ code: 'x', cwd: 'tmp' }), 'invalidField', 'cwd');
   rejects400(() => parseExec({ code: 'x', display: 'yes' }), 'invalidField', 'display');
+});
+
+test('a file path is one absolute path: missing, repeated, relative, NUL and .. are refused', () => {
+  assert.equal(parseGuestPath('/home/user/a b.txt'), '/home/user/a b.txt');
+  for (const bad of [undefined, '', ['/a', '/b'], 'etc/passwd', '/tmp/a\0b', '/tmp/../etc']) {
+    assert.throws(
+      () => parseGuestPath(bad),
+      (err: unknown) =>
+        err instanceof HostdError && err.code === 'invalid_path' && err.status === 400,
+    );
+  }
+  assert.throws(
+    () => parseGuestPath(['/a', '/b']),
+    (err: unknown) =>
+      err instanceof HostdError && err.params[1] === 'the path query parameter is given 2 times',
+  );
 });
