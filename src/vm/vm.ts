@@ -419,9 +419,10 @@ export class Vm implements Machine {
   }
 
   /**
-   * A paused machine running again: a QEMU on its origin's image (one of the standby ones when
-   * there is one), the saved pages written into its RAM before the guest runs, then its device
-   * state. The paused files stay until the caller discards them.
+   * A paused machine running again: a new QEMU on its origin's image (not a fork standby: those
+   * wait on a copy of a template's image that the next fork turns into its own), the saved pages
+   * written into its RAM before the guest runs, then its device state. The paused files stay
+   * until the caller discards them.
    */
   static async resumePaused(ctx: VmContext, paused: QemuPaused): Promise<Vm> {
     const state = paused.origin.retain();
