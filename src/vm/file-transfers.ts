@@ -7,7 +7,7 @@
  */
 import { Readable, Writable } from 'node:stream';
 import { Kind, MAX_TO_GUEST_PAYLOAD, frameHeader } from './port-frames.js';
-import { YoungGcPacer } from './young-gc.js';
+import { transferGc } from './young-gc.js';
 
 /** Codes the guest reports an operation's failure with (files_ops.OpError). */
 export type FileErrorCode =
@@ -250,7 +250,6 @@ export class UploadOp<R> extends FileOp {
   private requested = false;
   private done: Record<string, unknown> | null = null;
   private error: Error | null = null;
-  private readonly gc = new YoungGcPacer();
 
   constructor(
     id: number,
@@ -306,7 +305,7 @@ export class UploadOp<R> extends FileOp {
     const frames = this.take();
     for (const chunk of chunks) {
       frames.push(...dataFrames(this.id, chunk));
-      this.gc.add(chunk.length);
+      transferGc.add(chunk.length);
     }
     if (this.link.send(frames)) cb();
     else this.link.whenDrained((err) => cb(err ?? (this.finished ? this.error : null)));
@@ -349,7 +348,6 @@ export class DownloadOp extends FileOp {
   private size: number | null = null;
   private received = 0;
   private gotHead = false;
-  private readonly gc = new YoungGcPacer();
 
   constructor(
     id: number,
@@ -394,7 +392,7 @@ export class DownloadOp extends FileOp {
 
   override data(piece: Buffer): void {
     this.received += piece.length;
-    this.gc.add(piece.length);
+    transferGc.add(piece.length);
     if (!this.gotHead || (this.size !== null && this.received > this.size)) {
       return this.link.protocolError('more data than announced');
     }

@@ -1,5 +1,5 @@
 /**
- * Bounds the garbage a large file transfer leaves behind. Every socket read is a fresh 64 KiB
+ * Bounds the garbage large file transfers leave behind. Every socket read is a fresh 64 KiB
  * buffer that is garbage once written out, and V8 collects such buffers only when its external
  * memory limit (64 MiB above the last collection) is reached: a 1 GiB download grew hostd by 13
  * to 36 MiB, the most on a loaded host, where the thread that frees dead buffers lags. A minor
@@ -35,7 +35,7 @@ export function youngGcAvailable(): boolean {
   return gcFunction() !== null;
 }
 
-/** Counts the bytes of one transfer and runs a minor collection each YOUNG_GC_EVERY_BYTES. */
+/** Counts bytes moved and runs a minor collection each YOUNG_GC_EVERY_BYTES. */
 export class YoungGcPacer {
   private moved = 0;
 
@@ -51,3 +51,9 @@ export class YoungGcPacer {
     this.collectYoung();
   }
 }
+
+/**
+ * The one pacer of every file transfer: the garbage is the process's, whichever transfer made
+ * it, so ten concurrent 7 MiB transfers collect as one 70 MiB transfer does.
+ */
+export const transferGc = new YoungGcPacer();
