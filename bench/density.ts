@@ -5,7 +5,7 @@
  * RSS growth: unlike MemAvailable, which is reported beside it, it does not move with other
  * processes on a shared machine. Idle CPU and exec latency are taken with the N sandboxes alive.
  */
-import { readFileSync, readdirSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
 import { Agent } from 'node:http';
 import { findProcessesUsing } from '../src/state-dir.js';
 import { sandboxQemuPid, type Api, type Hostd } from '../testkit/hostd.js';
@@ -17,6 +17,7 @@ import {
   memAvailableMib,
   pssMib,
   qemuMemory,
+  readOr,
   round1,
   rssMib,
 } from './proc-stats.js';
@@ -37,22 +38,15 @@ export interface DensityOptions {
 
 /** KSM's count of completed passes over mergeable memory (null without KSM). */
 function ksmFullScans(): number | null {
-  try {
-    if (readFileSync('/sys/kernel/mm/ksm/run', 'utf8').trim() !== '1') return null;
-    return Number(readFileSync('/sys/kernel/mm/ksm/full_scans', 'utf8').trim());
-  } catch {
-    return null;
-  }
+  if (readOr('/sys/kernel/mm/ksm/run').trim() !== '1') return null;
+  return Number(readOr('/sys/kernel/mm/ksm/full_scans').trim());
 }
 
 /** The kernel's KSM thread, whose CPU the merging costs (not part of any QEMU's). */
 function ksmdPid(): number | null {
   for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      if (readFileSync(`/proc/${entry}/comm`, 'utf8').trim() === 'ksmd') return Number(entry);
-    } catch {
-      // gone meanwhile
+    if (/^\d+$/.test(entry) && readOr(`/proc/${entry}/comm`).trim() === 'ksmd') {
+      return Number(entry);
     }
   }
   return null;
@@ -79,11 +73,7 @@ async function ksmSettled(
 
 /** Pages of process `pid` that KSM has merged (0 without KSM or on older kernels). */
 function ksmMergingPages(pid: number): number {
-  try {
-    return Number(readFileSync(`/proc/${pid}/ksm_merging_pages`, 'utf8').trim()) || 0;
-  } catch {
-    return 0;
-  }
+  return Number(readOr(`/proc/${pid}/ksm_merging_pages`).trim()) || 0;
 }
 
 const VARIED_CODE = [
@@ -113,6 +103,9 @@ export async function densityFigures(c: Api, hostd: Hostd, o: DensityOptions): P
   const pssBefore = await qemuPssTotal();
   const hostdBefore = rssMib(hostdPid);
   const availBefore = memAvailableMib();
+  /** Host memory per sandbox: QEMUs' summed PSS growth plus hostd's RSS growth, over n. */
+  const perSandboxMib = async (): Promise<number> =>
+    ((await qemuPssTotal()) - pssBefore + (rssMib(hostdPid) - hostdBefore)) / o.n;
 
   const ids: string[] = [];
   const agent = new Agent({ keepAlive: true, maxSockets: 4 });
@@ -126,7 +119,7 @@ export async function densityFigures(c: Api, hostd: Hostd, o: DensityOptions): P
     const pids = await Promise.all(ids.map((id) => sandboxQemuPid(hostd, id)));
     const scansAtCreate = ksmFullScans();
     // What the N cost the moment they exist, before KSM merged what they wrote alike.
-    const atCreate = (await qemuPssTotal()) - pssBefore + (rssMib(hostdPid) - hostdBefore);
+    const atCreate = await perSandboxMib();
 
     // Idle CPU: the N sandboxes' QEMUs over a quiet window, as % of one core per 100 sandboxes.
     // KSM's own thread is reported beside it: it runs for the host, not in any QEMU.
@@ -154,10 +147,8 @@ export async function densityFigures(c: Api, hostd: Hostd, o: DensityOptions): P
     // Memory last, in the steady state of sandboxes that idle: KSM (when on) merges the pages
     // they wrote alike over its next passes, which take ~30 s each at its default rate for 100.
     const ksmSettleS = await ksmSettled(scansAtCreate, 3, o.ksmSettleMaxSeconds);
-    const pssAfter = await qemuPssTotal();
-    const hostdAfter = rssMib(hostdPid);
+    const perSandbox = await perSandboxMib();
     const availAfter = memAvailableMib();
-    const perSandbox = (pssAfter - pssBefore + (hostdAfter - hostdBefore)) / o.n;
     const one = qemuMemory(pids[0]!, hostd.dataDir, o.tbMib);
     const ksmMerged = pids.reduce((a, p) => a + ksmMergingPages(p), 0);
 
@@ -172,7 +163,7 @@ export async function densityFigures(c: Api, hostd: Hostd, o: DensityOptions): P
       density_sandboxes: o.n,
       density_load: loadAverage(),
       active_sandbox_host_mib: round1(perSandbox),
-      active_sandbox_host_mib_at_create: round1(atCreate / o.n),
+      active_sandbox_host_mib_at_create: round1(atCreate),
       ksm_settle_s: ksmSettleS,
       active_sandbox_memavailable_mib: round1((availBefore - availAfter) / o.n),
       max_active_sandboxes_24gib: Math.floor((24 * 1024 - RESERVE_MIB) / perSandbox),

@@ -132,7 +132,8 @@ export function machineInfo(): Record<string, string | number> {
   };
 }
 
-function readOr(path: string): string {
+/** A file's text, or '' when it cannot be read (a kernel without the feature). */
+export function readOr(path: string): string {
   try {
     return readFileSync(path, 'utf8');
   } catch {
