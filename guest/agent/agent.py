@@ -114,7 +114,8 @@ class Agent:
         # of code is translated anew in each restored VM: a thread hand-off costs a fork child
         # ~10 ms of CPU before it can answer.
         self.channel.write([encode({"op": "hello", "nonce": nonce, "pid": os.getpid(),
-                                    "python": PYTHON_VERSION})])
+                                    "python": PYTHON_VERSION,
+                                    "net": net_relay.quiet_state()})])
 
     def on_exec(self, msg):
         exec_id, language, code = msg.get("id"), msg.get("language"), msg.get("code")

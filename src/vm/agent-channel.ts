@@ -9,6 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
 import type { CancelReason, DisplayData, ExecSink, ExecSpec } from './machine.js';
+import { parseQuietRelay, type QuietRelay } from './net-channel.js';
 import { connectWithRetry, LineReader, parseJsonObject } from './unix-socket.js';
 
 /**
@@ -36,6 +37,7 @@ interface GuestMessage {
   message?: string;
   error?: unknown;
   zeroed_bytes?: unknown;
+  net?: unknown;
 }
 
 /** A MIME bundle whose every type is a string key (values are checked by the API layer). */
@@ -79,7 +81,7 @@ export class AgentChannel extends EventEmitter {
   private readonly sinks = new Map<number, ExecSink>();
   /** Python execs not yet ended, with the reason of their cancel once there is one. */
   private readonly python = new Map<number, CancelReason | null>();
-  private helloWaiter: { nonce: string; resolve: () => void } | null = null;
+  private helloWaiter: { nonce: string; resolve: (msg: GuestMessage) => void } | null = null;
   /** Control requests waiting for their answer (set_env, cancel_all, prepare_freeze), by nonce. */
   private readonly answers = new Map<string, (msg: GuestMessage) => void>();
   private synced = false;
@@ -129,9 +131,10 @@ export class AgentChannel extends EventEmitter {
 
   /**
    * Sends hello (clock, RNG seed) and waits for its echo. Everything read before the echo is
-   * discarded: a restored VM may carry half a line from the instant it was frozen.
+   * discarded: a restored VM may carry half a line from the instant it was frozen. Resolves
+   * with what the echo says of the guest's network relay, for NetChannel.acceptQuiet.
    */
-  hello(timeoutMs: number): Promise<void> {
+  hello(timeoutMs: number): Promise<{ quietRelay: QuietRelay | null }> {
     if (this.closedReason) return Promise.reject(new AgentError(this.closedReason));
     const nonce = randomBytes(8).toString('hex');
     this.synced = false;
@@ -149,10 +152,10 @@ export class AgentChannel extends EventEmitter {
       this.once('close', onClose);
       this.helloWaiter = {
         nonce,
-        resolve: () => {
+        resolve: (msg) => {
           clearTimeout(timer);
           this.off('close', onClose);
-          resolve();
+          resolve({ quietRelay: parseQuietRelay(msg.net) });
         },
       };
       this.send(this.control, {
@@ -252,7 +255,7 @@ export class AgentChannel extends EventEmitter {
       this.synced = true;
       const waiter = this.helloWaiter;
       this.helloWaiter = null;
-      waiter.resolve();
+      waiter.resolve(msg);
       return;
     }
     if (!this.synced) return;

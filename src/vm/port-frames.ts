@@ -117,6 +117,17 @@ export class FrameParser {
     this.current = null;
   }
 
+  /**
+   * The stream is at a frame boundary now, with no hello to wait for: the guest said so itself
+   * (NetChannel.acceptQuiet) and has sent nothing yet.
+   */
+  assumeInSync(): void {
+    this.mode = 'frames';
+    this.tail = Buffer.alloc(0);
+    this.headerFill = 0;
+    this.current = null;
+  }
+
   push(chunk: Buffer): void {
     let off = 0;
     while (off < chunk.length) {

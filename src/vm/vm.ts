@@ -23,7 +23,7 @@ import type {
   MachineDescriptor,
   NetworkPolicy,
 } from './machine.js';
-import { NetChannel, type NetStats } from './net-channel.js';
+import { NetChannel, type NetStats, type NetSyncResult, type QuietRelay } from './net-channel.js';
 import { STATE_FORMAT } from './state-format.js';
 import { MemImage } from './mem-image.js';
 import { copyWrittenPages, loadWrittenPages, saveWrittenPages } from './page-delta.js';
@@ -73,6 +73,8 @@ export class Vm implements Machine {
   private agent: AgentChannel | null = null;
   private filesChannel: FileChannel | null = null;
   private net: NetChannel | null = null;
+  /** What the latest hello said of the guest's network relay, until a network sync uses it. */
+  private quietRelay: QuietRelay | null = null;
   /** The image this VM's RAM is a private copy-on-write mapping of (null for a template). */
   private base: MemImage | null = null;
   private state: QemuState | null = null;
@@ -120,7 +122,7 @@ export class Vm implements Machine {
     const vm = new Vm(ctx, await QemuProcess.start(ctx.host, spec, ram, deadline, disk), spec);
     try {
       await vm.connectChannels(deadline);
-      await vm.requireAgent().hello(BOOT_TIMEOUT_MS);
+      vm.quietRelay = (await vm.requireAgent().hello(BOOT_TIMEOUT_MS)).quietRelay;
       return vm;
     } catch (err) {
       throw await vm.failed(err);
@@ -215,7 +217,7 @@ export class Vm implements Machine {
       }
       await vm.connectChannels(deadline);
       const agent = vm.requireAgent();
-      await agent.hello(HELLO_TIMEOUT_MS);
+      vm.quietRelay = (await agent.hello(HELLO_TIMEOUT_MS)).quietRelay;
       // Nothing may be sent before the answer: a bash exit that follows it is a new exec's.
       await agent.request('cancel_all', {}, CANCEL_ALL_TIMEOUT_MS);
       return vm;
@@ -251,7 +253,7 @@ export class Vm implements Machine {
         await this.disk.attach(this.process.qmp, state.layer?.retain() ?? null);
       }
       await this.process.loadDeviceState(deviceState, Date.now() + RESTORE_TIMEOUT_MS);
-      await this.requireAgent().hello(HELLO_TIMEOUT_MS);
+      this.quietRelay = (await this.requireAgent().hello(HELLO_TIMEOUT_MS)).quietRelay;
     } catch (err) {
       throw await this.failed(err);
     }
@@ -298,7 +300,7 @@ export class Vm implements Machine {
     // namespace (exec's own dict), so `__main__` stays as clean as the template left it.
     const imports =
       preload.length > 0 ? `\nexec(${JSON.stringify(`import ${preload.join(', ')}`)}, {})` : '';
-    await this.net?.sync([], NET_SYNC_TIMEOUT_MS);
+    if (this.net) await this.syncNetwork(this.net, []);
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(
         () => reject(new VmError('warm-up exec did not finish')),
@@ -333,11 +335,22 @@ export class Vm implements Machine {
     const net = this.net;
     if (!net) throw new VmError('VM has no network connection');
     net.gate = policy.gate;
-    const answer = await net.sync(policy.hostPorts, NET_SYNC_TIMEOUT_MS);
+    const answer = await this.syncNetwork(net, policy.hostPorts);
     if (answer.failed.length > 0) {
       const what = answer.failed.map((f) => `${f.port}: ${f.error}`).join(', ');
       throw new VmError(`the guest could not listen on host.hostd.internal ports (${what})`);
     }
+  }
+
+  /**
+   * Starts the network port over for `ports`: a sync round trip, unless the guest's relay
+   * said at the latest hello that it holds nothing (a restored copy of a quiet VM) and the
+   * port can be taken as it is.
+   */
+  private async syncNetwork(net: NetChannel, ports: readonly number[]): Promise<NetSyncResult> {
+    const relay = this.quietRelay;
+    this.quietRelay = null;
+    return net.acceptQuiet(ports, relay) ?? (await net.sync(ports, NET_SYNC_TIMEOUT_MS));
   }
 
   networkStats(): NetStats {

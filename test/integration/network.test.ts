@@ -142,4 +142,43 @@ describe('allow-listed', () => {
       assert.equal(await curlStatus(id, `http://host.hostd.internal:${port}/resumed`), '200');
     });
   });
+
+  test('a child gets a reset for the connection its parent held open, then connects anew', async () => {
+    await withSandboxes(hostd, async (scope) => {
+      const id = await scope.create({ network: { allow_out: [`host.hostd.internal:${port}`] } });
+      // Connected, nothing sent yet: the guest's relay holds the connection when it is forked.
+      const opened = await run(
+        hostd,
+        id,
+        `import socket\nheld = socket.create_connection(("host.hostd.internal", ${port}), timeout=20)\nprint("open")`,
+      );
+      assert.equal(opened.stdout, 'open\n', opened.stderr);
+      const fork = await hostd.json<{ children: { id: string }[] }>(
+        'POST',
+        `/v1/sandboxes/${id}/fork`,
+        { n: 1 },
+      );
+      const [child] = scope.track(fork.body.children.map((c) => c.id));
+      const inChild = await run(
+        hostd,
+        child!,
+        [
+          'try:',
+          '    held.sendall(b"GET /held HTTP/1.0\\r\\n\\r\\n")',
+          '    print("answered" if held.recv(100) else "ended")',
+          'except (ConnectionResetError, BrokenPipeError):',
+          '    print("reset")',
+        ].join('\n'),
+      );
+      assert.equal(inChild.stdout, 'reset\n', inChild.stderr);
+      assert.equal(await curlStatus(child!, `http://host.hostd.internal:${port}/child`), '200');
+      // The parent's connection is its own: it still works.
+      const inParent = await run(
+        hostd,
+        id,
+        'held.sendall(b"GET /parent HTTP/1.0\\r\\n\\r\\n")\nreply = b"".join(iter(lambda: held.recv(4096), b""))\nprint(reply.decode().splitlines()[-1])',
+      );
+      assert.equal(inParent.stdout, 'from the host: GET /parent\n', inParent.stderr);
+    });
+  });
 });

@@ -354,6 +354,56 @@ test('sync drops every open connection: after a restore they belong to another V
   echo.close();
 });
 
+test('a quiet relay is taken as it is: no sync, and connections work at once', async () => {
+  const echo = await echoServer();
+  try {
+    await withRelay(['allowed.test', '127.0.0.1'], async ({ channel, proxyPort }) => {
+      const quiet = { ports: [], failed: [], proxy: true };
+      assert.deepEqual(channel.acceptQuiet([], { ports: [] }), quiet);
+      const socket = await tunnel(proxyPort, `allowed.test:${echo.port}`);
+      socket.write('ping');
+      assert.equal((await readExactly(socket, 4)).toString(), 'ping');
+      socket.destroy();
+      await until(() => channel.stats.openConnections === 0);
+      // The stream is in step: a sync afterwards starts over as it always does.
+      assert.deepEqual(await channel.sync([]), quiet);
+    });
+  } finally {
+    echo.close();
+  }
+});
+
+test('a relay listening on other host ports than wanted gets a sync instead', async () => {
+  await withRelay([], async ({ channel }) => {
+    assert.equal(channel.acceptQuiet([8080], { ports: [] }), null);
+    assert.equal(channel.acceptQuiet([], null), null);
+    assert.deepEqual((await channel.sync([])).ports, []);
+    // Once synced, the channel never takes the guest's word again.
+    assert.equal(channel.acceptQuiet([], { ports: [] }), null);
+  });
+});
+
+test('a relay that sent anything before its hello was read is synced, not taken as it is', async () => {
+  const server = createServer();
+  const port = await listen(server);
+  const guestSide = new Promise<Socket>((resolve) => server.once('connection', resolve));
+  const hostSide = connect(port, '127.0.0.1');
+  await once(hostSide, 'connect');
+  const channel = new NetChannel(hostSide, {
+    gate: egressGate([], { apiPort: 1, hostAddresses: [] }),
+  });
+  const guest = await guestSide;
+  try {
+    guest.write(Buffer.from('a frame of the VM this one was copied from'));
+    await once(hostSide, 'data'); // the channel's own listener ran first
+    assert.equal(channel.acceptQuiet([], { ports: [] }), null);
+  } finally {
+    channel.close();
+    guest.destroy();
+    server.close();
+  }
+});
+
 test('the default resolver: IP literals are themselves, host.hostd.internal the host loopback', async () => {
   assert.deepEqual(await resolveWithDns('203.0.113.7'), ['203.0.113.7']);
   assert.deepEqual(await resolveWithDns('2001:db8::7'), ['2001:db8::7']);

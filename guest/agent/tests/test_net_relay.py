@@ -274,6 +274,54 @@ class Relaying(RelayTestCase):
             sock.close()
 
 
+class QuietState(RelayTestCase):
+    """What the agent's hello reply says of the relay: hostd skips the reset of a restored
+    copy whose relay was quiet, so "quiet" must mean that nothing of another VM is held."""
+
+    def quiet(self):
+        """The relay's state once it has finished writing what it answered (until then, the
+        rest of that answer is half-sent: not quiet)."""
+        wait_for(lambda: self.host.relay.fd is not None and not self.host.relay.out,
+                 "the relay to serve and write out its answers")
+        return self.host.relay.quiet_state()
+
+    def test_a_relay_that_holds_nothing_is_quiet_and_names_its_host_ports(self):
+        self.assertEqual(self.quiet(), {"ports": []})
+        port = free_port()
+        self.host.hello(ports=[port])
+        self.assertEqual(self.quiet(), {"ports": [port]})
+
+    def test_a_relay_holding_a_connection_is_not_quiet_until_it_is_reset(self):
+        sock, _, _ = self.host.client()
+        self.assertIsNone(self.quiet())
+        self.host.hello("again")
+        self.assertEqual(self.quiet(), {"ports": []})
+        sock.close()
+
+    def test_bytes_from_the_host_not_yet_read_make_it_not_quiet(self):
+        # A relay that does not serve (no thread reads its port): what the host sends waits.
+        host, guest = socket.socketpair()
+        self.addCleanup(host.close)
+        self.addCleanup(guest.close)
+        relay = net_relay.Relay(("127.0.0.1", 0), "127.0.0.1")
+        self.addCleanup(relay.proxy.close)
+        relay.fd = guest.fileno()
+        self.assertEqual(relay.quiet_state(), {"ports": []})
+        host.sendall(frame(CREDIT, 7, U32.pack(1)))
+        self.assertIsNone(relay.quiet_state())
+
+    def test_half_a_frame_read_makes_it_not_quiet(self):
+        self.quiet()
+        self.host.sock.sendall(frame(CREDIT, 7, U32.pack(1))[:5])
+        wait_for(lambda: self.host.relay.reader.buf, "the relay to read the bytes")
+        self.assertIsNone(self.host.relay.quiet_state())
+
+    def test_a_relay_without_its_port_is_not_quiet(self):
+        relay = net_relay.Relay(("127.0.0.1", 0), "127.0.0.1")
+        self.addCleanup(relay.proxy.close)
+        self.assertIsNone(relay.quiet_state())
+
+
 class ProxyEnvironment(unittest.TestCase):
     def test_http_clients_are_pointed_at_the_proxy_and_local_addresses_bypass_it(self):
         env = net_relay.PROXY_ENV
