@@ -14,6 +14,7 @@ import { EventEmitter } from 'node:events';
 import { isIP, type Socket } from 'node:net';
 import { HOST_ALIAS, type EgressGate } from './egress-gate.js';
 import { type NetEvent, RelayedConnection } from './net-connection.js';
+import { transferGc } from './young-gc.js';
 import {
   FrameParser,
   type FrameSink,
@@ -260,6 +261,8 @@ export class NetChannel extends EventEmitter {
       count: (direction, bytes) => {
         if (direction === 'in') this.bytesIn += bytes;
         else this.bytesOut += bytes;
+        // Each relayed chunk is a fresh buffer, garbage once written: as for file transfers.
+        transferGc.add(bytes);
       },
       event: (event) => this.onEvent(event),
       release: (connId) => {

@@ -53,7 +53,8 @@ export class YoungGcPacer {
 }
 
 /**
- * The one pacer of every file transfer: the garbage is the process's, whichever transfer made
- * it, so ten concurrent 7 MiB transfers collect as one 70 MiB transfer does.
+ * The one pacer of every transfer, file or relayed connection: the garbage is the process's,
+ * whichever transfer made it, so ten concurrent 7 MiB transfers collect as one 70 MiB
+ * transfer does.
  */
 export const transferGc = new YoungGcPacer();
