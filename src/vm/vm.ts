@@ -292,8 +292,9 @@ export class Vm implements Machine {
   /**
    * A restored VM is a new QEMU process whose TCG translation cache is empty: its first exec
    * took ~470 ms against ~25 ms for the next ones. Pool VMs pay that in the background. The
-   * network relay starts over here too (no ports, nothing allowed until the sandbox's rules
-   * come): done at create, it ran beside the first exec and cost it ~75 ms.
+   * network port starts over here too (no ports, nothing allowed until the sandbox's rules
+   * come): done at create, a sync ran beside the first exec and cost it ~75 ms. A clone of the
+   * template's quiet relay usually needs no sync at all (syncNetwork).
    */
   async warmUp(preload: readonly string[]): Promise<void> {
     // `import pandas as pd` opens most cells: its path is translated here, in a scratch
