@@ -110,11 +110,8 @@ export class FrameParser {
 
   /** Everything up to the guest's answer to the hello carrying `nonce` is discarded. */
   awaitSync(nonce: string): void {
-    this.mode = 'sync';
+    this.startOver('sync');
     this.nonce = nonce;
-    this.tail = Buffer.alloc(0);
-    this.headerFill = 0;
-    this.current = null;
   }
 
   /**
@@ -122,7 +119,12 @@ export class FrameParser {
    * (NetChannel.acceptQuiet) and has sent nothing yet.
    */
   assumeInSync(): void {
-    this.mode = 'frames';
+    this.startOver('frames');
+  }
+
+  /** Forgets every partial frame and scan, and reads on in `mode`. */
+  private startOver(mode: 'sync' | 'frames'): void {
+    this.mode = mode;
     this.tail = Buffer.alloc(0);
     this.headerFill = 0;
     this.current = null;
