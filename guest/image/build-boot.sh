@@ -30,7 +30,14 @@ AGENT_DIR=${HOSTD_AGENT_DIR:-$REPO_DIR/guest/agent}
 #                      jiffies and switches the guest to the 4 ms jiffies clock
 #   no_timer_check     skip the IO-APIC timer probe
 #   cryptomgr.notests  skip the crypto self-tests (about 0.35 s under TCG)
-#   init_on_alloc=0    no zeroing of every allocated page (Debian's hardening default), and
+#   init_on_alloc=0    no zeroing of every allocated page (Debian's hardening default), but
+#   init_on_free=1     zeroing of every freed page instead: then a guest's free memory is zero,
+#                      and hostd leaves pages zero here and in the image they were restored from
+#                      out of forks, snapshots and paused sandboxes (vm/page-delta.ts): a freed
+#                      100 MiB buffer costs a paused sandbox nothing instead of 100 MiB to write
+#                      and load back. A process's pages were zeroed when allocated and now are
+#                      when freed (the kernel then skips the first); page cache and slab memory
+#                      pay one zeroing more, when freed; and
 #   mitigations=off    no Spectre/Meltdown mitigations: inside the sandbox VM every process is
 #                      root anyway, so they guard no boundary; the VM is the boundary
 #   nowatchdog         no lockup detector: a starved or paused-and-restored vCPU trips it
@@ -44,7 +51,7 @@ AGENT_DIR=${HOSTD_AGENT_DIR:-$REPO_DIR/guest/agent}
 #                      sandbox showed 76% of RAM available with the data stack loaded, 87%
 #                      without THP); and a huge page the guest hands a process is 2 MiB it
 #                      zeroes, which the host then backs for that VM alone
-CMDLINE="console=ttyS0 quiet panic=-1 tsc=reliable no_timer_check cryptomgr.notests init_on_alloc=0 mitigations=off nowatchdog psi=0 sysctl.vm.compaction_proactiveness=0 transparent_hugepage=never"
+CMDLINE="console=ttyS0 quiet panic=-1 tsc=reliable no_timer_check cryptomgr.notests init_on_alloc=0 init_on_free=1 mitigations=off nowatchdog psi=0 sysctl.vm.compaction_proactiveness=0 transparent_hugepage=never"
 # Under TCG the kernel cannot reliably calibrate the TSC against microvm's emulated PIT (most
 # boots fail it and then hang with no timer), so hostd must append this, filled with the host's
 # TSC frequency (TCG's guest TSC is the host TSC; /proc/cpuinfo "cpu MHz" on a VM host), and

@@ -7,7 +7,7 @@
  * plus these pages reproduces the clone's RAM exactly, at the cost of the pages written rather
  * than of the whole RAM (QEMU's own migration copies all of it, at about 100 MB/s under TCG).
  */
-import { closeSync, fsyncSync, openSync, readSync, writeSync } from 'node:fs';
+import { closeSync, fstatSync, fsyncSync, openSync, readSync, writeSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 
@@ -18,6 +18,8 @@ const SWAPPED = 1 << 30;
 const FILE_OR_SHARED = 1 << 29;
 /** Bytes copied between two yields to the event loop. */
 const SLICE_BYTES = 8 * 1024 * 1024;
+/** Bytes read from guest RAM at a time (and so the most a sink gets in one call). */
+const CHUNK_BYTES = 4 * 1024 * 1024;
 
 /** Start address of the mapping of `path` of exactly `bytes` in process `pid`. */
 export async function findMapping(pid: number, path: string, bytes: number): Promise<bigint> {
@@ -79,7 +81,7 @@ async function forEachWrittenChunk(
   const runs = writtenRuns(table);
   runsSeen(runs);
   const mem = openSync(`/proc/${pid}/mem`, 'r');
-  const chunk = Buffer.alloc(4 * 1024 * 1024);
+  const chunk = Buffer.alloc(CHUNK_BYTES);
   let copied = 0;
   let sinceYield = 0;
   try {
@@ -105,10 +107,82 @@ async function forEachWrittenChunk(
   return copied;
 }
 
+/** One all-zero page, to compare pages against. */
+const ZERO_PAGE = Buffer.alloc(PAGE);
+
+function isZeroPage(buf: Buffer, at: number): boolean {
+  return buf.compare(ZERO_PAGE, 0, PAGE, at, at + PAGE) === 0;
+}
+
+/**
+ * The runs [first page, count) of a chunk of written pages (`length` bytes of `data`) that a
+ * copy must keep: a page that is zero now and zero in the base (`readBase()`: the base's bytes
+ * at the chunk's offset, read only when a zero page needs it) comes back identical from the base
+ * and is left out. The guest kernel zeroes every page it frees (`init_on_free`, see
+ * guest/image/build-boot.sh), so this leaves out most of what a guest allocated and freed since
+ * its restore (a dropped page cache, a freed buffer), which it did write.
+ */
+export function keptPages(
+  data: Buffer,
+  length: number,
+  readBase: () => Buffer,
+): Array<[number, number]> {
+  const runs: Array<[number, number]> = [];
+  const pages = length / PAGE;
+  let base: Buffer | null = null;
+  let runStart = -1;
+  for (let p = 0; p < pages; p++) {
+    let keep = true;
+    if (isZeroPage(data, p * PAGE)) {
+      base ??= readBase();
+      keep = !isZeroPage(base, p * PAGE);
+    }
+    if (keep && runStart < 0) runStart = p;
+    if (!keep && runStart >= 0) {
+      runs.push([runStart, p - runStart]);
+      runStart = -1;
+    }
+  }
+  if (runStart >= 0) runs.push([runStart, pages - runStart]);
+  return runs;
+}
+
+/**
+ * Calls `sink` with every run of written pages (as forEachWrittenChunk) that differs from the
+ * base `basePath` (see keptPages), as (byte offset in the mapping, buffer, offset in the
+ * buffer, length). Returns the bytes passed on.
+ */
+async function forEachKeptRun(
+  pid: number,
+  basePath: string,
+  bytes: number,
+  sink: (offset: number, data: Buffer, from: number, length: number) => void,
+): Promise<number> {
+  const base = openSync(basePath, 'r');
+  const baseChunk = Buffer.alloc(CHUNK_BYTES);
+  let kept = 0;
+  try {
+    await forEachWrittenChunk(pid, basePath, bytes, (offset, data, length) => {
+      const readBase = (): Buffer => {
+        readExactly(base, baseChunk, length, offset, `${basePath} is shorter than guest RAM`);
+        return baseChunk;
+      };
+      for (const [first, count] of keptPages(data, length, readBase)) {
+        sink(offset + first * PAGE, data, first * PAGE, count * PAGE);
+        kept += count * PAGE;
+      }
+    });
+  } finally {
+    closeSync(base);
+  }
+  return kept;
+}
+
 /**
  * Copies every page process `pid` has written in its private mapping of `basePath` into the
  * same offsets of `target` (a copy of the base): the image of a fork point. The process must be
- * paused. Returns bytes copied.
+ * paused. Written pages that are zero, as the base is there, are left as they are in the
+ * copy. Returns bytes copied.
  */
 export async function copyWrittenPages(
   pid: number,
@@ -118,8 +192,8 @@ export async function copyWrittenPages(
 ): Promise<number> {
   const out = openSync(target, 'r+');
   try {
-    return await forEachWrittenChunk(pid, basePath, bytes, (offset, data, length) =>
-      writeSync(out, data, 0, length, offset),
+    return await forEachKeptRun(pid, basePath, bytes, (offset, data, from, length) =>
+      writeSync(out, data, from, length, offset),
     );
   } finally {
     closeSync(out);
@@ -128,16 +202,20 @@ export async function copyWrittenPages(
 
 /**
  * A page delta file: only the pages a VM wrote, so that a paused sandbox costs on disk about
- * what it changed rather than its RAM size. Layout: "HDPD", format (u32), page size (u32), run
- * count (u32), the runs (first page u32, page count u32, little-endian), then the pages of every
- * run, in order.
+ * what it changed rather than its RAM size. Layout of format 2: "HDPD", format (u32), page size
+ * (u32), run count (u32), the pages of every run in order, then the runs (first page u32, page
+ * count u32, little-endian): the table comes last because which pages are kept is known only
+ * once they are read. Format 1, written by earlier versions and still read, has the runs right
+ * after the header and the pages after them.
  */
 const DELTA_MAGIC = 'HDPD';
-const DELTA_FORMAT = 1;
+const DELTA_FORMAT = 2;
+const HEADER_BYTES = 16;
 
 /**
  * Writes the pages process `pid` has written in its mapping of `basePath` to `deltaPath` as a
- * page delta file, durably. The process must be paused. Returns bytes of pages written.
+ * page delta file, durably; pages zero here and in the base are left out (keptPages). The
+ * process must be paused. Returns bytes of pages written.
  */
 export async function saveWrittenPages(
   pid: number,
@@ -146,32 +224,31 @@ export async function saveWrittenPages(
   deltaPath: string,
 ): Promise<number> {
   const out = openSync(deltaPath, 'wx', 0o640);
-  let at = 0;
+  const runs: Array<[number, number]> = [];
+  let at = HEADER_BYTES;
   try {
-    const copied = await forEachWrittenChunk(
-      pid,
-      basePath,
-      bytes,
-      (_offset, data, length) => {
-        writeSync(out, data, 0, length, at);
-        at += length;
-      },
-      (runs) => {
-        const header = Buffer.alloc(16 + runs.length * 8);
-        header.write(DELTA_MAGIC, 0, 'latin1');
-        header.writeUInt32LE(DELTA_FORMAT, 4);
-        header.writeUInt32LE(PAGE, 8);
-        header.writeUInt32LE(runs.length, 12);
-        runs.forEach(([first, count], i) => {
-          header.writeUInt32LE(first, 16 + i * 8);
-          header.writeUInt32LE(count, 20 + i * 8);
-        });
-        writeSync(out, header, 0, header.length, 0);
-        at = header.length;
-      },
-    );
+    const saved = await forEachKeptRun(pid, basePath, bytes, (offset, data, from, length) => {
+      writeSync(out, data, from, length, at);
+      at += length;
+      const first = offset / PAGE;
+      const last = runs[runs.length - 1];
+      if (last && last[0] + last[1] === first) last[1] += length / PAGE;
+      else runs.push([first, length / PAGE]);
+    });
+    const table = Buffer.alloc(runs.length * 8);
+    runs.forEach(([first, count], i) => {
+      table.writeUInt32LE(first, i * 8);
+      table.writeUInt32LE(count, i * 8 + 4);
+    });
+    writeSync(out, table, 0, table.length, at);
+    const header = Buffer.alloc(HEADER_BYTES);
+    header.write(DELTA_MAGIC, 0, 'latin1');
+    header.writeUInt32LE(DELTA_FORMAT, 4);
+    header.writeUInt32LE(PAGE, 8);
+    header.writeUInt32LE(runs.length, 12);
+    writeSync(out, header, 0, header.length, 0);
     fsyncSync(out);
-    return copied;
+    return saved;
   } finally {
     closeSync(out);
   }
@@ -191,27 +268,16 @@ export async function loadWrittenPages(
   const start = Number(await findMapping(pid, basePath, bytes));
   const input = openSync(deltaPath, 'r');
   const mem = openSync(`/proc/${pid}/mem`, 'r+');
-  const chunk = Buffer.alloc(4 * 1024 * 1024);
+  const chunk = Buffer.alloc(CHUNK_BYTES);
   let loaded = 0;
   let sinceYield = 0;
   try {
-    const head = Buffer.alloc(16);
-    readExactly(input, head, 16, 0);
-    if (head.toString('latin1', 0, 4) !== DELTA_MAGIC || head.readUInt32LE(4) !== DELTA_FORMAT) {
-      throw new Error(`${deltaPath} is not a page delta of format ${DELTA_FORMAT}`);
-    }
-    if (head.readUInt32LE(8) !== PAGE) throw new Error(`${deltaPath} has another page size`);
-    const runCount = head.readUInt32LE(12);
-    const table = Buffer.alloc(runCount * 8);
-    readExactly(input, table, table.length, 16);
-    let at = 16 + table.length;
-    for (let r = 0; r < runCount; r++) {
-      const first = table.readUInt32LE(r * 8);
-      const count = table.readUInt32LE(r * 8 + 4);
-      if ((first + count) * PAGE > bytes) throw new Error(`${deltaPath} runs past guest RAM`);
+    const { runs, pagesAt } = readDeltaLayout(input, deltaPath, bytes);
+    let at = pagesAt;
+    for (const [first, count] of runs) {
       for (let done = 0; done < count;) {
         const n = Math.min(count - done, chunk.length / PAGE);
-        readExactly(input, chunk, n * PAGE, at);
+        readExactly(input, chunk, n * PAGE, at, `${deltaPath} is truncated`);
         at += n * PAGE;
         const written = writeSync(mem, chunk, 0, n * PAGE, start + (first + done) * PAGE);
         if (written !== n * PAGE) throw new Error(`short write of guest RAM at ${first + done}`);
@@ -231,8 +297,41 @@ export async function loadWrittenPages(
   return loaded;
 }
 
-function readExactly(fd: number, buf: Buffer, length: number, position: number): void {
-  if (readSync(fd, buf, 0, length, position) !== length) {
-    throw new Error('the page delta file is truncated');
+/** The runs of a delta file and where its pages start, checked against its size and the RAM's. */
+function readDeltaLayout(
+  fd: number,
+  path: string,
+  bytes: number,
+): { runs: Array<[number, number]>; pagesAt: number } {
+  const head = Buffer.alloc(HEADER_BYTES);
+  readExactly(fd, head, HEADER_BYTES, 0, `${path} is truncated`);
+  const format = head.readUInt32LE(4);
+  if (head.toString('latin1', 0, 4) !== DELTA_MAGIC || (format !== 1 && format !== 2)) {
+    throw new Error(`${path} is not a page delta of format 1 or 2`);
   }
+  if (head.readUInt32LE(8) !== PAGE) throw new Error(`${path} has another page size`);
+  const runCount = head.readUInt32LE(12);
+  const size = fstatSync(fd).size;
+  const tableAt = format === 1 ? HEADER_BYTES : size - runCount * 8;
+  if (tableAt < HEADER_BYTES) throw new Error(`${path} is truncated`);
+  const table = Buffer.alloc(runCount * 8);
+  readExactly(fd, table, table.length, tableAt, `${path} is truncated`);
+  const runs: Array<[number, number]> = [];
+  let pages = 0;
+  for (let r = 0; r < runCount; r++) {
+    const first = table.readUInt32LE(r * 8);
+    const count = table.readUInt32LE(r * 8 + 4);
+    if ((first + count) * PAGE > bytes) throw new Error(`${path} runs past guest RAM`);
+    runs.push([first, count]);
+    pages += count;
+  }
+  const pagesAt = format === 1 ? HEADER_BYTES + table.length : HEADER_BYTES;
+  if (pagesAt + pages * PAGE + (format === 2 ? table.length : 0) !== size) {
+    throw new Error(`${path} is truncated`);
+  }
+  return { runs, pagesAt };
+}
+
+function readExactly(fd: number, buf: Buffer, length: number, position: number, why: string): void {
+  if (readSync(fd, buf, 0, length, position) !== length) throw new Error(why);
 }
