@@ -18,7 +18,7 @@ Threads, and why there are these:
   control   writes the main thread's replies (pong, error, ...) so that they never make the
             main thread wait behind backpressured output (host_channel.py).
 (Plus short-lived ones: a timer per Python cancel, for the SIGINT -> SIGKILL escalation, and
-one per prepare_freeze.)
+one per prepare_freeze or prepare_pause.)
 """
 
 import argparse
@@ -66,6 +66,7 @@ class Agent:
         self.channel, self.executor = channel, executor
         self.bash, self.supervisor = bash, supervisor
         self.system = system        # set the clock, reseed the RNG, zero memory: only in a VM
+        self.upper_fd = guest_system.claim_upper_dir() if system else None
 
     def serve(self, rfd, stdio):
         self.executor.start()
@@ -90,6 +91,7 @@ class Agent:
         handler = {"hello": self.on_hello, "exec": self.on_exec, "cancel": self.on_cancel,
                    "ping": self.on_ping, "set_env": self.on_set_env,
                    "prepare_freeze": self.on_prepare_freeze,
+                   "prepare_pause": self.on_prepare_pause,
                    "cancel_all": self.on_cancel_all}.get(msg.get("op"))
         if handler is None:
             return self.error("unknown op %r" % (msg.get("op"),))
@@ -115,7 +117,8 @@ class Agent:
         # ~10 ms of CPU before it can answer.
         self.channel.write([encode({"op": "hello", "nonce": nonce, "pid": os.getpid(),
                                     "python": PYTHON_VERSION,
-                                    "net": net_relay.quiet_state()})])
+                                    "net": net_relay.quiet_state(),
+                                    "prepare_pause": True})])
 
     def on_exec(self, msg):
         exec_id, language, code = msg.get("id"), msg.get("language"), msg.get("code")
@@ -169,6 +172,22 @@ class Agent:
                 reply["zeroed_bytes"] = guest_system.zero_free_memory()
             except OSError as e:
                 reply["error"] = "cannot zero free memory: %s" % e
+        self.channel.send_control(reply)
+
+    def on_prepare_pause(self, msg):
+        nonce = msg.get("nonce")
+        if not isinstance(nonce, str):
+            return self.error("prepare_pause needs a string nonce")
+        # Writing back a large file takes a while: the main thread must go on reading cancels
+        threading.Thread(target=self._prepare_pause, args=(nonce,), daemon=True).start()
+
+    def _prepare_pause(self, nonce):
+        reply = {"op": "prepare_pause", "nonce": nonce, "released_files": 0}
+        if self.upper_fd is not None:
+            try:
+                reply["released_files"] = guest_system.release_written_files(self.upper_fd)
+            except OSError as e:
+                reply["error"] = "cannot release the cache of written files: %s" % e
         self.channel.send_control(reply)
 
     def on_cancel_all(self, msg):

@@ -58,6 +58,14 @@ export function createMetrics(info: { accel: string; version: string }): Metrics
     },
   });
   new Gauge({
+    name: 'hostd_storage_bytes',
+    help: 'Disk that snapshots and paused sandboxes take, as counted against SERVICE_MAX_STORAGE_MIB.',
+    registers: [registry],
+    collect() {
+      this.set(manager?.storageBytes() ?? 0);
+    },
+  });
+  new Gauge({
     name: 'hostd_fork_standby_vms',
     help: 'QEMU processes started ahead on a copy of a template image, waiting for forks.',
     registers: [registry],

@@ -38,6 +38,7 @@ interface GuestMessage {
   error?: unknown;
   zeroed_bytes?: unknown;
   net?: unknown;
+  prepare_pause?: unknown;
 }
 
 /** A MIME bundle whose every type is a string key (values are checked by the API layer). */
@@ -82,6 +83,11 @@ export class AgentChannel extends EventEmitter {
   /** Python execs not yet ended, with the reason of their cancel once there is one. */
   private readonly python = new Map<number, CancelReason | null>();
   private helloWaiter: { nonce: string; resolve: (msg: GuestMessage) => void } | null = null;
+  /**
+   * Whether the agent's last hello said it serves prepare_pause. An agent from before it would
+   * not answer (a VM re-adopted from an older hostd), so a pause must not wait for it there.
+   */
+  servesPreparePause = false;
   /** Control requests waiting for their answer (set_env, cancel_all, prepare_freeze), by nonce. */
   private readonly answers = new Map<string, (msg: GuestMessage) => void>();
   private synced = false;
@@ -155,6 +161,7 @@ export class AgentChannel extends EventEmitter {
         resolve: (msg) => {
           clearTimeout(timer);
           this.off('close', onClose);
+          this.servesPreparePause = msg.prepare_pause === true;
           resolve({ quietRelay: parseQuietRelay(msg.net) });
         },
       };

@@ -21,6 +21,13 @@ class ControlMessages(AgentTestCase):
         self.assertEqual(msg["nonce"], "abc")
         self.assertEqual(msg["pid"], self.agent.proc.pid)
         self.assertEqual(msg["python"].split(".")[:2], [str(v) for v in sys.version_info[:2]])
+        self.assertIs(msg["prepare_pause"], True, "hostd asks it before a pause only if so")
+
+    def test_prepare_pause_is_answered_with_the_files_it_released(self):
+        # A test agent has no writable layer to walk: it answers at once, with none
+        self.agent.send({"op": "prepare_pause", "nonce": "p"})
+        self.assertEqual(self.agent.recv(),
+                         {"op": "prepare_pause", "nonce": "p", "released_files": 0})
 
     def test_a_hello_on_the_repl_port_is_echoed_and_reseeds_the_random_module(self):
         # Without the reseed, the next random() would be the first value after seed(1)
@@ -73,7 +80,8 @@ class ControlMessages(AgentTestCase):
                     b'{"op":"exec","id":1,"language":"bash","code":"1","env":{"A":2}}\n',
                     b'{"op":"exec","id":1,"language":"bash","code":"1","cwd":["/"]}\n',
                     b'{"op":"set_env","env":{}}\n', b'{"op":"set_env","nonce":"n","env":[]}\n',
-                    b'{"op":"prepare_freeze"}\n', b'{"op":"cancel_all","nonce":5}\n'):
+                    b'{"op":"prepare_freeze"}\n', b'{"op":"prepare_pause","nonce":1}\n',
+                    b'{"op":"cancel_all","nonce":5}\n'):
             self.agent.send_raw(raw)
             msg = self.agent.recv()
             self.assertEqual(msg["op"], "error", raw)

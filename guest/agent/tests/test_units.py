@@ -7,7 +7,7 @@ import unittest
 
 import agent_harness  # noqa: F401  (puts the agent's modules on sys.path)
 from default_env import DefaultEnvironment
-from guest_system import fill_with_zeros
+from guest_system import RELEASE_MIN_BYTES, claim_upper_dir, fill_with_zeros, release_written_files
 from hostd_shared import SharedPage
 from repl_display import mime_bundle
 from template_config import load_template
@@ -31,6 +31,52 @@ class ZeroFill(unittest.TestCase):
         fd = os.memfd_create("test-zero")
         self.addCleanup(os.close, fd)
         self.assertEqual(fill_with_zeros(fd, lambda: 3 * MIB, margin=4 * MIB, chunk=MIB), 0)
+
+
+class WrittenFileRelease(unittest.TestCase):
+    """Before a pause the agent drops the guest's cache of the writable layer's files: every
+    regular file big enough to matter, through the directory fd init left open."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+        self.fd = os.open(self.dir.name, os.O_RDONLY | os.O_DIRECTORY)
+        self.addCleanup(os.close, self.fd)
+
+    def write(self, path, size):
+        full = os.path.join(self.dir.name, path)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "wb") as f:
+            f.write(b"x" * size)
+        return full
+
+    def test_it_releases_big_regular_files_in_every_directory_and_skips_the_rest(self):
+        self.write("root/data.bin", RELEASE_MIN_BYTES)
+        self.write("root/deep/er/model.pt", 2 * RELEASE_MIN_BYTES)
+        self.write("root/small.txt", 10)
+        os.symlink("data.bin", os.path.join(self.dir.name, "root/link"))
+        os.mkfifo(os.path.join(self.dir.name, "root/pipe"))
+        self.assertEqual(release_written_files(self.fd), 2)
+        with open(os.path.join(self.dir.name, "root/data.bin"), "rb") as f:
+            self.assertEqual(f.read(), b"x" * RELEASE_MIN_BYTES, "dropping a cache loses no byte")
+
+    def test_it_stops_walking_once_its_time_is_up(self):
+        self.write("top.bin", RELEASE_MIN_BYTES)
+        for d in ("a", "b", "c"):
+            self.write(d + "/f", RELEASE_MIN_BYTES)
+        # The clock moves a second per look: the first directory (the top) uses up the budget
+        ticks = iter(range(100))
+        self.assertEqual(release_written_files(self.fd, budget_s=0.5, clock=lambda: next(ticks)), 1)
+
+    def test_the_upper_directory_is_claimed_only_when_it_is_a_directory(self):
+        claimed = claim_upper_dir(self.fd)
+        self.assertEqual(claimed, self.fd)
+        self.assertFalse(os.get_inheritable(self.fd), "user processes must not inherit it")
+        r, w = os.pipe()
+        self.addCleanup(os.close, r)
+        self.addCleanup(os.close, w)
+        self.assertIsNone(claim_upper_dir(r))
+        self.assertIsNone(claim_upper_dir(9999), "no fd there: no disk, or an agent test")
 
 
 class TemplateFile(unittest.TestCase):
