@@ -113,6 +113,8 @@ def release_written_files(upper_fd, budget_s=RELEASE_BUDGET_S, clock=time.monoto
     released = 0
     for _, _, names, dir_fd in os.fwalk(".", dir_fd=upper_fd):
         for name in names:
+            if clock() > deadline:
+                return released
             try:
                 st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                 if not stat.S_ISREG(st.st_mode) or st.st_size < RELEASE_MIN_BYTES:
@@ -127,6 +129,4 @@ def release_written_files(upper_fd, budget_s=RELEASE_BUDGET_S, clock=time.monoto
                 pass
             finally:
                 os.close(fd)
-        if clock() > deadline:
-            break
     return released

@@ -64,9 +64,10 @@ class WrittenFileRelease(unittest.TestCase):
         self.write("top.bin", RELEASE_MIN_BYTES)
         for d in ("a", "b", "c"):
             self.write(d + "/f", RELEASE_MIN_BYTES)
-        # The clock moves a second per look: the first directory (the top) uses up the budget
+        # The clock moves a second per look, and it looks before each file: the top's file
+        # fits in the budget, the next directory's does not
         ticks = iter(range(100))
-        self.assertEqual(release_written_files(self.fd, budget_s=0.5, clock=lambda: next(ticks)), 1)
+        self.assertEqual(release_written_files(self.fd, budget_s=1.5, clock=lambda: next(ticks)), 1)
 
     def test_the_upper_directory_is_claimed_only_when_it_is_a_directory(self):
         claimed = claim_upper_dir(self.fd)
