@@ -153,11 +153,20 @@ class Agent:
         self.channel.send_control(reply)
 
     def on_prepare_freeze(self, msg):
+        # Waiting for the preloads takes seconds
+        self._answer_in_thread(msg, self._prepare_freeze)
+
+    def on_prepare_pause(self, msg):
+        # Writing back a large file takes a while
+        self._answer_in_thread(msg, self._prepare_pause)
+
+    def _answer_in_thread(self, msg, work):
+        """Runs work(nonce) in a thread of its own, which sends the answer: the main thread
+        must go on reading cancels meanwhile."""
         nonce = msg.get("nonce")
         if not isinstance(nonce, str):
-            return self.error("prepare_freeze needs a string nonce")
-        # Waiting for the preloads takes seconds: the main thread must go on reading cancels
-        threading.Thread(target=self._prepare_freeze, args=(nonce,), daemon=True).start()
+            return self.error("%s needs a string nonce" % msg.get("op"))
+        threading.Thread(target=work, args=(nonce,), daemon=True).start()
 
     def _prepare_freeze(self, nonce):
         reply = {"op": "prepare_freeze", "nonce": nonce, "zeroed_bytes": 0}
@@ -173,13 +182,6 @@ class Agent:
             except OSError as e:
                 reply["error"] = "cannot zero free memory: %s" % e
         self.channel.send_control(reply)
-
-    def on_prepare_pause(self, msg):
-        nonce = msg.get("nonce")
-        if not isinstance(nonce, str):
-            return self.error("prepare_pause needs a string nonce")
-        # Writing back a large file takes a while: the main thread must go on reading cancels
-        threading.Thread(target=self._prepare_pause, args=(nonce,), daemon=True).start()
 
     def _prepare_pause(self, nonce):
         reply = {"op": "prepare_pause", "nonce": nonce, "released_files": 0}

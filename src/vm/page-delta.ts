@@ -34,23 +34,28 @@ export async function findMapping(pid: number, path: string, bytes: number): Pro
   throw new Error(`no ${bytes}-byte mapping of ${path} in process ${pid}`);
 }
 
-/** Runs of page indexes [first, count) that are anonymous (written) in the mapping. */
-export function writtenRuns(pagemap: Buffer): Array<[number, number]> {
+/** The runs [first, count) of consecutive indexes in [0, count) for which `pick` holds. */
+function runsWhere(count: number, pick: (i: number) => boolean): Array<[number, number]> {
   const runs: Array<[number, number]> = [];
-  const pages = pagemap.length / 8;
   let runStart = -1;
-  for (let i = 0; i < pages; i++) {
-    const high = pagemap.readUInt32LE(i * 8 + 4);
-    const written =
-      ((high & PRESENT) !== 0 && (high & FILE_OR_SHARED) === 0) || (high & SWAPPED) !== 0;
-    if (written && runStart < 0) runStart = i;
-    if (!written && runStart >= 0) {
+  for (let i = 0; i < count; i++) {
+    const picked = pick(i);
+    if (picked && runStart < 0) runStart = i;
+    if (!picked && runStart >= 0) {
       runs.push([runStart, i - runStart]);
       runStart = -1;
     }
   }
-  if (runStart >= 0) runs.push([runStart, pages - runStart]);
+  if (runStart >= 0) runs.push([runStart, count - runStart]);
   return runs;
+}
+
+/** Runs of page indexes [first, count) that are anonymous (written) in the mapping. */
+export function writtenRuns(pagemap: Buffer): Array<[number, number]> {
+  return runsWhere(pagemap.length / 8, (i) => {
+    const high = pagemap.readUInt32LE(i * 8 + 4);
+    return ((high & PRESENT) !== 0 && (high & FILE_OR_SHARED) === 0) || (high & SWAPPED) !== 0;
+  });
 }
 
 /**
@@ -67,7 +72,6 @@ async function forEachWrittenChunk(
   basePath: string,
   bytes: number,
   sink: (offset: number, data: Buffer, length: number) => void,
-  runsSeen: (runs: Array<[number, number]>) => void = () => undefined,
 ): Promise<number> {
   const start = Number(await findMapping(pid, basePath, bytes));
   const table = Buffer.alloc((bytes / PAGE) * 8);
@@ -79,7 +83,6 @@ async function forEachWrittenChunk(
     closeSync(pagemap);
   }
   const runs = writtenRuns(table);
-  runsSeen(runs);
   const mem = openSync(`/proc/${pid}/mem`, 'r');
   const chunk = Buffer.alloc(CHUNK_BYTES);
   let copied = 0;
@@ -127,24 +130,12 @@ export function keptPages(
   length: number,
   readBase: () => Buffer,
 ): Array<[number, number]> {
-  const runs: Array<[number, number]> = [];
-  const pages = length / PAGE;
   let base: Buffer | null = null;
-  let runStart = -1;
-  for (let p = 0; p < pages; p++) {
-    let keep = true;
-    if (isZeroPage(data, p * PAGE)) {
-      base ??= readBase();
-      keep = !isZeroPage(base, p * PAGE);
-    }
-    if (keep && runStart < 0) runStart = p;
-    if (!keep && runStart >= 0) {
-      runs.push([runStart, p - runStart]);
-      runStart = -1;
-    }
-  }
-  if (runStart >= 0) runs.push([runStart, pages - runStart]);
-  return runs;
+  return runsWhere(length / PAGE, (p) => {
+    if (!isZeroPage(data, p * PAGE)) return true;
+    base ??= readBase();
+    return !isZeroPage(base, p * PAGE);
+  });
 }
 
 /**

@@ -90,65 +90,75 @@ function lines(p: ChildProcess): () => Promise<string> {
   return async () => (await it.next()).value as string;
 }
 
-test('a page delta saved from one process and loaded into another reproduces its RAM', async () => {
+/** A running mapper: its pid, and the hash of its whole mapping now. */
+interface Mapped {
+  pid: number;
+  hash(): Promise<string>;
+}
+
+/**
+ * Runs `body` with a temporary directory holding `base.img` (`base`'s bytes) and one mapper of
+ * it per entry of `writes`, ready; removes them all after, whatever happens.
+ */
+async function withMappers(
+  base: Buffer,
+  writes: Array<Record<number, number>>,
+  body: (dir: string, baseFile: string, mapped: Mapped[]) => Promise<void>,
+): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), 'page-delta-'));
-  const bytes = 64 * 4096;
-  const base = join(dir, 'base.img');
-  await writeFile(base, Buffer.alloc(bytes, 7));
-  const source = mapper(base, bytes, { 3: 1, 4: 2, 40: 3 });
-  const target = mapper(base, bytes, {});
-  const fromSource = lines(source);
-  const fromTarget = lines(target);
+  const baseFile = join(dir, 'base.img');
+  await writeFile(baseFile, base);
+  const procs = writes.map((w) => mapper(baseFile, base.length, w));
   try {
-    assert.equal(await fromSource(), 'ready');
-    assert.equal(await fromTarget(), 'ready');
-    const delta = join(dir, 'delta');
-    assert.equal(await saveWrittenPages(source.pid!, base, bytes, delta), 3 * 4096);
-    assert.ok((await stat(delta)).size < 4 * 4096, 'the delta holds the written pages only');
-    assert.equal(await loadWrittenPages(target.pid!, base, bytes, delta), 3 * 4096);
-    source.stdin!.write('\n');
-    target.stdin!.write('\n');
-    assert.equal(await fromTarget(), await fromSource());
-    assert.deepEqual(await readFile(base), Buffer.alloc(bytes, 7), 'the base file is untouched');
+    const mapped = await Promise.all(
+      procs.map(async (p) => {
+        const next = lines(p);
+        assert.equal(await next(), 'ready');
+        return {
+          pid: p.pid!,
+          hash: async () => {
+            p.stdin!.write('\n');
+            return next();
+          },
+        };
+      }),
+    );
+    await body(dir, baseFile, mapped);
   } finally {
-    source.kill();
-    target.kill();
+    for (const p of procs) p.kill();
     await rm(dir, { recursive: true, force: true });
   }
+}
+
+test('a page delta saved from one process and loaded into another reproduces its RAM', async () => {
+  const bytes = 64 * 4096;
+  const writes: Array<Record<number, number>> = [{ 3: 1, 4: 2, 40: 3 }, {}];
+  await withMappers(Buffer.alloc(bytes, 7), writes, async (dir, base, [source, target]) => {
+    const delta = join(dir, 'delta');
+    assert.equal(await saveWrittenPages(source!.pid, base, bytes, delta), 3 * 4096);
+    assert.ok((await stat(delta)).size < 4 * 4096, 'the delta holds the written pages only');
+    assert.equal(await loadWrittenPages(target!.pid, base, bytes, delta), 3 * 4096);
+    assert.equal(await target!.hash(), await source!.hash());
+    assert.deepEqual(await readFile(base), Buffer.alloc(bytes, 7), 'the base file is untouched');
+  });
 });
 
 test('a delta leaves out pages zero here and in the base, and still reproduces the RAM', async () => {
-  const dir = await mkdtemp(join(tmpdir(), 'page-delta-'));
   const bytes = 16 * 4096;
-  const base = join(dir, 'base.img');
   // Pages 0-7 zero in the base (free memory of a frozen template), 8-15 not
-  await writeFile(base, Buffer.concat([Buffer.alloc(bytes / 2), Buffer.alloc(bytes / 2, 7)]));
+  const content = Buffer.concat([Buffer.alloc(bytes / 2), Buffer.alloc(bytes / 2, 7)]);
   // Zero over zero (2, 3: memory freed since the restore), zero over data (9), data (4, 10)
-  const source = mapper(base, bytes, { 2: 0, 3: 0, 4: 1, 9: 0, 10: 2 });
-  const target = mapper(base, bytes, {});
-  const fromSource = lines(source);
-  const fromTarget = lines(target);
-  try {
-    assert.equal(await fromSource(), 'ready');
-    assert.equal(await fromTarget(), 'ready');
+  const writes: Array<Record<number, number>> = [{ 2: 0, 3: 0, 4: 1, 9: 0, 10: 2 }, {}];
+  await withMappers(content, writes, async (dir, base, [source, target]) => {
     const delta = join(dir, 'delta');
-    assert.equal(await saveWrittenPages(source.pid!, base, bytes, delta), 3 * 4096);
-    assert.equal(await loadWrittenPages(target.pid!, base, bytes, delta), 3 * 4096);
-    source.stdin!.write('\n');
-    target.stdin!.write('\n');
-    assert.equal(await fromTarget(), await fromSource());
-  } finally {
-    source.kill();
-    target.kill();
-    await rm(dir, { recursive: true, force: true });
-  }
+    assert.equal(await saveWrittenPages(source!.pid, base, bytes, delta), 3 * 4096);
+    assert.equal(await loadWrittenPages(target!.pid, base, bytes, delta), 3 * 4096);
+    assert.equal(await target!.hash(), await source!.hash());
+  });
 });
 
 test('a delta of format 1 (earlier versions: runs before the pages) still loads', async () => {
-  const dir = await mkdtemp(join(tmpdir(), 'page-delta-'));
   const bytes = 8 * 4096;
-  const base = join(dir, 'base.img');
-  await writeFile(base, Buffer.alloc(bytes, 7));
   const header = Buffer.alloc(16 + 2 * 8);
   header.write('HDPD', 0, 'latin1');
   header.writeUInt32LE(1, 4);
@@ -158,24 +168,13 @@ test('a delta of format 1 (earlier versions: runs before the pages) still loads'
   header.writeUInt32LE(1, 20);
   header.writeUInt32LE(5, 24); // run 2: pages 5-6
   header.writeUInt32LE(2, 28);
-  const delta = join(dir, 'delta');
-  await writeFile(delta, Buffer.concat([header, pagesOf([1, 2, 3])]));
-  const expected = mapper(base, bytes, { 1: 1, 5: 2, 6: 3 });
-  const target = mapper(base, bytes, {});
-  const fromExpected = lines(expected);
-  const fromTarget = lines(target);
-  try {
-    assert.equal(await fromExpected(), 'ready');
-    assert.equal(await fromTarget(), 'ready');
-    assert.equal(await loadWrittenPages(target.pid!, base, bytes, delta), 3 * 4096);
-    expected.stdin!.write('\n');
-    target.stdin!.write('\n');
-    assert.equal(await fromTarget(), await fromExpected());
+  const writes: Array<Record<number, number>> = [{ 1: 1, 5: 2, 6: 3 }, {}];
+  await withMappers(Buffer.alloc(bytes, 7), writes, async (dir, base, [expected, target]) => {
+    const delta = join(dir, 'delta');
+    await writeFile(delta, Buffer.concat([header, pagesOf([1, 2, 3])]));
+    assert.equal(await loadWrittenPages(target!.pid, base, bytes, delta), 3 * 4096);
+    assert.equal(await target!.hash(), await expected!.hash());
     await writeFile(delta, Buffer.concat([header, pagesOf([1, 2])]));
-    await assert.rejects(loadWrittenPages(target.pid!, base, bytes, delta), 'a short file fails');
-  } finally {
-    expected.kill();
-    target.kill();
-    await rm(dir, { recursive: true, force: true });
-  }
+    await assert.rejects(loadWrittenPages(target!.pid, base, bytes, delta), 'a short file fails');
+  });
 });
