@@ -88,7 +88,7 @@ export class AgentChannel extends EventEmitter {
    * not answer (a VM re-adopted from an older hostd), so a pause must not wait for it there.
    */
   servesPreparePause = false;
-  /** Control requests waiting for their answer (set_env, cancel_all, prepare_freeze), by nonce. */
+  /** Control requests waiting for their answer (set_env, cancel_all, prepare_*), by nonce. */
   private readonly answers = new Map<string, (msg: GuestMessage) => void>();
   private synced = false;
   /**
