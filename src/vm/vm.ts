@@ -124,7 +124,7 @@ export class Vm implements Machine {
     const vm = new Vm(ctx, await QemuProcess.start(ctx.host, spec, ram, deadline, disk), spec);
     try {
       await vm.connectChannels(deadline);
-      vm.quietRelay = (await vm.requireAgent().hello(BOOT_TIMEOUT_MS)).quietRelay;
+      await vm.hello(BOOT_TIMEOUT_MS);
       return vm;
     } catch (err) {
       throw await vm.failed(err);
@@ -219,7 +219,7 @@ export class Vm implements Machine {
       }
       await vm.connectChannels(deadline);
       const agent = vm.requireAgent();
-      vm.quietRelay = (await agent.hello(HELLO_TIMEOUT_MS)).quietRelay;
+      await vm.hello(HELLO_TIMEOUT_MS);
       // Nothing may be sent before the answer: a bash exit that follows it is a new exec's.
       await agent.request('cancel_all', {}, CANCEL_ALL_TIMEOUT_MS);
       return vm;
@@ -255,7 +255,7 @@ export class Vm implements Machine {
         await this.disk.attach(this.process.qmp, state.layer?.retain() ?? null);
       }
       await this.process.loadDeviceState(deviceState, Date.now() + RESTORE_TIMEOUT_MS);
-      this.quietRelay = (await this.requireAgent().hello(HELLO_TIMEOUT_MS)).quietRelay;
+      await this.hello(HELLO_TIMEOUT_MS);
     } catch (err) {
       throw await this.failed(err);
     }
@@ -343,6 +343,11 @@ export class Vm implements Machine {
       const what = answer.failed.map((f) => `${f.port}: ${f.error}`).join(', ');
       throw new VmError(`the guest could not listen on host.hostd.internal ports (${what})`);
     }
+  }
+
+  /** Greets the agent (AgentChannel.hello), keeping what it says of its network relay. */
+  private async hello(timeoutMs: number): Promise<void> {
+    this.quietRelay = (await this.requireAgent().hello(timeoutMs)).quietRelay;
   }
 
   /**
