@@ -110,7 +110,10 @@ class Agent:
         if self.system:
             guest_system.set_clock(msg.get("time_ns"), log)
             guest_system.reseed_kernel(msg.get("seed"), log)
-        self.supervisor.on_hello()
+        # A copy (absent from an older hostd's hello, which always meant one) shares its
+        # Python-level generators with its siblings; a VM that goes on (resumed, re-adopted)
+        # keeps them, seeded as its user left them
+        self.supervisor.on_hello(copy=msg.get("copy") is not False)
         # Written from this thread, not through the control writer: a hello comes right after a
         # restore, when nothing else writes and the host reads, and under TCG every first run
         # of code is translated anew in each restored VM: a thread hand-off costs a fork child

@@ -229,13 +229,16 @@ class SharedPage:
                  hello it read: its taken/done ids belong to that connection, and an exec it
                  reads while this differs from epoch was sent before the latest hello
     idle_loop    (worker) 1 while it runs asyncio tasks between cells, waiting for its port
+    copies       (agent) bumped on each hello that says the VM is a new copy of a frozen
+                 state (a new sandbox, a fork child): at its next REPL hello the worker gives
+                 the random generators it shares with its siblings fresh seeds
     outbox       (worker) the unwritten messages: they survive the worker, so output printed
                  just before a crash (os._exit, a segfault, the OOM killer) still reaches the
                  host. A message longer than the outbox goes through it in pieces, so the
                  outbox may end inside a message (see take_outbox).
     """
 
-    HEAD_SIZE = 64
+    HEAD_SIZE = 128
     OUTBOX_SIZE = 1 << 20
 
     epoch = _field(0)
@@ -246,6 +249,7 @@ class SharedPage:
     outlen = _field(5)
     hello_epoch = _field(6)
     idle_loop = _field(7)
+    copies = _field(8)
 
     def __init__(self, fd=None):
         if fd is None:

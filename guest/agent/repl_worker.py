@@ -56,6 +56,7 @@ class Worker:
         self.port_in, self.output, self.shared, self.log = port_in, output, shared, log
         self.notice = notice             # exit status of the worker this one replaces
         self.reseed = False
+        self.copies_seen = shared.copies  # a new process: its generators are its own
         self.hello_epoch = shared.hello_epoch
         self.main_module = types.ModuleType("__main__")
         self.main_module.__builtins__ = builtins
@@ -97,9 +98,13 @@ class Worker:
         self.reply({"op": "error", "message": "unknown op %r on the REPL port" % (op,)})
 
     def hello(self, msg):
-        # A new host connection, whose exec ids start again. The VM may be a restored copy
-        # whose `random` state its siblings share.
-        self.reseed = True
+        # A new host connection, whose exec ids start again. If the agent was told the VM is
+        # a new copy since the last one, its generators are its siblings' too (counted, not
+        # flagged: a copy whose first exec came only after a hostd restart still gets them)
+        copies = self.shared.copies
+        if copies != self.copies_seen:
+            self.copies_seen = copies
+            self.reseed = True
         self.shared.taken = self.shared.done = 0
         self.hello_epoch = self.shared.hello_epoch = self.shared.epoch
         self.reply({"op": "hello", "nonce": msg.get("nonce"), "pid": os.getpid()})
@@ -162,8 +167,7 @@ class Worker:
             self.notice = None
         if self.reseed:
             self.reseed = False
-            import random
-            random.seed()                # from os.urandom, which the agent has reseeded
+            reseed_generators(self.log)
         scope = ExecScope(env, cwd) if env or cwd is not None else None
         if scope is not None:
             error = scope.enter()
@@ -190,6 +194,24 @@ class Worker:
             if scope is not None:
                 scope.exit()
         return status
+
+
+def reseed_generators(log):
+    """Fresh seeds, from os.urandom (which the agent has reseeded), for the generators that code
+    draws from without seeding: Python's `random` and, once imported, numpy's global one
+    (np.random.rand, and pandas' and scikit-learn's default). Without it every copy of a
+    frozen VM draws what its siblings draw. The numpy state is set whole (MT19937's 624 words)
+    rather than by np.random.seed(), whose first call costs ~25 ms under TCG against ~3."""
+    import random
+    random.seed()
+    mtrand = sys.modules.get("numpy.random.mtrand")
+    if mtrand is None:
+        return
+    try:
+        key = sys.modules["numpy"].frombuffer(os.urandom(624 * 4), dtype="<u4")
+        mtrand.set_state(("MT19937", key, 624))
+    except Exception as e:               # a numpy without it: its generator stays shared
+        log("cannot reseed numpy's global generator: %r" % (e,))
 
 
 def preload(modules, log):

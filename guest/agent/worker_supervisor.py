@@ -55,13 +55,17 @@ class Supervisor:
 
     # ---- main thread ----------------------------------------------------------------------
 
-    def on_hello(self):
-        """A new host connection: exec ids start again."""
+    def on_hello(self, copy):
+        """A new host connection: exec ids start again. `copy`: the VM is a new copy of a frozen
+        state, so the worker's random generators are its siblings' too (a worker started later
+        is a new process, seeded on its own)."""
         with self.lock:
             self.epoch += 1
             self.python_cancels.clear()
             if self.worker is not None:
                 self.worker.shared.epoch = self.epoch
+                if copy:
+                    self.worker.shared.copies += 1
 
     def cancel(self, exec_id, reason):
         """Cancels Python exec exec_id of this connection, running in the worker or about to

@@ -138,9 +138,12 @@ export class AgentChannel extends EventEmitter {
   /**
    * Sends hello (clock, RNG seed) and waits for its echo. Everything read before the echo is
    * discarded: a restored VM may carry half a line from the instant it was frozen. Resolves
-   * with what the echo says of the guest's network relay, for NetChannel.acceptQuiet.
+   * with what the echo says of the guest's network relay, for NetChannel.acceptQuiet. `copy`
+   * says the VM is a new copy of a frozen state (a new sandbox, a fork child), whose Python
+   * generators its siblings share: the worker reseeds them. A VM that goes on (resumed from a
+   * pause, re-adopted after a restart) keeps them as its user seeded them.
    */
-  hello(timeoutMs: number): Promise<{ quietRelay: QuietRelay | null }> {
+  hello(timeoutMs: number, copy: boolean): Promise<{ quietRelay: QuietRelay | null }> {
     if (this.closedReason) return Promise.reject(new AgentError(this.closedReason));
     const nonce = randomBytes(8).toString('hex');
     this.synced = false;
@@ -170,6 +173,7 @@ export class AgentChannel extends EventEmitter {
         nonce,
         time_ns: (BigInt(Date.now()) * 1_000_000n).toString(),
         seed: randomBytes(32).toString('hex'),
+        copy,
       });
     });
   }

@@ -124,7 +124,7 @@ export class Vm implements Machine {
     const vm = new Vm(ctx, await QemuProcess.start(ctx.host, spec, ram, deadline, disk), spec);
     try {
       await vm.connectChannels(deadline);
-      await vm.hello(BOOT_TIMEOUT_MS);
+      await vm.hello(BOOT_TIMEOUT_MS, false);
       return vm;
     } catch (err) {
       throw await vm.failed(err);
@@ -181,7 +181,7 @@ export class Vm implements Machine {
       state.release();
       throw err;
     }
-    await vm.resume(state);
+    await vm.resume(state, state.deviceState, true);
     return vm;
   }
 
@@ -219,7 +219,7 @@ export class Vm implements Machine {
       }
       await vm.connectChannels(deadline);
       const agent = vm.requireAgent();
-      await vm.hello(HELLO_TIMEOUT_MS);
+      await vm.hello(HELLO_TIMEOUT_MS, false);
       // Nothing may be sent before the answer: a bash exit that follows it is a new exec's.
       await agent.request('cancel_all', {}, CANCEL_ALL_TIMEOUT_MS);
       return vm;
@@ -246,8 +246,11 @@ export class Vm implements Machine {
     return this.state === null && this.alive;
   }
 
-  /** Loads `state`'s device state into this standby VM, runs it, and waits for hello. */
-  private async resume(state: QemuState, deviceState = state.deviceState): Promise<void> {
+  /**
+   * Loads a device state of `state` into this standby VM, runs it, and waits for hello. `copy`:
+   * `state` itself (a new copy), not a pause of one machine (which goes on).
+   */
+  private async resume(state: QemuState, deviceState: Buffer, copy: boolean): Promise<void> {
     this.state = state; // takes over the caller's reference
     this.base = state.image;
     try {
@@ -255,7 +258,7 @@ export class Vm implements Machine {
         await this.disk.attach(this.process.qmp, state.layer?.retain() ?? null);
       }
       await this.process.loadDeviceState(deviceState, Date.now() + RESTORE_TIMEOUT_MS);
-      await this.hello(HELLO_TIMEOUT_MS);
+      await this.hello(HELLO_TIMEOUT_MS, copy);
     } catch (err) {
       throw await this.failed(err);
     }
@@ -346,8 +349,8 @@ export class Vm implements Machine {
   }
 
   /** Greets the agent (AgentChannel.hello), keeping what it says of its network relay. */
-  private async hello(timeoutMs: number): Promise<void> {
-    this.quietRelay = (await this.requireAgent().hello(timeoutMs)).quietRelay;
+  private async hello(timeoutMs: number, copy: boolean): Promise<void> {
+    this.quietRelay = (await this.requireAgent().hello(timeoutMs, copy)).quietRelay;
   }
 
   /**
@@ -469,7 +472,7 @@ export class Vm implements Machine {
       state.release();
       throw await vm.failed(err);
     }
-    await vm.resume(state, paused.deviceState);
+    await vm.resume(state, paused.deviceState, false);
     return vm;
   }
 

@@ -108,23 +108,32 @@ describe('fork', () => {
     });
   });
 
-  test("children get the host's clock, distinct os.urandom and reseeded random", async () => {
+  test("children get the host's clock, distinct os.urandom and reseeded generators; the parent keeps its", async () => {
     await scenario(async (parent, track) => {
       // Set the parent's clock back to 2001: children that merely kept the parent's clock
       // would be 25 years off; children set from the host's clock are not.
-      await out(parent, 'import os, random, time\nrandom.seed(1234)');
+      await out(parent, 'import os, random, time\nimport numpy as np\nrandom.seed(1234)');
+      await out(parent, 'np.random.seed(1234)\nnext_np = np.random.RandomState(1234).rand()');
+      await out(parent, 'next_py = random.Random(1234).random()');
       await out(parent, 'time.clock_settime(time.CLOCK_REALTIME, 978307200)');
       assert.ok(Number(await out(parent, 'time.time()')) < 1e9, "the parent's clock went back");
       const forkedAt = Date.now();
       const kids = track(await fork(parent, 3));
       const seen = await Promise.all(
-        kids.map((k) => out(k, 'print(os.urandom(16).hex(), random.random(), time.time())')),
+        kids.map((k) =>
+          out(k, 'print(os.urandom(16).hex(), random.random(), time.time(), np.random.rand())'),
+        ),
       );
       const answeredAt = Date.now();
-      const urandom = new Set(seen.map((s) => s.split(' ')[0]));
-      const rnd = new Set(seen.map((s) => s.split(' ')[1]));
-      assert.equal(urandom.size, 3, 'os.urandom differs between siblings');
-      assert.equal(rnd.size, 3, 'random is reseeded per child');
+      const column = (i: number): Set<string> => new Set(seen.map((s) => s.split(' ')[i]!));
+      assert.equal(column(0).size, 3, 'os.urandom differs between siblings');
+      assert.equal(column(1).size, 3, 'random is reseeded per child');
+      assert.equal(column(3).size, 3, "numpy's global generator is reseeded per child");
+      // The parent goes on: what it seeded still holds
+      assert.equal(
+        await out(parent, 'print(random.random() == next_py, np.random.rand() == next_np)'),
+        'True True',
+      );
       // A child reads its clock after it was set from the host's, so between the fork request
       // and the answers; the margin is for the time the host's clock takes to reach the guest.
       const marginMs = 60_000;

@@ -7,7 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHostd, type ErrorBody, type Hostd } from '../../testkit/hostd.js';
 import { run } from '../../testkit/exec.js';
-import { createSandbox, withSandbox } from '../../testkit/sandboxes.js';
+import { createSandbox, withSandbox, withSandboxes } from '../../testkit/sandboxes.js';
 import { metric } from '../../testkit/metrics.js';
 import { mkdtemp, rm } from 'node:fs/promises';
 
@@ -93,6 +93,30 @@ describe('snapshots and pause', () => {
       );
       const again = await hostd.json<{ state: string }>('GET', `/v1/sandboxes/${id}`);
       assert.equal(again.body.state, 'ready');
+    });
+  });
+
+  test('sandboxes get their own random generators; a pause keeps what the user seeded', async () => {
+    // Every sandbox of a template is a copy of one frozen VM, numpy's global generator included
+    await withSandboxes(hostd, async ({ create }) => {
+      const ids = [await create(), await create()];
+      const draws = await Promise.all(
+        ids.map((id) =>
+          out(hostd, id, 'import random, numpy as np\nprint(np.random.rand(), random.random())'),
+        ),
+      );
+      const [a, b] = draws.map((d) => d.split(' '));
+      assert.notEqual(a![0], b![0], "numpy's global generator");
+      assert.notEqual(a![1], b![1], 'random');
+      const id = ids[0]!;
+      await out(hostd, id, 'random.seed(7)\nnp.random.seed(7)');
+      await out(hostd, id, 'want = (random.Random(7).random(), np.random.RandomState(7).rand())');
+      const paused = await hostd.json('POST', `/v1/sandboxes/${id}/pause`);
+      assert.equal(paused.status, 200);
+      assert.equal(
+        await out(hostd, id, 'print((random.random(), np.random.rand()) == want)'),
+        'True',
+      );
     });
   });
 

@@ -90,7 +90,7 @@ async function withChannel(
       join(dir, 'repl.sock'),
       Date.now() + 2000,
     );
-    await channel.hello(2000);
+    await channel.hello(2000, true);
     await fn(guest, channel);
   } finally {
     channel?.close();
@@ -115,10 +115,15 @@ test('Python execs go to the REPL port, after one hello per agent hello; bash an
       { op: 'exec', id: bash, language: 'bash', code: 'true' },
       { op: 'cancel', id: first, reason: 'client' },
     ]);
-    await channel.hello(2000);
+    await channel.hello(2000, false);
     channel.exec({ language: 'python', code: 'y' }, recorder().sink);
     await until(() => guest.lines.repl.length === 5);
     assert.equal(guest.lines.repl[3]!.op, 'hello', 'a new agent hello means a new REPL hello');
+    // Whether the VM is a new copy (its Python generators shared with siblings) or goes on
+    assert.deepEqual(
+      guest.lines.agent.filter((m) => m.op === 'hello').map((m) => m.copy),
+      [true, false],
+    );
   });
 });
 

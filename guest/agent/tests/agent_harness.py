@@ -102,16 +102,21 @@ class AgentProcess:
             raise AssertionError("expected the reply to %r, got %r" % (msg, reply))
         return reply
 
-    def hello(self):
+    def hello(self, copy=None):
         """What hostd does on every connection (a restore, a fork, a restart): the agent's
         hello, then, with its first Python exec, the REPL's. Exec ids start again."""
-        self.agent_hello()
+        self.agent_hello(copy)
         self.repl_hello()
 
-    def agent_hello(self):
+    def agent_hello(self, copy=None):
+        """`copy`: whether the VM is a new copy of a frozen state (True) or goes on (False);
+        None leaves the field out, as an older hostd did."""
         self.hellos += 1
-        self.request({"op": "hello", "nonce": "hello-%d" % self.hellos,
-                      "time_ns": str(time.time_ns()), "seed": "00" * 32})
+        msg = {"op": "hello", "nonce": "hello-%d" % self.hellos,
+               "time_ns": str(time.time_ns()), "seed": "00" * 32}
+        if copy is not None:
+            msg["copy"] = copy
+        self.request(msg)
         self.next_id = 1
 
     def repl_hello(self):

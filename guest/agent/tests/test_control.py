@@ -29,15 +29,54 @@ class ControlMessages(AgentTestCase):
         self.assertEqual(self.agent.recv(),
                          {"op": "prepare_pause", "nonce": "p", "released_files": 0})
 
-    def test_a_hello_on_the_repl_port_is_echoed_and_reseeds_the_random_module(self):
-        # Without the reseed, the next random() would be the first value after seed(1)
-        self.run_ok("import random\nrandom.seed(1)\nfirst = random.Random(1).random()")
+    def test_a_hello_on_the_repl_port_is_echoed_with_the_workers_pid(self):
         self.agent.send_repl({"op": "hello", "nonce": "n"})
         msg = self.agent.recv_repl()
         self.assertEqual((msg["op"], msg["nonce"]), ("hello", "n"))
         self.assertEqual(msg["pid"], self.agent.worker_pid())
-        self.agent.next_id = 1
+
+    # Seeded generators, after `import random; random.seed(1)`: the next random() would be
+    # the first value after seed(1), unless the worker gave `random` a fresh seed
+    SEEDED = "import random\nrandom.seed(1)\nfirst = random.Random(1).random()"
+
+    def test_a_copy_gets_fresh_seeds_before_its_next_cell(self):
+        self.run_ok(self.SEEDED)
+        self.agent.hello(copy=True)
         self.assertEqual(self.run_ok("random.random() != first").stdout, ["True"])
+
+    def test_a_machine_that_goes_on_keeps_the_generators_its_user_seeded(self):
+        # A resume after a pause, a re-adoption after a restart: no new copy
+        self.run_ok(self.SEEDED)
+        self.agent.hello(copy=False)
+        self.assertEqual(self.run_ok("random.random() == first").stdout, ["True"])
+
+    def test_a_copy_whose_first_cell_comes_after_a_later_hello_still_gets_them(self):
+        # A copy nobody ran a cell in before hostd restarted and re-adopted it
+        self.run_ok(self.SEEDED)
+        self.agent.agent_hello(copy=True)
+        self.agent.hello(copy=False)
+        self.assertEqual(self.run_ok("random.random() != first").stdout, ["True"])
+        # ...once: later connections that are no copy leave them alone
+        self.run_ok("random.seed(1)")
+        self.agent.hello(copy=False)
+        self.assertEqual(self.run_ok("random.random() == first").stdout, ["True"])
+
+    def test_an_older_hosts_hello_without_copy_counts_as_a_copy(self):
+        self.run_ok(self.SEEDED)
+        self.agent.hello()
+        self.assertEqual(self.run_ok("random.random() != first").stdout, ["True"])
+
+    def test_a_copy_sets_numpys_global_generator_whole_from_os_urandom(self):
+        # A stand-in for numpy, whose global generator pandas and scikit-learn draw from too
+        self.run_ok("import sys, types\n"
+                    "np = types.ModuleType('numpy')\n"
+                    "np.frombuffer = lambda data, dtype: (len(data), dtype)\n"
+                    "mt = types.ModuleType('numpy.random.mtrand')\n"
+                    "mt.states = []\nmt.set_state = mt.states.append\n"
+                    "sys.modules.update({'numpy': np, 'numpy.random.mtrand': mt})")
+        self.agent.hello(copy=True)
+        self.assertEqual(self.run_ok("print(mt.states)").stdout,
+                         ["[('MT19937', (2496, '<u4'), 624)]"])
 
     def test_garbage_glued_before_a_repl_hello_is_discarded(self):
         self.agent.send_repl_raw(b'{"op":"exec","id":9,"co' + b'{"op":"hello","nonce":"r"}\n')
