@@ -198,16 +198,12 @@ class Worker:
 
 def reseed_generators(log):
     """Fresh seeds, from os.urandom (which the agent has reseeded), for the generators that code
-    draws from without seeding: Python's `random`, numpy's global one once numpy is imported
-    (np.random.rand, and pandas' and scikit-learn's default) and OpenSSL's once `ssl` is (TLS
-    keys and nonces, ssl.RAND_bytes). Without it every copy of a frozen VM draws what its
-    siblings draw. The numpy state is set whole (MT19937's 624 words) rather than by
-    np.random.seed(), whose first call costs ~25 ms under TCG against ~3."""
+    draws from without seeding: Python's `random` and, once imported, numpy's global one
+    (np.random.rand, and pandas' and scikit-learn's default). Without it every copy of a
+    frozen VM draws what its siblings draw. The numpy state is set whole (MT19937's 624 words)
+    rather than by np.random.seed(), whose first call costs ~25 ms under TCG against ~3."""
     import random
     random.seed()
-    ssl = sys.modules.get("_ssl")
-    if ssl is not None:
-        ssl.RAND_add(os.urandom(32), 32.0)   # OpenSSL 3 reseeds its generators from it
     mtrand = sys.modules.get("numpy.random.mtrand")
     if mtrand is None:
         return

@@ -78,15 +78,6 @@ class ControlMessages(AgentTestCase):
         self.assertEqual(self.run_ok("print(mt.states)").stdout,
                          ["[('MT19937', (2496, '<u4'), 624)]"])
 
-    def test_a_copy_feeds_openssls_generator_once_ssl_is_loaded(self):
-        # A stand-in for _ssl: TLS in siblings must not share OpenSSL's generator state
-        self.run_ok("import sys, types\n"
-                    "ssl = types.ModuleType('_ssl')\nssl.added = []\n"
-                    "ssl.RAND_add = lambda data, entropy: ssl.added.append((len(data), entropy))\n"
-                    "sys.modules['_ssl'] = ssl")
-        self.agent.hello(copy=True)
-        self.assertEqual(self.run_ok("print(ssl.added)").stdout, ["[(32, 32.0)]"])
-
     def test_garbage_glued_before_a_repl_hello_is_discarded(self):
         self.agent.send_repl_raw(b'{"op":"exec","id":9,"co' + b'{"op":"hello","nonce":"r"}\n')
         self.assertEqual(self.agent.recv_repl(), {"op": "hello", "nonce": "r",
