@@ -1,11 +1,14 @@
 """The agent's pieces that need no processes: zero filling, the template file, the default
-environment, MIME bundles."""
+environment, MIME bundles, the thread that answers slow requests."""
 
 import os
+import queue
 import tempfile
+import threading
 import unittest
 
 import agent_harness  # noqa: F401  (puts the agent's modules on sys.path)
+from agent import Agent
 from default_env import DefaultEnvironment
 from guest_system import RELEASE_MIN_BYTES, claim_upper_dir, fill_with_zeros, release_written_files
 from hostd_shared import SharedPage
@@ -13,6 +16,27 @@ from repl_display import mime_bundle
 from template_config import load_template
 
 MIB = 1 << 20
+
+
+class SlowAnswers(unittest.TestCase):
+    """prepare_freeze and prepare_pause are answered from one thread the agent keeps: hostd
+    freezes a template on the prepare_freeze answer, and a thread that ended after it would end
+    in every VM restored from the template, running code that none of them ran before."""
+
+    def test_every_answer_comes_from_the_same_thread_and_it_lives_on(self):
+        answers = queue.SimpleQueue()
+
+        class Channel:
+            def send_control(self, msg):
+                answers.put((msg, threading.current_thread()))
+
+        agent = Agent(Channel(), executor=None, bash=None, supervisor=None, system=False)
+        for nonce in ("a", "b"):
+            agent.on_prepare_pause({"op": "prepare_pause", "nonce": nonce})
+        (first, thread), (second, same) = answers.get(timeout=10), answers.get(timeout=10)
+        self.assertEqual((first["nonce"], second["nonce"]), ("a", "b"))
+        self.assertIs(same, thread)
+        self.assertTrue(thread.is_alive())
 
 
 class ZeroFill(unittest.TestCase):
