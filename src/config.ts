@@ -76,6 +76,8 @@ export interface Config {
   readonly forkStandbyMax: number;
   readonly logLevel: string;
   readonly qemuBinary: string;
+  /** Load Debian's libcapstone in QEMU (SERVICE_QEMU_CAPSTONE=1); off: vm/capstone-stand-in.ts. */
+  readonly qemuCapstone: boolean;
   /** Account QEMU runs as when hostd is root (SERVICE_VM_USER, default hostd-vm). */
   readonly vmUser: string;
 }
@@ -228,6 +230,7 @@ export function loadConfig(env: Env = process.env): Config {
     ),
     logLevel: env.SERVICE_LOG_LEVEL || 'info',
     qemuBinary: env.SERVICE_QEMU_BINARY || 'qemu-system-x86_64',
+    qemuCapstone: env.SERVICE_QEMU_CAPSTONE === '1',
     vmUser: env.SERVICE_VM_USER || 'hostd-vm',
   };
 }

@@ -17,6 +17,7 @@ import { guestImageOf } from './vm/image.js';
 import { CachedTemplateImages } from './vm/template-images.js';
 import { BUILTIN_RECIPE_DIR, loadRecipes } from './core/recipe.js';
 import { planTemplates, UnknownRecipeError } from './core/template-plan.js';
+import { capstoneStandIn } from './vm/capstone-stand-in.js';
 import { noHugePagesLauncher } from './vm/huge-pages.js';
 import { enableKsm } from './vm/ksm.js';
 import { claimDataDir, claimStateDir, releaseDataDir, releaseStateDir } from './state-dir.js';
@@ -118,6 +119,10 @@ async function main(): Promise<void> {
   log.info({ maxSandboxes, perVmMib, fromHostMemory: config.maxSandboxes === null }, 'sandbox cap');
   const ksm = enableKsm(config.ksm && process.getuid?.() === 0);
   log.info(ksm, 'kernel same-page merging (SERVICE_KSM)');
+  const standIn = config.qemuCapstone
+    ? { dir: null, why: 'SERVICE_QEMU_CAPSTONE=1' }
+    : capstoneStandIn(config.cacheDir, config.qemuBinary);
+  log.info(standIn, "QEMU's stand-in for libcapstone (SERVICE_QEMU_CAPSTONE)");
   const hypervisor = new QemuHypervisor(
     {
       qemuBinary: config.qemuBinary,
@@ -127,6 +132,7 @@ async function main(): Promise<void> {
         ...launcher(vmUser),
       ],
       ...(vmUser ? { owner: { uid: vmUser.uid, gid: vmUser.gid } } : {}),
+      ...(standIn.dir !== null ? { env: { LD_LIBRARY_PATH: standIn.dir } } : {}),
     },
     config.dataDir,
     (_template, shape, image) => ({

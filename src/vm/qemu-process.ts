@@ -27,6 +27,8 @@ export interface QemuHost {
   readonly launcher: readonly string[];
   /** When QEMU runs as another user: that user owns each VM's directory and its RAM images. */
   readonly owner?: { uid: number; gid: number };
+  /** Added to QEMU's environment (LD_LIBRARY_PATH for vm/capstone-stand-in.ts). */
+  readonly env?: Readonly<Record<string, string>>;
 }
 
 /** Raised for anything that makes a VM unusable: QEMU failed, died, or the agent is silent. */
@@ -258,7 +260,7 @@ export class QemuProcess extends EventEmitter {
     try {
       this.proc = spawn(cmd!, [...pre, ...qemuArgs(spec, paths, ram)], {
         stdio: ['ignore', 'ignore', log.fd],
-        env: QEMU_ENV,
+        env: host.env ? { ...QEMU_ENV, ...host.env } : QEMU_ENV,
         // Its own session: a Ctrl-C in the terminal that runs hostd must not reach the VMs
         // (hostd pauses them on SIGINT), nor must hostd's death take them along.
         detached: true,
