@@ -111,10 +111,11 @@ async function main(): Promise<void> {
 
   // Host memory of an idle sandbox that has run code, measured by the bench (bench/density.ts):
   // QEMU's heap, its other anonymous memory, the guest pages written since the restore and its
-  // libraries' private data come to ~16 MiB; under TCG, the part of the translation buffer an
-  // idle VM has filled (~10 MiB, whatever the buffer's size) on top. A sandbox that grows past
-  // this is held back by the memory check, not by the count.
-  const perVmMib = 16 + (accel.accel === 'tcg' ? Math.min(config.tcgTbMib, 12) : 0);
+  // libraries' private data come to ~13 MiB (14 leaves room for a guest that wrote more); under
+  // TCG, the part of the translation buffer an idle VM has filled (~11.5 MiB, whatever the
+  // buffer's size) on top. A sandbox that grows past this is held back by the memory check, not
+  // by the count.
+  const perVmMib = 14 + (accel.accel === 'tcg' ? Math.min(config.tcgTbMib, 12) : 0);
   const maxSandboxes = config.maxSandboxes ?? sandboxCapFor(hostMemTotalMib(), perVmMib);
   log.info({ maxSandboxes, perVmMib, fromHostMemory: config.maxSandboxes === null }, 'sandbox cap');
   const ksm = enableKsm(config.ksm && process.getuid?.() === 0);

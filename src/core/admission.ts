@@ -20,7 +20,7 @@ export const CAP_RESERVE_MIB = 2048;
  * one sandbox, so a small host still serves). Sandboxes that grow past their idle size are
  * stopped by the memory check of `admit` (503), not by this count (429).
  *
- * @example sandboxCapFor(24105, 28) // 787 on a 24 GiB host at 28 MiB per sandbox
+ * @example sandboxCapFor(24105, 26) // 848 on a 24 GiB host at 26 MiB per sandbox
  */
 export function sandboxCapFor(
   memTotalMib: number,
