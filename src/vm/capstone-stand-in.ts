@@ -24,7 +24,7 @@ const SOURCE = `/* hostd's stand-in for ${SONAME}: see src/vm/capstone-stand-in.
 #include <stdint.h>
 
 typedef size_t csh;
-enum { CS_ERR_OK = 0, CS_ERR_ARCH = 2, CS_ERR_HANDLE = 3 };
+enum { CS_ERR_ARCH = 2, CS_ERR_HANDLE = 3 };
 
 unsigned int cs_version(int *major, int *minor) {
   if (major && minor) { *major = 4; *minor = 0; }
@@ -88,14 +88,15 @@ export function capstoneStandIn(cacheDir: string, qemuBinary: string, cc = 'cc')
     .update(`${SOURCE}\0${CC_FLAGS.join(' ')}`)
     .digest('hex')
     .slice(0, 16);
-  const dir = join(cacheDir, 'qemu-libs', key);
+  const libs = join(cacheDir, 'qemu-libs');
+  const dir = join(libs, key);
   const lib = join(dir, SONAME);
   if (existsSync(lib)) return { dir };
-  mkdirSync(dir, { recursive: true });
-  // QEMU's account must read it, whatever hostd's umask
-  chmodSync(join(cacheDir, 'qemu-libs'), 0o755);
-  chmodSync(dir, 0o755);
-  const tmp = join(dir, `.build-${process.pid}`);
+  // Built beside, so that a failed build leaves nothing; QEMU's account must read the result,
+  // whatever hostd's umask
+  mkdirSync(libs, { recursive: true });
+  chmodSync(libs, 0o755);
+  const tmp = join(libs, `.build-${key}-${process.pid}`);
   mkdirSync(tmp, { recursive: true });
   try {
     writeFileSync(join(tmp, 'stand-in.c'), SOURCE);
@@ -116,6 +117,8 @@ export function capstoneStandIn(cacheDir: string, qemuBinary: string, cc = 'cc')
       };
     }
     chmodSync(join(tmp, SONAME), 0o644);
+    mkdirSync(dir, { recursive: true });
+    chmodSync(dir, 0o755);
     renameSync(join(tmp, SONAME), lib);
     return { dir };
   } finally {

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { capstoneStandIn } from '../../src/vm/capstone-stand-in.js';
@@ -43,5 +43,6 @@ test('without a compiler, or with a QEMU that does not start with it, there is n
       assert.equal(standIn.dir, null);
       assert.ok(standIn.dir === null && standIn.why.length > 0);
     }
+    assert.deepEqual(readdirSync(join(cache, 'qemu-libs')), [], 'a failed build leaves nothing');
   });
 });
