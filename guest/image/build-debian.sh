@@ -43,7 +43,7 @@ build() {
 	# template's 1.4 GB tarball) was only stored, unpacked and overwritten.
 	# force-unsafe-io: no fsync for the files of a tree that is thrown away.
 	# shellcheck disable=SC2016 # $1 expands in mmdebstrap's hook shell
-	run_bg mmdebstrap --variant=essential --mode="${HOSTD_MMDEBSTRAP_MODE:-auto}" --format=tar \
+	run_mmdebstrap --variant=essential --format=tar \
 		--include="$packages" \
 		--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
 		--dpkgopt=force-unsafe-io \

@@ -15,20 +15,5 @@ SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}
 . "$(dirname "$SELF")/lib.sh"
 
 [[ $# == 2 && -f $1 && -d $2 ]] || die "usage: build-rootfs.sh SPEC.json OUT_DIR"
-host_deps_require unshare chroot tar python3 mkfs.erofs
-as_root=()
-if [[ $(id -u) != 0 ]]; then
-	host_deps_require newuidmap
-	as_root=(--map-root-user --map-auto)
-fi
-propagation=private
-if ! unshare "${as_root[@]}" --mount --propagation private true 2>/dev/null; then
-	# In a chroot, / is not a mount point and cannot be made private (EINVAL). The mounts of the
-	# build then stay in its namespace only if no mount here is shared with another namespace.
-	if grep -q ' shared:' /proc/self/mountinfo; then
-		die "cannot make mounts private in this chroot, and some are shared: run the build outside the chroot, or make them private (mount --make-rprivate)"
-	fi
-	propagation=unchanged
-fi
-run_bg unshare "${as_root[@]}" --mount --propagation "$propagation" --pid --fork --kill-child \
-	python3 "$IMAGE_DIR/rootfs.py" "$1" "$2"
+host_deps_require chroot tar python3 mkfs.erofs
+run_isolated python3 "$IMAGE_DIR/rootfs.py" "$1" "$2"

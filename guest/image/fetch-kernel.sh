@@ -93,7 +93,7 @@ fetch() {
 	mkdir -p "$work/debs"
 	host_deps_require mmdebstrap apt-get dpkg-deb lz4 modinfo python3
 	# shellcheck disable=SC2016 # $1 expands in mmdebstrap's hook shell
-	run_bg mmdebstrap --variant=custom --mode="${HOSTD_MMDEBSTRAP_MODE:-auto}" --format=null \
+	run_mmdebstrap --variant=custom --format=null \
 		--customize-hook='"$HOSTD_FETCH_SELF" __download "$1"' \
 		--customize-hook="sync-out /tmp/hostd-kernel $work/debs" \
 		"$SUITE" /dev/null "${SOURCES[@]}" >&2

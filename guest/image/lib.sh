@@ -5,7 +5,7 @@
 #   SERVICE_CACHE_DIR              cache root (default /var/cache/hostd for root, else ~/.cache/hostd)
 #   HOSTD_DEBIAN_MIRROR            Debian mirror (default http://deb.debian.org/debian)
 #   HOSTD_DEBIAN_SECURITY_MIRROR   security mirror (default http://deb.debian.org/debian-security)
-#   HOSTD_MMDEBSTRAP_MODE          mmdebstrap --mode (default auto: root if root, else unshare)
+#   HOSTD_MMDEBSTRAP_MODE          mmdebstrap --mode (default: root if root, else unshare)
 # shellcheck shell=bash
 
 IMAGE_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -73,7 +73,8 @@ cached_build() {
 	rm -rf "$out" "$out".tmp.*
 	CACHED_BUILD_TMP=$(mktemp -d "$out.tmp.XXXXXX")
 	chmod 0755 "$CACHED_BUILD_TMP" # QEMU runs as another account that must read the files
-	trap 'rm -rf "$CACHED_BUILD_TMP"' EXIT
+	# --one-file-system: never into a mount a killed command might have left behind.
+	trap 'rm -rf --one-file-system "$CACHED_BUILD_TMP"' EXIT
 	trap 'if [[ -n ${CHILD_PID:-} ]]; then kill "$CHILD_PID" 2>/dev/null; wait "$CHILD_PID"; fi; exit 130' INT TERM HUP
 	"$fn" "$CACHED_BUILD_TMP" "$@"
 	mv -T "$CACHED_BUILD_TMP" "$out"
@@ -88,4 +89,49 @@ run_bg() {
 	CHILD_PID=$!
 	wait "$CHILD_PID"
 	CHILD_PID=
+}
+
+# run_isolated COMMAND...: run_bg, in fresh mount and PID namespaces, so that the mounts COMMAND
+# makes and every process it starts end with it, also when it fails or is killed: a program's
+# own clean-up on SIGTERM is not enough (mmdebstrap, stopped while it installs packages, leaves
+# its chroot's /proc, /sys and /dev mounts behind). On SIGTERM, the shell between unshare and
+# COMMAND kills COMMAND, the first process of the PID namespace, with SIGKILL (a first process
+# gets no signal it has no handler for), and the kernel then kills the rest of the namespace.
+# A builder that is not root gets a user namespace with its subordinate ids instead (as
+# mmdebstrap's unshare mode), so file owners are still right.
+run_isolated() {
+	local as_root=() propagation=private
+	host_deps_require unshare
+	if [[ $(id -u) != 0 ]]; then
+		host_deps_require newuidmap
+		as_root=(--map-root-user --map-auto)
+	fi
+	if ! unshare "${as_root[@]}" --mount --propagation private true 2>/dev/null; then
+		# In a chroot, / is not a mount point and cannot be made private (EINVAL). The mounts
+		# then stay in the namespace only if no mount here is shared with another namespace.
+		if grep -q ' shared:' /proc/self/mountinfo; then
+			die "cannot make mounts private in this chroot, and some are shared: run the build outside the chroot, or make them private (mount --make-rprivate)"
+		fi
+		propagation=unchanged
+	fi
+	# shellcheck disable=SC2016 # expands in the shell inside the namespaces
+	run_bg unshare "${as_root[@]}" --mount --propagation "$propagation" --pid bash -c '
+		trap '\''kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; exit 143'\'' TERM INT HUP
+		"$@" &
+		pid=$!
+		wait "$pid"' run_isolated "$@"
+}
+
+# run_mmdebstrap ARGS...: mmdebstrap under run_bg, leaving nothing behind when it is killed. As
+# root it runs isolated (run_isolated), its chroot in cached_build's temporary directory so that
+# what it leaves goes with that; otherwise its unshare mode makes its own namespaces.
+run_mmdebstrap() {
+	if [[ $(id -u) == 0 ]]; then
+		local tmp=$CACHED_BUILD_TMP/mmdebstrap
+		mkdir "$tmp"
+		run_isolated env TMPDIR="$tmp" mmdebstrap --mode="${HOSTD_MMDEBSTRAP_MODE:-root}" "$@"
+		rmdir "$tmp"
+	else
+		run_bg mmdebstrap --mode="${HOSTD_MMDEBSTRAP_MODE:-unshare}" "$@"
+	fi
 }

@@ -1,16 +1,16 @@
 /**
  * The template builder against the real scripts and cache: failures name their step and keep
  * their log, a finished build is found again, and a change to a recipe's files rebuilds the
- * root filesystem on top of the cached Debian packages. Recipes here use only the base
- * packages, which `npm test` has installed for python-slim already, so each build takes
- * seconds.
+ * root filesystem on top of the cached Debian packages, and a build stopped half-way leaves
+ * nothing behind. Recipes here use only the base packages, which `npm test` has installed for
+ * python-slim already, so each build takes seconds; the one that adds a package is stopped.
  */
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, readlink, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseRecipe } from '../../src/core/recipe.js';
+import { parseRecipe, type Recipe } from '../../src/core/recipe.js';
 import { TemplateBuildError } from '../../src/vm/build-step.js';
 import { buildTemplate, defaultCacheDir, findBuilt } from '../../src/vm/image-builder.js';
 
@@ -28,6 +28,41 @@ async function recipe(base: string, text: string, files: Record<string, string> 
 }
 
 const entries = (dir: string): Promise<string[]> => readdir(dir).catch(() => []);
+
+/** Every process whose root, working directory or command line is under `dir`. */
+async function processesUnder(dir: string): Promise<string[]> {
+  const found: string[] = [];
+  for (const pid of (await entries('/proc')).filter((e) => /^\d+$/.test(e))) {
+    const at = (what: string): Promise<string> => readlink(`/proc/${pid}/${what}`).catch(() => '');
+    const cmd = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
+    const root = await at('root');
+    const cwd = await at('cwd');
+    if ([root, cwd].some((p) => p.startsWith(dir)) || cmd.includes(dir))
+      found.push(`${pid}: ${cmd.replaceAll('\0', ' ')}`);
+  }
+  return found;
+}
+
+/** Mount points of this namespace under `dir`, or in a directory mmdebstrap made. */
+async function mountsUnder(dir: string): Promise<string[]> {
+  const lines = (await readFile('/proc/self/mountinfo', 'utf8')).split('\n');
+  return lines.filter((l) => l.split(' ')[4]?.startsWith(dir) || l.includes('/mmdebstrap.'));
+}
+
+/** Builds `r` and stops the build at the first log line that `stopAt` accepts. */
+async function stopBuild(r: Recipe, stopAt: (line: string) => boolean): Promise<void> {
+  const stop = new AbortController();
+  const onLine = (line: string): void => {
+    if (stopAt(line)) stop.abort();
+  };
+  const err = await buildTemplate(r, { cacheDir, onLine, signal: stop.signal }).then(
+    () => assert.fail('the build was not stopped'),
+    (e: unknown) => e,
+  );
+  assert.ok(stop.signal.aborted, String(err));
+  assert.ok(err instanceof TemplateBuildError, String(err));
+  assert.equal(err.reason, 'cancelled');
+}
 
 after(async () => {
   for (const name of names) {
@@ -93,4 +128,40 @@ test('a built template is found again; changing a file rebuilds its root filesys
   assert.notEqual(changed.manifest.keys.rootfs, built.manifest.keys.rootfs);
   assert.equal(changed.manifest.keys.boot, built.manifest.keys.boot);
   assert.deepEqual(await entries(join(cacheDir, 'debian')), debianBefore);
+});
+
+test('a build stopped in a setup command leaves nothing running, mounted or on disk', async () => {
+  const marker = `setup-running-${process.pid}`;
+  const r = await recipe('stopped-setup', `setup = ["echo ${marker}; sleep 3600"]\n`);
+  await stopBuild(r, (line) => line.includes(marker) && !line.includes('echo'));
+  const rootfsDir = join(cacheDir, 'rootfs', r.name);
+  assert.deepEqual(await processesUnder(rootfsDir), []);
+  assert.deepEqual(await mountsUnder(rootfsDir), []);
+  assert.deepEqual(
+    (await entries(join(cacheDir, 'rootfs'))).filter((e) => e.startsWith(`${r.name}-`)),
+    [],
+  );
+});
+
+test('a build stopped while it installs Debian packages leaves nothing running, mounted or on disk', async () => {
+  // A package set no other test uses: its Debian packages are not cached, so mmdebstrap runs.
+  const r = await recipe('stopped-debian', `[debian]\npackages = ["hello"]\n`);
+  const debianDir = join(cacheDir, 'debian');
+  const tmpBefore = (await entries(tmpdir())).filter((e) => e.startsWith('mmdebstrap.'));
+  // Once mmdebstrap installs the essential packages, its chroot's mounts are in place.
+  let installing = false;
+  await stopBuild(r, (line) => {
+    installing ||= line.includes('installing essential packages');
+    return installing && line.startsWith('Setting up ');
+  });
+  assert.deepEqual(await processesUnder(debianDir), []);
+  assert.deepEqual(await mountsUnder(debianDir), []);
+  assert.deepEqual(
+    (await entries(debianDir)).filter((e) => e.includes('.tmp.')),
+    [],
+  );
+  assert.deepEqual(
+    (await entries(tmpdir())).filter((e) => e.startsWith('mmdebstrap.') && !tmpBefore.includes(e)),
+    [],
+  );
 });
