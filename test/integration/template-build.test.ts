@@ -29,6 +29,9 @@ async function recipe(base: string, text: string, files: Record<string, string> 
 
 const entries = (dir: string): Promise<string[]> => readdir(dir).catch(() => []);
 
+/** A package no template installs: a package set with it is not cached, so mmdebstrap runs. */
+const UNCACHED_PACKAGE = 'hello';
+
 /** Every process whose root, working directory or command line is under `dir`. */
 async function processesUnder(dir: string): Promise<string[]> {
   const found: string[] = [];
@@ -72,6 +75,14 @@ after(async () => {
       if (e.startsWith(`${name}-`))
         await rm(join(cacheDir, 'rootfs', e), { recursive: true, force: true });
     }
+  }
+  // A stopped build that was not stopped in time would leave its package set cached, and the
+  // next run would find nothing to stop.
+  const debianDir = join(cacheDir, 'debian');
+  for (const e of await entries(debianDir)) {
+    const lock = await readFile(join(debianDir, e, 'packages.lock'), 'utf8').catch(() => '');
+    if (lock.split('\n').some((l) => l.startsWith(`${UNCACHED_PACKAGE}=`)))
+      await rm(join(debianDir, e), { recursive: true, force: true });
   }
   await rm(recipes, { recursive: true, force: true });
 });
@@ -144,8 +155,7 @@ test('a build stopped in a setup command leaves nothing running, mounted or on d
 });
 
 test('a build stopped while it installs Debian packages leaves nothing running, mounted or on disk', async () => {
-  // A package set no other test uses: its Debian packages are not cached, so mmdebstrap runs.
-  const r = await recipe('stopped-debian', `[debian]\npackages = ["hello"]\n`);
+  const r = await recipe('stopped-debian', `[debian]\npackages = ["${UNCACHED_PACKAGE}"]\n`);
   const debianDir = join(cacheDir, 'debian');
   const tmpBefore = (await entries(tmpdir())).filter((e) => e.startsWith('mmdebstrap.'));
   // Once mmdebstrap installs the essential packages, its chroot's mounts are in place.
