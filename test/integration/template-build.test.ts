@@ -29,6 +29,10 @@ async function recipe(base: string, text: string, files: Record<string, string> 
 
 const entries = (dir: string): Promise<string[]> => readdir(dir).catch(() => []);
 
+/** The cached root filesystems of template `name`, finished or not (`.tmp.`). */
+const rootfsEntriesOf = async (name: string): Promise<string[]> =>
+  (await entries(join(cacheDir, 'rootfs'))).filter((e) => e.startsWith(`${name}-`));
+
 /** A package no template installs: a package set with it is not cached, so mmdebstrap runs. */
 const UNCACHED_PACKAGE = 'hello';
 
@@ -71,10 +75,8 @@ after(async () => {
   for (const name of names) {
     await rm(join(cacheDir, 'templates', name), { recursive: true, force: true });
     await rm(join(cacheDir, 'templates', `${name}.lock`), { force: true });
-    for (const e of await entries(join(cacheDir, 'rootfs'))) {
-      if (e.startsWith(`${name}-`))
-        await rm(join(cacheDir, 'rootfs', e), { recursive: true, force: true });
-    }
+    for (const e of await rootfsEntriesOf(name))
+      await rm(join(cacheDir, 'rootfs', e), { recursive: true, force: true });
   }
   // A stopped build that was not stopped in time would leave its package set cached, and the
   // next run would find nothing to stop.
@@ -100,10 +102,7 @@ test('a failing setup command fails the build at that command, with the end of t
   assert.ok(err.logPath !== null);
   assert.ok((await readFile(err.logPath, 'utf8')).includes('about to fail'));
   // Nothing of the failed build is left but its log.
-  assert.deepEqual(
-    (await entries(join(cacheDir, 'rootfs'))).filter((e) => e.startsWith(`${r.name}-`)),
-    [],
-  );
+  assert.deepEqual(await rootfsEntriesOf(r.name), []);
   assert.equal(await findBuilt(r, { cacheDir }), null);
 });
 
@@ -148,10 +147,7 @@ test('a build stopped in a setup command leaves nothing running, mounted or on d
   const rootfsDir = join(cacheDir, 'rootfs', r.name);
   assert.deepEqual(await processesUnder(rootfsDir), []);
   assert.deepEqual(await mountsUnder(rootfsDir), []);
-  assert.deepEqual(
-    (await entries(join(cacheDir, 'rootfs'))).filter((e) => e.startsWith(`${r.name}-`)),
-    [],
-  );
+  assert.deepEqual(await rootfsEntriesOf(r.name), []);
 });
 
 test('a build stopped while it installs Debian packages leaves nothing running, mounted or on disk', async () => {
