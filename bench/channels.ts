@@ -14,8 +14,8 @@ import { join } from 'node:path';
 import { Readable, Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { egressGate, parseEgressRules } from '../src/core/egress-policy.js';
-import { FileChannel } from '../src/vm/file-channel.js';
-import { NetChannel } from '../src/vm/net-channel.js';
+import { FileChannel } from '../src/vm/channels/file-channel.js';
+import { NetChannel } from '../src/vm/channels/net-channel.js';
 import { GuestServer, connectUnix } from '../test/helpers/guest-server.js';
 
 const QUICK = process.env.BENCH_QUICK === '1';

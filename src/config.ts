@@ -5,7 +5,7 @@
  */
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import { defaultCacheDir } from './vm/image-builder.js';
+import { defaultCacheDir } from './vm/image/image-builder.js';
 
 export type AccelChoice = 'auto' | 'kvm' | 'tcg';
 
@@ -43,9 +43,9 @@ export interface Config {
   readonly templateDir: string;
   readonly accel: AccelChoice;
   readonly tcgTbMib: number;
-  /** Let TCG VMs use transparent huge pages (SERVICE_TCG_HUGE_PAGES=1); off: vm/huge-pages.ts. */
+  /** Let TCG VMs use transparent huge pages (SERVICE_TCG_HUGE_PAGES=1); off: vm/host/huge-pages.ts. */
   readonly tcgHugePages: boolean;
-  /** Turn the host's KSM on at start when hostd is root (SERVICE_KSM, default on): vm/ksm.ts. */
+  /** Turn the host's KSM on at start when hostd is root (SERVICE_KSM, default on): vm/host/ksm.ts. */
   readonly ksm: boolean;
   /** The templates to serve, in order; null: every recipe, `python` first. */
   readonly templates: readonly TemplateConfig[] | null;
@@ -72,11 +72,11 @@ export interface Config {
   readonly minFreeMib: number;
   /** Output (bytes of event data) one exec may produce before it is interrupted. */
   readonly maxExecOutputBytes: number;
-  /** Most QEMUs started ahead per template for forks (vm/spare-copies.ts); 0: none. */
+  /** Most QEMUs started ahead per template for forks (core/fork-standby.ts); 0: none. */
   readonly forkStandbyMax: number;
   readonly logLevel: string;
   readonly qemuBinary: string;
-  /** Load Debian's libcapstone in QEMU (SERVICE_QEMU_CAPSTONE=1); off: vm/capstone-stand-in.ts. */
+  /** Load Debian's libcapstone in QEMU (SERVICE_QEMU_CAPSTONE=1); off: vm/host/capstone-stand-in.ts. */
   readonly qemuCapstone: boolean;
   /** Account QEMU runs as when hostd is root (SERVICE_VM_USER, default hostd-vm). */
   readonly vmUser: string;

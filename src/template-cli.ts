@@ -12,8 +12,13 @@
  * steps are always shown. Exit status: 0, 1 when a build failed, 2 for a bad command or recipe.
  */
 import { BUILTIN_RECIPE_DIR, loadRecipes, RecipeError, type Recipe } from './core/recipe.js';
-import { TemplateBuildError } from './vm/build-step.js';
-import { buildTemplate, defaultCacheDir, findBuilt, rootfsKeyOf } from './vm/image-builder.js';
+import { TemplateBuildError } from './vm/image/build-step.js';
+import {
+  buildTemplate,
+  defaultCacheDir,
+  findBuilt,
+  rootfsKeyOf,
+} from './vm/image/image-builder.js';
 
 const USAGE = `usage: npm run template -- list
        npm run template -- build [-v] NAME... | --all

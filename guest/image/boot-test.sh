@@ -3,7 +3,7 @@
 #
 #   guest/image/boot-test.sh [TEMPLATE_DIR]
 #
-# TEMPLATE_DIR (a directory with a manifest.json, see src/vm/image.ts) defaults to the template
+# TEMPLATE_DIR (a directory with a manifest.json, see src/vm/image/image.ts) defaults to the template
 # python-slim, built or reused through `node dist/src/template-cli.js path python-slim`. QEMU is
 # started the way hostd starts it: the root filesystem read-only on the first virtio disk, and
 # a copy-on-write qcow2 overlay of the template's disk.qcow2 as the writable second disk. Steps,

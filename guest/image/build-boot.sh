@@ -33,7 +33,7 @@ AGENT_DIR=${HOSTD_AGENT_DIR:-$REPO_DIR/guest/agent}
 #   init_on_alloc=0    no zeroing of every allocated page (Debian's hardening default), but
 #   init_on_free=1     zeroing of every freed page instead: then a guest's free memory is zero,
 #                      and hostd leaves pages zero here and in the image they were restored from
-#                      out of forks, snapshots and paused sandboxes (vm/page-delta.ts): a freed
+#                      out of forks, snapshots and paused sandboxes (vm/storage/page-delta.ts): a freed
 #                      100 MiB buffer costs a paused sandbox nothing instead of 100 MiB to write
 #                      and load back. A process's pages were zeroed when allocated and now are
 #                      when freed (the kernel then skips the first); page cache and slab memory

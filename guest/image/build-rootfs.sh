@@ -3,7 +3,7 @@
 #
 #   guest/image/build-rootfs.sh SPEC.json OUT_DIR
 #
-# SPEC.json is written by src/vm/image-builder.ts, which also owns the cache entry (key, lock,
+# SPEC.json is written by src/vm/image/image-builder.ts, which also owns the cache entry (key, lock,
 # temporary directory, publish); its debian_dir comes from build-debian.sh. rootfs.py does the
 # work, as root in fresh mount and PID namespaces: the mounts it makes for the chroot and any
 # process a setup command leaves running die with it, also when it fails or is killed. A builder

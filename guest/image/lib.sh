@@ -37,7 +37,7 @@ die() {
 	log "error: $*"
 	exit 1
 }
-# A line the TypeScript builder reads to name the step that failed (src/vm/image-builder.ts).
+# A line the TypeScript builder reads to name the step that failed (src/vm/image/image-builder.ts).
 step() { echo "hostd-build-step: $*" >&2; }
 
 # mmdebstrap's MIRROR arguments: bookworm with its updates and security fixes.

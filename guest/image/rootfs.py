@@ -4,7 +4,7 @@ it makes and every process a setup command leaves behind goes away with it, also
 
     rootfs.py SPEC.json OUT_DIR
 
-SPEC.json is written by src/vm/image-builder.ts (see its RootfsBuildSpec). OUT_DIR receives:
+SPEC.json is written by src/vm/image/image-builder.ts (see its RootfsBuildSpec). OUT_DIR receives:
 
     rootfs.erofs   the root filesystem, read-only EROFS (the VM's first virtio disk)
     contents.json  every installed Debian package and every Python package pip installed

@@ -9,7 +9,7 @@ import { fail } from '../errors.js';
 import { shortage, type HostFree } from './host-resources.js';
 
 /**
- * Host memory the default sandbox cap leaves free (issue 15 sizes hosts with 2 GiB left): room
+ * Host memory the default sandbox cap leaves free (docs/api.md, Limits: hosts are sized with 2 GiB left): room
  * for hostd, the page cache of the images, and sandboxes that grow past their idle size.
  */
 export const CAP_RESERVE_MIB = 2048;

@@ -1,7 +1,7 @@
 /**
  * A sandbox's outbound network rules (`network.allow_out`, docs/api.md "Network"): parsing
  * them, and deciding whether a connection may go out. Pure functions; hostd enforces the
- * decision outside the VM (vm/net-channel.ts asks through an EgressGate, built here).
+ * decision outside the VM (vm/channels/net-channel.ts asks through an EgressGate, built here).
  *
  * The decision has two steps because names lie: a rule for `example.com` allows the name,
  * but the addresses it resolves to are judged again, and loopback, private, link-local,
@@ -16,7 +16,7 @@ import {
   type EgressGate,
   type EgressVerdict,
   HOST_ALIAS,
-} from '../vm/egress-gate.js';
+} from '../vm/channels/egress-gate.js';
 import {
   type IpRange,
   formatIp,

@@ -7,7 +7,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { basename, dirname, isAbsolute, join, posix, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse, TomlError } from 'smol-toml';
-import type { TemplateFile, TemplateResources, TemplateSpec } from '../vm/image-builder.js';
+import type { TemplateFile, TemplateResources, TemplateSpec } from '../vm/image/image-builder.js';
 
 /** A validated recipe: everything the builder needs, plus where it came from. */
 export interface Recipe extends TemplateSpec {

@@ -2,18 +2,18 @@
  * What the rest of hostd needs from virtual machines, and nothing more: `core` depends on these
  * interfaces only, never on QEMU, so its logic (queues, pools, fork and merge bookkeeping,
  * admission) is unit-tested in milliseconds against a fake (test/helpers/fake-hypervisor.ts),
- * and `QemuHypervisor` (vm/hypervisor.ts) is the one real implementation.
+ * and `QemuHypervisor` (vm/qemu/hypervisor.ts) is the one real implementation.
  *
  * The model: every running machine is a restore of an immutable `FrozenState` (a template's
  * frozen boot, or a fork point). A fork captures a running machine into a new FrozenState and
  * restores its children from it.
  */
-import type { EgressGate } from './egress-gate.js';
-import type { FileChannel } from './file-channel.js';
-import type { NetStats } from './net-channel.js';
+import type { EgressGate } from './channels/egress-gate.js';
+import type { FileChannel } from './channels/file-channel.js';
+import type { NetStats } from './channels/net-channel.js';
 
-export type { EgressGate } from './egress-gate.js';
-export type { NetStats } from './net-channel.js';
+export type { EgressGate } from './channels/egress-gate.js';
+export type { NetStats } from './channels/net-channel.js';
 export {
   type Download,
   type ExtractResult,
@@ -22,8 +22,8 @@ export {
   FileOpError,
   type Upload,
   type WriteResult,
-} from './file-channel.js';
-import type { TemplateSpec } from './image-builder.js';
+} from './channels/file-channel.js';
+import type { TemplateSpec } from './image/image-builder.js';
 
 export type Language = 'python' | 'bash';
 export type OutputStream = 'stdout' | 'stderr';
@@ -56,7 +56,7 @@ export interface ExecSink {
 }
 
 /**
- * A machine's files, read and written while execs run (vm/file-channel.ts). One operation at a
+ * A machine's files, read and written while execs run (vm/channels/file-channel.ts). One operation at a
  * time: the caller queues them (core's file lane).
  */
 export type GuestFiles = Pick<
@@ -64,7 +64,7 @@ export type GuestFiles = Pick<
   'writeFile' | 'readFile' | 'tarOut' | 'tarIn' | 'list' | 'stat' | 'mkdir' | 'remove'
 >;
 
-/** What a machine's guest may reach (vm/net-channel.ts). */
+/** What a machine's guest may reach (vm/channels/net-channel.ts). */
 export interface NetworkPolicy {
   /** Judges every connection the guest opens. */
   readonly gate: EgressGate;
@@ -213,7 +213,7 @@ export interface MachineShape {
 }
 
 /**
- * A template's built guest image (vm/template-images.ts), handed back to `bootTemplate`. Core
+ * A template's built guest image (vm/image/template-images.ts), handed back to `bootTemplate`. Core
  * reads only what the templates API shows; the rest is the hypervisor's business.
  */
 export interface TemplateImage {

@@ -6,7 +6,7 @@
 import { parseRecipe, type Recipe } from '../../src/core/recipe.js';
 import type { TemplatePlan } from '../../src/core/template-plan.js';
 import type { TemplateImage, TemplateImages } from '../../src/vm/machine.js';
-import type { TemplateSpec } from '../../src/vm/image-builder.js';
+import type { TemplateSpec } from '../../src/vm/image/image-builder.js';
 
 /** The image a fake build of `name` gives. */
 export function fakeImage(name: string): TemplateImage {

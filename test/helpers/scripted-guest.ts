@@ -5,7 +5,13 @@
  */
 import { once } from 'node:events';
 import { createServer, type Server, type Socket } from 'node:net';
-import { HEADER_BYTES, Kind, SYNC, SYNC_REPLY, jsonFrame } from '../../src/vm/port-frames.js';
+import {
+  HEADER_BYTES,
+  Kind,
+  SYNC,
+  SYNC_REPLY,
+  jsonFrame,
+} from '../../src/vm/channels/port-frames.js';
 
 export interface HostFrame {
   kind: number;

@@ -11,8 +11,8 @@ import { mkdtemp, readdir, readFile, readlink, rm, writeFile } from 'node:fs/pro
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseRecipe, type Recipe } from '../../src/core/recipe.js';
-import { TemplateBuildError } from '../../src/vm/build-step.js';
-import { buildTemplate, defaultCacheDir, findBuilt } from '../../src/vm/image-builder.js';
+import { TemplateBuildError } from '../../src/vm/image/build-step.js';
+import { buildTemplate, defaultCacheDir, findBuilt } from '../../src/vm/image/image-builder.js';
 
 const cacheDir = defaultCacheDir();
 const recipes = await mkdtemp(join(tmpdir(), 'hostd-recipes-'));

@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { AgentChannel } from '../../src/vm/agent-channel.js';
+import { AgentChannel } from '../../src/vm/channels/agent-channel.js';
 import type { ExecSink } from '../../src/vm/machine.js';
 
 /** The guest side of both ports, as QEMU's socket chardevs present them: a fake guest. */

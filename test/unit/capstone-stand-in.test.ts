@@ -4,7 +4,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { capstoneStandIn } from '../../src/vm/capstone-stand-in.js';
+import { capstoneStandIn } from '../../src/vm/host/capstone-stand-in.js';
 
 const QEMU = 'qemu-system-x86_64';
 

@@ -1,7 +1,7 @@
 /**
- * Disk layers are freed exactly when nothing reads them any more (vm/disk-layer.ts), and the
+ * Disk layers are freed exactly when nothing reads them any more (vm/storage/disk-layer.ts), and the
  * store reopens their chains after a restart and collects what no one reopened
- * (vm/disk-store.ts).
+ * (vm/storage/disk-store.ts).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -9,8 +9,8 @@ import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { DiskLayer } from '../../src/vm/disk-layer.js';
-import { DiskStore } from '../../src/vm/disk-store.js';
+import { DiskLayer } from '../../src/vm/storage/disk-layer.js';
+import { DiskStore } from '../../src/vm/storage/disk-store.js';
 import { eventually } from '../../testkit/eventually.js';
 
 function recorder(): { removed: string[]; remove: (p: string) => Promise<void> } {

@@ -11,8 +11,8 @@ import {
   FileChannel,
   FileChannelError,
   type FileChannelOptions,
-} from '../../src/vm/file-channel.js';
-import { Kind, encodeFrame, jsonFrame } from '../../src/vm/port-frames.js';
+} from '../../src/vm/channels/file-channel.js';
+import { Kind, encodeFrame, jsonFrame } from '../../src/vm/channels/port-frames.js';
 import { connectUnix } from '../helpers/guest-server.js';
 import { ScriptedGuest } from '../helpers/scripted-guest.js';
 

@@ -10,7 +10,7 @@ import {
   FileChannelError,
   FileOpError,
   type FileChannelOptions,
-} from '../../src/vm/file-channel.js';
+} from '../../src/vm/channels/file-channel.js';
 import { GuestServer, connectUnix } from '../helpers/guest-server.js';
 
 /** A FileChannel connected to the real guest files server (files_server.py), run locally. */

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { noHugePagesLauncher } from '../../src/vm/huge-pages.js';
+import { noHugePagesLauncher } from '../../src/vm/host/huge-pages.js';
 
 test('QEMU starts through perl setting PR_SET_THP_DISABLE with the syscall number of its arch', () => {
   const [perl, flag, script] = noHugePagesLauncher('x64', 'madvise', process.execPath);

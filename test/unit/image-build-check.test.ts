@@ -1,5 +1,5 @@
 /**
- * Saved machine states belong to one template build (vm/image.ts, vm/state-store.ts): a frozen
+ * Saved machine states belong to one template build (vm/image/image.ts, vm/qemu/state-store.ts): a frozen
  * template is keyed by its build, and a state whose build is gone is refused, never restored on
  * another build's root filesystem.
  */
@@ -8,9 +8,9 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { checkImageBuild, ImageGoneError } from '../../src/vm/image.js';
-import type { GuestImage, MachineSpec } from '../../src/vm/qemu-args.js';
-import { templateKey } from '../../src/vm/state-store.js';
+import { checkImageBuild, ImageGoneError } from '../../src/vm/image/image.js';
+import type { GuestImage, MachineSpec } from '../../src/vm/qemu/qemu-args.js';
+import { templateKey } from '../../src/vm/qemu/state-store.js';
 
 const dir = await mkdtemp(join(tmpdir(), 'hostd-image-check-'));
 after(() => rm(dir, { recursive: true, force: true }));

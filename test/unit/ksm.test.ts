@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { enableKsm } from '../../src/vm/ksm.js';
+import { enableKsm } from '../../src/vm/host/ksm.js';
 
 test('KSM is turned on when off, and never touched when off is asked or it is on', () => {
   const dir = mkdtempSync(join(tmpdir(), 'ksm-'));

@@ -7,9 +7,13 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { EgressGate } from '../../src/vm/egress-gate.js';
-import { NET_WINDOW, NetChannel, type NetChannelOptions } from '../../src/vm/net-channel.js';
-import { Kind, encodeFrame } from '../../src/vm/port-frames.js';
+import type { EgressGate } from '../../src/vm/channels/egress-gate.js';
+import {
+  NET_WINDOW,
+  NetChannel,
+  type NetChannelOptions,
+} from '../../src/vm/channels/net-channel.js';
+import { Kind, encodeFrame } from '../../src/vm/channels/port-frames.js';
 import { connectUnix } from '../helpers/guest-server.js';
 import { ScriptedGuest } from '../helpers/scripted-guest.js';
 

@@ -9,7 +9,7 @@ import { once } from 'node:events';
 import { createServer as createHttpServer, type IncomingHttpHeaders } from 'node:http';
 import { type AddressInfo, connect, createServer, type Server, type Socket } from 'node:net';
 import { egressGate, parseEgressRules } from '../../src/core/egress-policy.js';
-import { NetChannel, type NetEvent, resolveWithDns } from '../../src/vm/net-channel.js';
+import { NetChannel, type NetEvent, resolveWithDns } from '../../src/vm/channels/net-channel.js';
 import { GuestServer, connectUnix } from '../helpers/guest-server.js';
 
 const GUEST_INTERNAL_ADDRESS = '127.0.0.2';

@@ -14,7 +14,7 @@ import {
   loadWrittenPages,
   saveWrittenPages,
   writtenRuns,
-} from '../../src/vm/page-delta.js';
+} from '../../src/vm/storage/page-delta.js';
 
 const PRESENT = 1n << 63n;
 const SWAPPED = 1n << 62n;

@@ -1,6 +1,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { MAX_HEAD_BYTES, parseProxyRequest, proxyAnswer } from '../../src/vm/proxy-request.js';
+import {
+  MAX_HEAD_BYTES,
+  parseProxyRequest,
+  proxyAnswer,
+} from '../../src/vm/channels/proxy-request.js';
 
 const parse = (text: string): ReturnType<typeof parseProxyRequest> =>
   parseProxyRequest(Buffer.from(text, 'latin1'));

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { qemuArgs, type MachineSpec } from '../../src/vm/qemu-args.js';
-import { chooseAccel, hostTscKhz } from '../../src/vm/accel.js';
+import { qemuArgs, type MachineSpec } from '../../src/vm/qemu/qemu-args.js';
+import { chooseAccel, hostTscKhz } from '../../src/vm/qemu/accel.js';
 
 const spec: MachineSpec = {
   image: {

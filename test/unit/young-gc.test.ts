@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { YoungGcPacer, youngGcAvailable } from '../../src/vm/young-gc.js';
+import { YoungGcPacer, youngGcAvailable } from '../../src/vm/channels/young-gc.js';
 
 describe('a transfer asks for a minor collection every few MiB it moves', () => {
   test('one collection each time the bytes moved reach the interval, none before', () => {

@@ -15,8 +15,8 @@ import {
   type RamMode,
   type VmPaths,
 } from './qemu-args.js';
-import { readBounded, readTail, truncateIfOver } from './safe-files.js';
-import { sendAll } from './unix-socket.js';
+import { readBounded, readTail, truncateIfOver } from '../storage/safe-files.js';
+import { sendAll } from '../channels/unix-socket.js';
 
 /** Where and how QEMU processes run on this host. */
 export interface QemuHost {
@@ -27,7 +27,7 @@ export interface QemuHost {
   readonly launcher: readonly string[];
   /** When QEMU runs as another user: that user owns each VM's directory and its RAM images. */
   readonly owner?: { uid: number; gid: number };
-  /** Added to QEMU's environment (LD_LIBRARY_PATH for vm/capstone-stand-in.ts). */
+  /** Added to QEMU's environment (LD_LIBRARY_PATH for vm/host/capstone-stand-in.ts). */
   readonly env?: Readonly<Record<string, string>>;
 }
 

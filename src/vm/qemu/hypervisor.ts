@@ -1,11 +1,11 @@
 /**
- * The QEMU implementation of vm/machine.ts's Hypervisor: where states live (vm/state-store.ts),
+ * The QEMU implementation of vm/machine.ts's Hypervisor: where states live (vm/qemu/state-store.ts),
  * how a template's machine spec is made, and the per-VM memory estimate admission uses.
  */
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import { readdir, readFile, rm } from 'node:fs/promises';
-import { findProcessesUsing } from '../state-dir.js';
+import { findProcessesUsing } from '../../state-dir.js';
 import type {
   FrozenState,
   Hypervisor,
@@ -15,16 +15,16 @@ import type {
   PausedMachine,
   StateDescriptor,
   TemplateImage,
-} from './machine.js';
-import type { LoadedImage } from './image.js';
+} from '../machine.js';
+import type { LoadedImage } from '../image/image.js';
 import { QemuPaused } from './qemu-paused.js';
 import type { MachineSpec } from './qemu-args.js';
 import type { QemuHost } from './qemu-process.js';
 import { QemuState } from './qemu-state.js';
 import { QemuForkTarget } from './fork-target.js';
 import { StateStore, templateKey } from './state-store.js';
-import { BuiltImage } from './template-images.js';
-import { STATE_FORMAT } from './state-format.js';
+import { BuiltImage } from '../image/template-images.js';
+import { STATE_FORMAT } from '../storage/state-format.js';
 import { Vm, type VmContext } from './vm.js';
 
 export class QemuHypervisor implements Hypervisor {

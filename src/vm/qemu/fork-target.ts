@@ -8,8 +8,8 @@
  * (core/fork-standby.ts).
  */
 import { rename, rm } from 'node:fs/promises';
-import type { ForkTarget } from './machine.js';
-import { MemImage } from './mem-image.js';
+import type { ForkTarget } from '../machine.js';
+import { MemImage } from '../storage/mem-image.js';
 import type { QemuState } from './qemu-state.js';
 import { Vm, type PreparedCopy, type VmContext } from './vm.js';
 

@@ -1,7 +1,7 @@
 /**
  * A file that several holders share and that must outlive all of them and no longer: each holds
  * a reference, and the last release deletes the file and its companions, unless it is kept (a
- * cached template's). Memory images (vm/mem-image.ts) and disk layers (vm/disk-layer.ts) are
+ * cached template's). Memory images (vm/storage/mem-image.ts) and disk layers (vm/storage/disk-layer.ts) are
  * such files.
  */
 import { rm } from 'node:fs/promises';

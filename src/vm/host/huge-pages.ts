@@ -3,7 +3,7 @@
  * its translation buffer and for every RAM block, so with the host's THP mode at `madvise` (or
  * `always`) each block it touches costs a whole 2 MiB page: a 256 KiB firmware block costs 2 MiB,
  * and the translation buffer is charged in 2 MiB steps. For hundreds of mostly idle VMs that is
- * memory for nothing (issue 15); small pages cost the emulator little, since TCG's hot data is
+ * memory for nothing (docs/architecture.md, Density); small pages cost the emulator little, since TCG's hot data is
  * its TLB, not the buffer's page walks.
  *
  * Node cannot call prctl(2), and PR_SET_THP_DISABLE is inherited across exec: so QEMU is started

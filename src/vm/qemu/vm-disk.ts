@@ -1,6 +1,6 @@
 /**
- * One VM's writable disk: its own qcow2 overlay (a "top", vm/disk-store.ts) over a chain of
- * frozen layers (vm/disk-layer.ts) ending in the template's empty disk. The VM holds a reference
+ * One VM's writable disk: its own qcow2 overlay (a "top", vm/storage/disk-store.ts) over a chain of
+ * frozen layers (vm/storage/disk-layer.ts) ending in the template's empty disk. The VM holds a reference
  * to the layer its overlay sits on for as long as it runs.
  *
  * The QMP side of the disk's life:
@@ -13,8 +13,8 @@
  */
 import { link } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { DiskLayer } from './disk-layer.js';
-import type { DiskStore } from './disk-store.js';
+import type { DiskLayer } from '../storage/disk-layer.js';
+import type { DiskStore } from '../storage/disk-store.js';
 import { DISK_TOP_NODE, diskLayerNode, type DiskChain } from './qemu-args.js';
 import type { QmpClient } from './qmp.js';
 
@@ -114,7 +114,7 @@ export class VmDisk {
     return disk;
   }
 
-  /** The chain QEMU opens at start (vm/qemu-args.ts). */
+  /** The chain QEMU opens at start (vm/qemu/qemu-args.ts). */
   chain(): DiskChain {
     const layers = this.attached ? this.layerPaths(this.backing) : [];
     this.layerNodes = layers

@@ -50,7 +50,7 @@ export {
   type WriteResult,
 } from './file-transfers.js';
 
-export { FILES_PORT_NAME } from './qemu-args.js';
+export { FILES_PORT_NAME } from './port-names.js';
 const PROTOCOL_VERSION = 1;
 
 export interface FileChannelOptions {

@@ -3,9 +3,9 @@
  * with it and the frozen layer of its writable disk (vm/machine.ts, FrozenState). Its references
  * are its image's; the state holds one reference to its disk layer until its image is freed.
  */
-import type { DiskLayer } from './disk-layer.js';
-import type { FrozenState } from './machine.js';
-import type { MemImage } from './mem-image.js';
+import type { DiskLayer } from '../storage/disk-layer.js';
+import type { FrozenState } from '../machine.js';
+import type { MemImage } from '../storage/mem-image.js';
 import type { MachineSpec } from './qemu-args.js';
 import type { Vm } from './vm.js';
 

@@ -1,10 +1,11 @@
 /**
  * Reading files in directories a (possibly compromised) QEMU can write to, as a more
  * privileged hostd: never follow a symlink it planted, read only regular files, and never more
- * than a bound, so a swapped file cannot make hostd leak /etc/shadow or read /dev/zero forever.
+ * than a bound, so a swapped file cannot make hostd leak /etc/shadow or read /dev/zero forever;
+ * and writing small records so that they survive a power cut whole or not at all.
  */
 import { constants } from 'node:fs';
-import { open } from 'node:fs/promises';
+import { open, rename } from 'node:fs/promises';
 
 /** The last `maxBytes` of a regular file, or '' when it is missing or not a regular file. */
 export async function readTail(path: string, maxBytes: number): Promise<Buffer> {
@@ -53,4 +54,17 @@ export async function truncateIfOver(path: string, maxBytes: number): Promise<vo
   } finally {
     await fh.close();
   }
+}
+
+/** Writes `data` to `path` (via a temporary name) and makes it durable before returning. */
+export async function writeDurably(path: string, data: Buffer): Promise<void> {
+  const tmp = `${path}.tmp`;
+  const fh = await open(tmp, 'w', 0o640);
+  try {
+    await fh.writeFile(data);
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+  await rename(tmp, path);
 }

@@ -26,7 +26,7 @@ import {
 
 export { type NetEvent, NET_WINDOW } from './net-connection.js';
 
-export { NET_PORT_NAME } from './qemu-args.js';
+export { NET_PORT_NAME } from './port-names.js';
 const PROTOCOL_VERSION = 1;
 
 /** How a VM's connections are judged and opened. */

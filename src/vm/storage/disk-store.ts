@@ -5,9 +5,9 @@
  *   disks/top-<id>.qcow2, .json     a running VM's overlay, and the layer it sits on (its
  *                                    record: a hostd that restarts after a crash re-adopts the
  *                                    VM with it)
- *   disks/layer-<id>.qcow2, .json   frozen layers (vm/disk-layer.ts) and the layer each sits on
+ *   disks/layer-<id>.qcow2, .json   frozen layers (vm/storage/disk-layer.ts) and the layer each sits on
  *   disks/.empty-<bytes>.qcow2      an empty overlay of each disk size, copied for every new one
- *   templates/<key>/disk.qcow2      a cached template's layer (vm/state-store.ts)
+ *   templates/<key>/disk.qcow2      a cached template's layer (vm/qemu/state-store.ts)
  *
  * A capture freezes a VM's overlay where it lies (a rename to a layer's name) and puts a fresh
  * overlay over it, so no disk data is ever copied. Overlays are copies of one empty qcow2 made
@@ -78,7 +78,7 @@ export class DiskStore {
 
   /**
    * Makes `path` an empty overlay as large as the template disk `base`, writable by QEMU's
-   * account. It has no backing of its own: QEMU is told its chain (vm/qemu-args.ts, DiskChain).
+   * account. It has no backing of its own: QEMU is told its chain (vm/qemu/qemu-args.ts, DiskChain).
    */
   async newOverlay(base: string, path: string): Promise<void> {
     const empty = await this.emptyFor(base);

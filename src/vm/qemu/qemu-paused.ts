@@ -1,16 +1,16 @@
 /**
  * A machine paused to disk under QEMU (vm/machine.ts, PausedMachine): the pages it had written
- * since its origin state (a page delta file, vm/page-delta.ts) and its device state, in
+ * since its origin state (a page delta file, vm/storage/page-delta.ts) and its device state, in
  * `paused/<id>/` of the data directory, with its writable disk's overlay (`disk.qcow2`, and
  * `disk.json` naming the layer under it). It holds a reference to its origin, whose image the
  * delta applies to, and to that layer, until it is resumed or discarded.
  */
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { DiskLayer } from './disk-layer.js';
-import type { PausedDescriptor, PausedMachine } from './machine.js';
+import type { DiskLayer } from '../storage/disk-layer.js';
+import type { PausedDescriptor, PausedMachine } from '../machine.js';
 import type { QemuState } from './qemu-state.js';
-import { STATE_FORMAT } from './state-format.js';
+import { STATE_FORMAT } from '../storage/state-format.js';
 
 export class QemuPaused implements PausedMachine {
   private done = false;

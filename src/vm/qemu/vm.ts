@@ -10,9 +10,9 @@
 import { statSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { AgentChannel } from './agent-channel.js';
-import { NO_EGRESS } from './egress-gate.js';
-import { FileChannel } from './file-channel.js';
+import { AgentChannel } from '../channels/agent-channel.js';
+import { NO_EGRESS } from '../channels/egress-gate.js';
+import { FileChannel } from '../channels/file-channel.js';
 import type {
   CancelReason,
   ExecSink,
@@ -22,16 +22,22 @@ import type {
   Machine,
   MachineDescriptor,
   NetworkPolicy,
-} from './machine.js';
-import { NetChannel, type NetStats, type NetSyncResult, type QuietRelay } from './net-channel.js';
-import { STATE_FORMAT } from './state-format.js';
-import { MemImage } from './mem-image.js';
-import { copyWrittenPages, loadWrittenPages, saveWrittenPages } from './page-delta.js';
+} from '../machine.js';
+import {
+  NetChannel,
+  type NetStats,
+  type NetSyncResult,
+  type QuietRelay,
+} from '../channels/net-channel.js';
+import { STATE_FORMAT } from '../storage/state-format.js';
+import { MemImage } from '../storage/mem-image.js';
+import { copyWrittenPages, loadWrittenPages, saveWrittenPages } from '../storage/page-delta.js';
 import type { MachineSpec } from './qemu-args.js';
 import { QemuProcess, VmError, type QemuHost } from './qemu-process.js';
 import type { QemuState } from './qemu-state.js';
-import { writeDurably, type StateStore } from './state-store.js';
-import { connectWithRetry } from './unix-socket.js';
+import type { StateStore } from './state-store.js';
+import { writeDurably } from '../storage/safe-files.js';
+import { connectWithRetry } from '../channels/unix-socket.js';
 import type { QemuPaused } from './qemu-paused.js';
 import { VmDisk, type PendingOverlay } from './vm-disk.js';
 
@@ -61,7 +67,7 @@ const NET_SYNC_TIMEOUT_MS = 30_000;
  */
 const MAX_DISK_CHAIN = 8;
 
-/** A copy of a VM's base image made ahead, with standby QEMUs on it (vm/fork-target.ts). */
+/** A copy of a VM's base image made ahead, with standby QEMUs on it (vm/qemu/fork-target.ts). */
 export interface PreparedCopy {
   /** The copy, renamed to `path` (a fresh fork image name), and its standby QEMUs. */
   take(path: string): Promise<Vm[]>;

@@ -1,12 +1,36 @@
 /**
- * A built template directory (src/vm/image-builder.ts): the shared boot image (kernel and a
+ * A built template directory (src/vm/image/image-builder.ts): the shared boot image (kernel and a
  * small initramfs with the agent), the template's read-only root filesystem, the empty disk
  * each VM gets a copy-on-write overlay of, and manifest.json describing them. hostd reads only
  * the manifest and passes the files to QEMU.
  */
 import { readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import type { GuestImage } from './qemu-args.js';
+
+export interface GuestImage {
+  /** Uncompressed ELF kernel with a PVH note (microvm boots it directly). */
+  readonly kernel: string;
+  /** The boot image's initramfs: /init, busybox, kernel modules and the agent. */
+  readonly initrd: string;
+  /** The template's root filesystem (EROFS), attached read-only. */
+  readonly rootfs: string;
+  readonly cmdline: string;
+  /** Identifies the image build; snapshots are only valid for the same key. */
+  readonly key: string;
+  /**
+   * The template's empty ext4 disk (qcow2): the bottom of every VM's writable disk chain.
+   * Without one, VMs keep written files in guest RAM.
+   */
+  readonly disk?: string;
+  /** Appended to the command line under TCG; `{host_tsc_khz}` is filled in (manifest `tcg`). */
+  readonly tcgCmdlineAppend?: string;
+  /** CPU model under TCG (manifest `tcg.cpu`), e.g. with RDRAND so the guest RNG seeds at once. */
+  readonly tcgCpu?: string;
+}
+
+/** Serial numbers by which the guest's /init finds its disks (guest/image/init). */
+export const ROOTFS_SERIAL = 'hostd-root';
+export const DISK_SERIAL = 'hostd-disk';
 
 /** Version of the manifest layout; older directories (one initrd holding everything) are not read. */
 export const MANIFEST_FORMAT = 2;
@@ -118,7 +142,7 @@ export function guestImageOf(image: LoadedImage): GuestImage {
     kernel: image.kernel,
     initrd: image.initrd,
     rootfs: image.rootfs,
-    // The empty writable disk each VM gets an overlay of (vm/disk-store.ts).
+    // The empty writable disk each VM gets an overlay of (vm/storage/disk-store.ts).
     disk: image.disk,
     cmdline: image.cmdline,
     key: image.key,

@@ -8,7 +8,7 @@
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
-import type { CancelReason, DisplayData, ExecSink, ExecSpec } from './machine.js';
+import type { CancelReason, DisplayData, ExecSink, ExecSpec } from '../machine.js';
 import { parseQuietRelay, type QuietRelay } from './net-channel.js';
 import { connectWithRetry, LineReader, parseJsonObject } from './unix-socket.js';
 

@@ -9,35 +9,24 @@
  *   from that device state. Pages the clone writes are its own; the rest stay shared.
  *
  * A fork point becomes a new immutable image by copying a clone's base file and the pages the
- * clone wrote (vm/page-delta.ts); its children are clones of that image.
+ * clone wrote (vm/storage/page-delta.ts); its children are clones of that image.
  *
  * Disks: the template's root filesystem is virtio disk 1, read-only and the same file for every
  * VM (the host's page cache holds one copy for all); a VM's own writable disk, when it has one,
  * is virtio disk 2. The guest's /init tells them apart by serial number (guest/image/init).
  */
 
-export type Accel = 'kvm' | 'tcg';
+import {
+  AGENT_PORT_NAME,
+  FILES_PORT_NAME,
+  NET_PORT_NAME,
+  REPL_PORT_NAME,
+} from '../channels/port-names.js';
+import { DISK_SERIAL, ROOTFS_SERIAL, type GuestImage } from '../image/image.js';
 
-export interface GuestImage {
-  /** Uncompressed ELF kernel with a PVH note (microvm boots it directly). */
-  readonly kernel: string;
-  /** The boot image's initramfs: /init, busybox, kernel modules and the agent. */
-  readonly initrd: string;
-  /** The template's root filesystem (EROFS), attached read-only. */
-  readonly rootfs: string;
-  readonly cmdline: string;
-  /** Identifies the image build; snapshots are only valid for the same key. */
-  readonly key: string;
-  /**
-   * The template's empty ext4 disk (qcow2): the bottom of every VM's writable disk chain.
-   * Without one, VMs keep written files in guest RAM.
-   */
-  readonly disk?: string;
-  /** Appended to the command line under TCG; `{host_tsc_khz}` is filled in (manifest `tcg`). */
-  readonly tcgCmdlineAppend?: string;
-  /** CPU model under TCG (manifest `tcg.cpu`), e.g. with RDRAND so the guest RNG seeds at once. */
-  readonly tcgCpu?: string;
-}
+export type { GuestImage } from '../image/image.js';
+
+export type Accel = 'kvm' | 'tcg';
 
 export interface MachineSpec {
   readonly image: GuestImage;
@@ -69,9 +58,9 @@ export interface VmPaths {
   readonly qmpSocket: string;
   readonly agentSocket: string;
   readonly replSocket: string;
-  /** The files port (vm/file-channel.ts). */
+  /** The files port (vm/channels/file-channel.ts). */
   readonly filesSocket: string;
-  /** The network port (vm/net-channel.ts). */
+  /** The network port (vm/channels/net-channel.ts). */
   readonly netSocket: string;
   readonly consoleLog: string;
   /**
@@ -83,7 +72,7 @@ export interface VmPaths {
 
 /**
  * A VM's writable disk as QEMU opens it: the VM's own qcow2 overlay over read-only qcow2 layers
- * (vm/disk-layer.ts). The chain is spelled out here, node by node, rather than read from the
+ * (vm/storage/disk-layer.ts). The chain is spelled out here, node by node, rather than read from the
  * files' headers: hostd makes every overlay by copying one empty qcow2 (no process to spawn),
  * so no header names a backing file, and hostd's records are the one place chains are kept.
  */
@@ -102,10 +91,6 @@ export interface DiskChain {
 export const diskLayerNode = (index: number): string => `disk-l${index}`;
 /** The node name of the overlay a VM starts with (later captures put new ones over it). */
 export const DISK_TOP_NODE = 'disk';
-
-/** Serial numbers by which the guest's /init finds its disks (guest/image/init). */
-export const ROOTFS_SERIAL = 'hostd-root';
-export const DISK_SERIAL = 'hostd-disk';
 
 /** A value inside a QEMU option list, where a comma must be doubled. */
 const optValue = (s: string): string => s.replaceAll(',', ',,');
@@ -153,12 +138,6 @@ export type RamMode =
  * so its buffer costs nothing later, and the buffer size is not part of the device state.
  */
 export const TEMPLATE_BOOT_TB_MIB = 32;
-
-/** The virtio-serial port names the guest agent looks for (guest/PROTOCOL.md). */
-export const AGENT_PORT_NAME = 'hostd.agent';
-export const REPL_PORT_NAME = 'hostd.repl';
-export const FILES_PORT_NAME = 'hostd.files';
-export const NET_PORT_NAME = 'hostd.net';
 
 /** Builds the argv (without the binary) for one QEMU process. */
 export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): string[] {

@@ -6,9 +6,9 @@
  *                                               restart restores from it instead of booting
  *   images/<id>.mem, <id>.state, <id>.json      fork points: a fork's, a snapshot's (the JSON
  *                                               names its disk layer)
- *   paused/<id>/memory.delta, device.state,     paused machines (vm/qemu-paused.ts)
+ *   paused/<id>/memory.delta, device.state,     paused machines (vm/qemu/qemu-paused.ts)
  *     disk.qcow2, disk.json
- *   disks/                                      writable disks (vm/disk-store.ts)
+ *   disks/                                      writable disks (vm/storage/disk-store.ts)
  *
  * A state is described to core by a `StateDescriptor` (plain JSON, stored in core's records) and
  * reopened from it after a restart. Every state open in this process is in `live`, once per id,
@@ -21,17 +21,17 @@ import { existsSync } from 'node:fs';
 import { chown, mkdir, open, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import type { PausedDescriptor, StateDescriptor } from './machine.js';
-import { checkImageBuild } from './image.js';
-import { MemImage } from './mem-image.js';
+import type { PausedDescriptor, StateDescriptor } from '../machine.js';
+import { checkImageBuild } from '../image/image.js';
+import { MemImage } from '../storage/mem-image.js';
 import type { MachineSpec } from './qemu-args.js';
-import { readBounded } from './safe-files.js';
+import { readBounded, writeDurably } from '../storage/safe-files.js';
 import { QemuPaused } from './qemu-paused.js';
 import { QemuState } from './qemu-state.js';
-import { STATE_FORMAT } from './state-format.js';
+import { STATE_FORMAT } from '../storage/state-format.js';
 import type { Vm } from './vm.js';
-import type { DiskLayer } from './disk-layer.js';
-import { DiskStore } from './disk-store.js';
+import type { DiskLayer } from '../storage/disk-layer.js';
+import { DiskStore } from '../storage/disk-store.js';
 
 const run = promisify(execFile);
 
@@ -187,7 +187,7 @@ export class StateStore {
   }
 
   /**
-   * Registers a machine paused into `dir` (see vm/qemu-paused.ts): it takes over a reference to
+   * Registers a machine paused into `dir` (see vm/qemu/qemu-paused.ts): it takes over a reference to
    * `origin`, released when the paused machine is resumed or discarded.
    */
   addPaused(
@@ -279,19 +279,6 @@ export class StateStore {
     this.live.set(id, state);
     return state;
   }
-}
-
-/** Writes `data` to `path` (via a temporary name) and makes it durable before returning. */
-export async function writeDurably(path: string, data: Buffer): Promise<void> {
-  const tmp = `${path}.tmp`;
-  const fh = await open(tmp, 'w', 0o640);
-  try {
-    await fh.writeFile(data);
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-  await rename(tmp, path);
 }
 
 async function syncFile(path: string): Promise<void> {

@@ -1,12 +1,12 @@
 /**
- * Templates' images for hostd: the builder's cache (vm/image-builder.ts) behind core's
+ * Templates' images for hostd: the builder's cache (vm/image/image-builder.ts) behind core's
  * `TemplateImages`, so that hostd finds what `npm run template` built and builds the rest itself.
  * Builds of one template are serialized with other processes by the cache's file lock.
  */
 import { TemplateBuildError } from './build-step.js';
 import { buildTemplate, findBuilt, type TemplateSpec } from './image-builder.js';
 import type { LoadedImage } from './image.js';
-import type { TemplateImage, TemplateImages } from './machine.js';
+import type { TemplateImage, TemplateImages } from '../machine.js';
 
 /** Lines of the build log a failed template's reason quotes. */
 const REASON_TAIL_LINES = 10;

@@ -1,5 +1,5 @@
 /**
- * A stand-in for libcapstone that hostd's QEMUs load instead of Debian's (issue 15). QEMU links
+ * A stand-in for libcapstone that hostd's QEMUs load instead of Debian's (docs/architecture.md, Density). QEMU links
  * capstone only to disassemble guest code for its debug log (`-d in_asm`) and the monitor's
  * `x/i`, and uses its own disassembler when capstone fails. Loading the real library cost every
  * QEMU 1.3 MiB: the dynamic linker relocates capstone's 1.3 MiB of pointer tables
@@ -18,7 +18,7 @@ import { join } from 'node:path';
 const SONAME = 'libcapstone.so.4';
 
 /** capstone 4's exported functions (`nm -D libcapstone.so.4`), each returning a failure. */
-const SOURCE = `/* hostd's stand-in for ${SONAME}: see src/vm/capstone-stand-in.ts. */
+const SOURCE = `/* hostd's stand-in for ${SONAME}: see src/vm/host/capstone-stand-in.ts. */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>

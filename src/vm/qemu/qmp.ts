@@ -5,7 +5,7 @@
  */
 import type { Socket } from 'node:net';
 import { EventEmitter } from 'node:events';
-import { connectWithRetry, LineReader, parseJsonObject } from './unix-socket.js';
+import { connectWithRetry, LineReader, parseJsonObject } from '../channels/unix-socket.js';
 
 /** QMP answers to the commands hostd sends are small; anything longer is a broken QEMU. */
 const MAX_QMP_LINE = 1024 * 1024;

@@ -1,5 +1,5 @@
 /**
- * Builds a template directory (what src/vm/image.ts loads) from a normalized recipe, by running
+ * Builds a template directory (what src/vm/image/image.ts loads) from a normalized recipe, by running
  * the scripts of guest/image, into the cache:
  *
  *   <cache>/kernel/<key>/         fetch-kernel.sh: kernel, modules, busybox (downloaded once)
@@ -38,9 +38,9 @@ import { basename, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { BuildLog, runScript, TemplateBuildError } from './build-step.js';
-import { withFileLock } from './file-lock.js';
+import { withFileLock } from '../storage/file-lock.js';
 import { loadImage, MANIFEST_FORMAT, type LoadedImage, type TemplateManifest } from './image.js';
-import { DISK_SERIAL, ROOTFS_SERIAL } from './qemu-args.js';
+import { DISK_SERIAL, ROOTFS_SERIAL } from './image.js';
 
 /** Resources of a template's VMs. */
 export interface TemplateResources {
@@ -137,7 +137,7 @@ export interface BuiltTemplate extends LoadedImage {
   readonly built: boolean;
 }
 
-const REPO_DIR = fileURLToPath(new URL('../../../', import.meta.url));
+const REPO_DIR = fileURLToPath(new URL('../../../../', import.meta.url));
 const run = promisify(execFile);
 const inflight = new Map<string, Promise<BuiltTemplate>>();
 

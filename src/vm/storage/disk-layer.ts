@@ -4,7 +4,7 @@
  * its memory). It holds only the clusters written while it was a VM's overlay; reads of the rest
  * go to `backing`, down to the template's empty disk. VMs write to overlays of their own above it.
  *
- * Like a memory image (vm/mem-image.ts), a layer must outlive everything reading it and no
+ * Like a memory image (vm/storage/mem-image.ts), a layer must outlive everything reading it and no
  * more: each holder (a frozen state, a VM or a paused machine whose overlay sits on it, and each
  * layer above it) holds a reference. The last release deletes its files, unless it is kept (a
  * cached template's), and then releases its backing: freeing a fork point frees the layers
