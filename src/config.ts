@@ -68,7 +68,7 @@ export interface Config {
   readonly pausedTtlS: number;
   /** MiB snapshots and paused sandboxes may take on disk; past it they get 507. 0: no cap. */
   readonly maxStorageMib: number;
-  /** Memory and state-dir space (MiB) that must stay free after starting a VM. */
+  /** Memory and data-dir space (MiB) that must stay free after starting a VM. */
   readonly minFreeMib: number;
   /** Output (bytes of event data) one exec may produce before it is interrupted. */
   readonly maxExecOutputBytes: number;
