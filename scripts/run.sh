@@ -45,8 +45,9 @@ if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modu
   npm ci --no-audit --no-fund --loglevel=error
 fi
 
-say "compiling TypeScript"
-npx --no-install tsc -p tsconfig.json
+# shellcheck source=lib/compile.sh
+. scripts/lib/compile.sh
+compile_typescript
 
 if [ "$mode" = start ]; then
   # hostd builds what is missing itself, in the background, and serves meanwhile: on a new

@@ -104,6 +104,13 @@ export interface StartOptions {
   dataDir?: string;
   /** How long start-up may take (default 180 s): each template served boots before hostd listens. */
   startTimeoutMs?: number;
+  /**
+   * What to run instead of `node dist/src/main.js`, from the repository's root: `['npm',
+   * 'start']` measures what a user waits for. hostd is then a descendant of the process
+   * started, so the state directory must not hold another run's `hostd.url`, and `stop()`
+   * signals the hostd named by `hostd.pid`.
+   */
+  command?: readonly string[];
 }
 
 /** Resolves once hostd serves (it has written `hostd.url` into its state directory). */
@@ -111,7 +118,9 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
   const stateDir = opts.stateDir ?? (await mkdtemp('/dev/shm/hostd-test-'));
   const ownDataDir = opts.dataDir === undefined;
   const dataDir = opts.dataDir ?? (await mkdtemp('/var/tmp/hostd-test-data-'));
-  const proc = spawn(process.execPath, [join(ROOT, 'dist', 'src', 'main.js')], {
+  const [file, ...args] = opts.command ?? [process.execPath, join(ROOT, 'dist', 'src', 'main.js')];
+  const proc = spawn(file!, args, {
+    cwd: ROOT,
     env: {
       ...process.env,
       SERVICE_HOSTD_ADDR: '127.0.0.1:0',
@@ -146,8 +155,19 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
   let url = '';
   // hostd.pid names the hostd that claimed the directory (emptied of an earlier run's files);
   // hostd.url appears once that hostd serves.
+  const hostdPid = async (): Promise<number> =>
+    Number(await readFile(join(stateDir, 'hostd.pid'), 'utf8').catch(() => ''));
   const ours = async (): Promise<boolean> =>
-    Number(await readFile(join(stateDir, 'hostd.pid'), 'utf8').catch(() => '')) === proc.pid;
+    opts.command !== undefined || (await hostdPid()) === proc.pid;
+  /**
+   * Signals hostd itself, not the command that started it (npm would pass a SIGTERM on, and a
+   * second SIGTERM ends hostd before its clean stop is over).
+   */
+  const signalHostd = async (signal: NodeJS.Signals): Promise<void> => {
+    const pid = opts.command === undefined ? 0 : await hostdPid();
+    if (pid > 0) process.kill(pid, signal);
+    else proc.kill(signal);
+  };
   try {
     await eventually(
       'hostd to serve',
@@ -160,7 +180,7 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
       { timeoutMs: opts.startTimeoutMs ?? 180_000, everyMs: 20 },
     );
   } catch (err) {
-    proc.kill('SIGKILL');
+    await signalHostd('SIGKILL');
     throw new Error(`${(err as Error).message}:\n${logs.slice(-30).join('\n')}`);
   }
   if (!url && !opts.expectExit) {
@@ -177,8 +197,8 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
     async stop(signal: NodeJS.Signals = 'SIGTERM') {
       let code = exitCode;
       if (code === undefined) {
-        proc.kill(signal);
-        const timer = setTimeout(() => proc.kill('SIGKILL'), 60_000);
+        await signalHostd(signal);
+        const timer = setTimeout(() => void signalHostd('SIGKILL'), 60_000);
         code = await exited;
         clearTimeout(timer);
       }

@@ -1,0 +1,27 @@
+# Sourced by the setup scripts (run from the repository's root), with a say() function defined.
+#
+#   compile_typescript   compiles src, test, bench and testkit into dist/ unless dist/ is current
+
+# TypeScript is compiled only when a source changed since the last build: a restart with nothing
+# changed then serves in about a second instead of waiting for tsc (40 s on a loaded 2-core host).
+# dist/.sources lists what the last build compiled; a file added, removed or renamed since means a
+# clean build, so that no stale output (a deleted test) stays in dist/. tsc itself is incremental
+# (tsconfig.json's tsBuildInfoFile), so an edit to one file recompiles little.
+compile_typescript() {
+  local sources inputs=(src test bench testkit tsconfig.json package-lock.json)
+  sources=$(find "${inputs[@]}" -name '*.ts' -type f | LC_ALL=C sort)
+  if [ -f dist/.sources ] && [ "$(cat dist/.sources)" = "$sources" ] &&
+    [ -z "$(find "${inputs[@]}" -newer dist/.sources -print -quit)" ]; then
+    return 0
+  fi
+  if [ ! -f dist/.sources ] || [ "$(cat dist/.sources)" != "$sources" ]; then rm -rf dist; fi
+  say "compiling TypeScript"
+  # Stamped before compiling: a file edited while tsc runs is newer than the stamp next time.
+  mkdir -p dist
+  printf '%s' "$sources" >dist/.sources.next
+  if ! npx --no-install tsc -p tsconfig.json; then
+    rm -f dist/.sources.next
+    exit 1
+  fi
+  mv dist/.sources.next dist/.sources
+}
