@@ -19,6 +19,8 @@ export interface SandboxInfo {
   queued: number;
   error: string | null;
   network: { allow_out: string[]; bytes_out: number; bytes_in: number };
+  memory_mib: number | null;
+  merged_from: { id: string; merged_at: string }[];
 }
 
 export async function createSandbox(api: Api, body: unknown = {}): Promise<string> {
