@@ -55,6 +55,12 @@ onKeyNeeded(async () => {
   return key;
 });
 
+// The skip link moves focus to the view without touching the #fragment, which is the route.
+document.querySelector('.skip')?.addEventListener('click', (e) => {
+  e.preventDefault();
+  main.focus();
+});
+
 forget.hidden = storedKey() === null;
 forget.addEventListener('click', () => {
   forgetKey();

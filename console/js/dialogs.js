@@ -28,13 +28,10 @@ function open(dialog, result) {
     const form = dialog.querySelector('form');
     form?.addEventListener('submit', (e) => {
       e.preventDefault();
-      if (/** @type {SubmitEvent} */ (e).submitter?.getAttribute('value') === 'cancel') {
-        dialog.close();
-        return;
-      }
       value = result();
       dialog.close();
     });
+    dialog.addEventListener('keydown', (e) => trapTab(dialog, e));
     dialog.addEventListener('close', () => {
       dialog.remove();
       if (back instanceof HTMLElement && back.isConnected) back.focus();
@@ -44,6 +41,29 @@ function open(dialog, result) {
     const first = dialog.querySelector('[autofocus]');
     if (first instanceof HTMLElement) first.focus();
   });
+}
+
+/**
+ * Tab from the last control goes to the first, Shift+Tab from the first to the last: focus
+ * never leaves a modal dialog for the browser's own UI.
+ * @param {HTMLDialogElement} dialog
+ * @param {KeyboardEvent} e
+ */
+function trapTab(dialog, e) {
+  if (e.key !== 'Tab') return;
+  const focusable = [
+    ...dialog.querySelectorAll('button, input, select, textarea, a[href], [tabindex="0"]'),
+  ].filter((el) => el instanceof HTMLElement && !el.hasAttribute('disabled'));
+  const first = focusable[0];
+  const last = focusable[focusable.length - 1];
+  if (!(first instanceof HTMLElement) || !(last instanceof HTMLElement)) return;
+  if (e.shiftKey && document.activeElement === first) {
+    e.preventDefault();
+    last.focus();
+  } else if (!e.shiftKey && document.activeElement === last) {
+    e.preventDefault();
+    first.focus();
+  }
 }
 
 /**
@@ -66,11 +86,18 @@ function dialogWith(title, body, action, opts = {}) {
         h(
           'div',
           { class: 'buttons' },
+          // A plain button: Enter in a field submits with the form's first submit button,
+          // which must be the action, not Cancel.
           opts.cancel === false
             ? null
             : h(
                 'button',
-                { type: 'submit', value: 'cancel', formnovalidate: true, autofocus: !!opts.danger },
+                {
+                  type: 'button',
+                  autofocus: !!opts.danger,
+                  onclick: (e) =>
+                    /** @type {HTMLElement} */ (e.currentTarget).closest('dialog')?.close(),
+                },
                 'Cancel',
               ),
           h('button', { type: 'submit', class: opts.danger ? 'danger' : 'primary' }, action),

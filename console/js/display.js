@@ -52,8 +52,10 @@ function figure(content) {
  * @returns {HTMLElement | null}
  */
 export function tableFrom(html) {
-  // DOMParser builds an inert document: no script runs, no image loads.
-  const doc = new DOMParser().parseFromString(html, 'text/html');
+  // DOMParser builds an inert document: no script runs, no image loads. Styles are dropped
+  // first only so that the CSP does not report pandas' inline ones: none would apply anyway.
+  const unstyled = html.replace(/<style[\s\S]*?<\/style>/gi, '').replace(/\sstyle="[^"]*"/gi, '');
+  const doc = new DOMParser().parseFromString(unstyled, 'text/html');
   const source = doc.querySelector('table');
   if (!source) return null;
   const rows = [...source.querySelectorAll('tr')].slice(0, 1000);

@@ -1,6 +1,8 @@
 // Building the page from data: elements are made with `h` and text is always set as text, so
 // nothing a sandbox or a server sends is ever parsed as HTML in the console's origin.
 
+import { notify } from './status.js';
+
 /**
  * @typedef {string | number | boolean | null | undefined | Node} Child
  * @typedef {Record<string, string | number | boolean | null | undefined | EventListener>} Attrs
@@ -157,7 +159,8 @@ export function every(signal, ms, fn) {
   let timer;
   const tick = async () => {
     if (signal.aborted) return;
-    if (!document.hidden) await fn().catch(() => undefined);
+    // A failed refresh says why in the status line, and the next one tries again.
+    if (!document.hidden) await fn().catch((err) => notify(String(err?.message ?? err), 'error'));
     if (!signal.aborted) timer = setTimeout(tick, ms);
   };
   signal.addEventListener('abort', () => clearTimeout(timer));
