@@ -15,6 +15,7 @@ export interface SandboxInfo {
   created_at: string;
   last_used_at: string;
   parent_id: string | null;
+  snapshot_id: string | null;
   busy: boolean;
   queued: number;
   error: string | null;
