@@ -1,5 +1,6 @@
 // @ts-check
 import js from '@eslint/js';
+import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
@@ -9,6 +10,11 @@ export default tseslint.config(
     // Plain Node scripts (examples): Node's globals.
     files: ['examples/**/*.mjs'],
     languageOptions: { globals: { console: 'readonly', process: 'readonly' } },
+  },
+  {
+    // The web console: browser ES modules, type-checked by console/tsconfig.json.
+    files: ['console/**/*.js'],
+    languageOptions: { globals: globals.browser },
   },
   ...tseslint.configs.recommended,
   {

@@ -10,10 +10,12 @@ mode="${1:-start}"
 
 say() { printf 'hostd setup: %s\n' "$*" >&2; }
 
-# scripts/host-packages declares every host command the scripts use and its Debian package.
+# scripts/host-packages declares every host command the scripts use and its Debian package;
+# the ones only the tests need (chromium) are installed for `npm test` alone.
 # shellcheck source=lib/host-deps.sh
 . scripts/lib/host-deps.sh
-missing=$(host_deps_missing | tr '\n' ' ')
+mapfile -t needed < <(host_deps_commands "$mode")
+missing=$(host_deps_missing "${needed[@]}" | tr '\n' ' ')
 if [ -n "${missing// /}" ]; then
   if [ "$(id -u)" = 0 ]; then
     say "installing Debian packages: $missing"

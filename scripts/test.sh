@@ -29,6 +29,7 @@ failed=$((failed + ${bad:-0}))
 
 step "lint and format"
 npx --no-install eslint . || failures+=("eslint")
+npx --no-install tsc -p console || failures+=("console type-check")
 npx --no-install prettier --check . >/dev/null || { npx --no-install prettier --check . ; failures+=("prettier"); }
 
 step "templates: the worked example and python, built and booted"
@@ -68,8 +69,9 @@ if [ -f sdk/test.sh ]; then
   rm -rf "$sdk_log" "$sdk_data"
 fi
 
-step "hostd unit and integration tests (node:test)"
-node --test --test-concurrency=1 --test-timeout=900000 dist/test/unit/ dist/test/integration/ 2>&1 | tee "$logs/node.log"
+step "hostd unit, integration and browser tests (node:test)"
+# The browser tests (the web console in Debian's chromium) write screenshots to artifacts/console/.
+node --test --test-concurrency=1 --test-timeout=900000 dist/test/unit/ dist/test/integration/ dist/test/browser/ 2>&1 | tee "$logs/node.log"
 if [ "${PIPESTATUS[0]}" != 0 ]; then failures+=("node tests"); fi
 count "$logs/node.log" '^# pass [0-9]+' '^# fail [0-9]+'
 

@@ -15,10 +15,13 @@ export interface SandboxInfo {
   created_at: string;
   last_used_at: string;
   parent_id: string | null;
+  snapshot_id: string | null;
   busy: boolean;
   queued: number;
   error: string | null;
   network: { allow_out: string[]; bytes_out: number; bytes_in: number };
+  memory_mib: number | null;
+  merged_from: { id: string; merged_at: string }[];
 }
 
 export async function createSandbox(api: Api, body: unknown = {}): Promise<string> {

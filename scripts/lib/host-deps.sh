@@ -3,6 +3,8 @@
 #
 #   host_deps_missing [COMMAND...]   prints the packages of the listed commands (all when none
 #                                    are given) that are not on PATH, one per line, sorted
+#   host_deps_commands [MODE]        the declared commands; for MODE start or bench, without
+#                                    those marked "tests only:" (only npm test needs them)
 #   host_deps_require COMMAND...     exits with a message naming the package of each missing one
 HOST_DEPS_FILE=${HOST_DEPS_FILE:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/host-packages}
 
@@ -10,11 +12,18 @@ host_deps_package() {
 	awk -v c="$1" '!/^#/ && $1 == c { print $2; exit }' "$HOST_DEPS_FILE"
 }
 
+host_deps_commands() {
+	awk -v mode="${1:-test}" '!/^#/ && NF >= 2 {
+		if (mode != "test" && $3 == "tests" && $4 == "only:") next
+		print $1
+	}' "$HOST_DEPS_FILE"
+}
+
 host_deps_missing() {
 	local cmd pkg
 	local -a cmds=("$@")
 	if [ "${#cmds[@]}" -eq 0 ]; then
-		mapfile -t cmds < <(awk '!/^#/ && NF >= 2 { print $1 }' "$HOST_DEPS_FILE")
+		mapfile -t cmds < <(host_deps_commands)
 	fi
 	for cmd in "${cmds[@]}"; do
 		command -v "$cmd" >/dev/null 2>&1 && continue

@@ -15,6 +15,7 @@ import { HostdError, fail, isError, toHostdError } from '../errors.js';
 import type { SandboxManager } from '../core/sandbox-manager.js';
 import { makeAuthChecker, type AuthMode } from './auth.js';
 import type { Metrics } from './metrics.js';
+import { registerConsoleRoutes } from './routes/console.js';
 import { registerExecRoutes } from './routes/exec.js';
 import { rawBodyParser, registerFileRoutes, UPLOAD_ROUTE } from './routes/files.js';
 import { registerLineageRoutes } from './routes/lineage.js';
@@ -130,6 +131,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   registerLineageRoutes(app, manager);
   registerSnapshotRoutes(app, manager);
   registerTemplateRoutes(app, manager);
+  await registerConsoleRoutes(app);
   // In their own scope: only these routes take raw bodies.
   await app.register(async (scope) => {
     rawBodyParser(scope);

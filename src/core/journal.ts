@@ -19,6 +19,8 @@ export interface SandboxRecord {
   readonly created_at: string;
   /** Its egress rules (absent in records of older runs: none). */
   readonly allow_out?: readonly string[];
+  /** Winners merged into it, oldest first (absent: none). */
+  readonly merged_from?: readonly { readonly id: string; readonly merged_at: string }[];
   readonly state: 'running' | 'paused' | 'lost';
   /** A running sandbox's machine id: its folder under `vms/`. */
   readonly vm?: string;

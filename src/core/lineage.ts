@@ -92,8 +92,10 @@ export class Lineage {
       await registry.wake(winner); // a paused winner runs again first
       const { machine: old, paused: oldPaused } = parent;
       registry.remove(winner, fail('sandboxMergedAway', winner.id, parent.id));
-      registry.rebind(parent, winner.machine!, winner.template);
+      // Before the rebind, which writes the parent's record: a restart must see both.
       parent.allowOut = winner.allowOut;
+      parent.noteMerge(winner.id);
+      registry.rebind(parent, winner.machine!, winner.template);
       parent.touch();
       log.info({ parent: parent.id, winner: winner.id }, 'merged');
       void old?.destroy('the sandbox adopted another VM by merge');

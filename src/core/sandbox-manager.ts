@@ -223,6 +223,11 @@ export class SandboxManager {
     return this.catalog.describe(name);
   }
 
+  /** The end of template `name`'s last build log, for a build that failed or runs. */
+  templateBuildLog(name: string): Promise<string> {
+    return this.catalog.buildLog(name);
+  }
+
   /** Machines started ahead for forks, and whether more are being started. */
   forkStandby(): { vms: number; filling: boolean } {
     return { vms: this.standby.standby, filling: this.standby.filling };
@@ -516,6 +521,7 @@ export class SandboxManager {
         this.options.maxQueuedExecs,
         new Date(record.created_at),
       );
+      sandbox.mergedFrom.push(...(record.merged_from ?? []).map((m) => ({ ...m })));
       try {
         if (record.state === 'paused' && record.paused) {
           sandbox.paused = await this.hypervisor.openPaused(record.paused);

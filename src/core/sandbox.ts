@@ -27,7 +27,26 @@ export interface SandboxInfo {
   error: string | null;
   /** Its egress rules, and the bytes its connections sent and received (docs/api.md, Network). */
   network: { allow_out: string[]; bytes_out: number; bytes_in: number };
+  /**
+   * Host memory (MiB) that is this sandbox's own, not shared with its template or fork point;
+   * null while paused or failed. What a console shows next to a sandbox.
+   */
+  memory_mib: number | null;
+  /**
+   * The sandboxes merged into this one, oldest first (the last MAX_MERGES_KEPT): merge removes
+   * the winner's id, so this is the only trace a lineage view can draw the merge from.
+   */
+  merged_from: MergeRecord[];
 }
+
+/** One merge into a sandbox: the winner's id, which is gone since, and when. */
+export interface MergeRecord {
+  id: string;
+  merged_at: string;
+}
+
+/** Merges a sandbox remembers: a tree search that merges every round must not grow it forever. */
+export const MAX_MERGES_KEPT = 64;
 
 export interface SandboxOrigin {
   readonly template: string;
@@ -54,6 +73,8 @@ export class Sandbox {
   template: string;
   readonly parentId: string | null;
   readonly snapshotId: string | null;
+  /** Winners merged into it, oldest first (at most MAX_MERGES_KEPT). */
+  readonly mergedFrom: MergeRecord[] = [];
   /** The running machine; null while paused. Change it with `setMachine`. */
   machine: Machine | null;
   /** Network bytes of the machines it had before this one (a machine counts from zero). */
@@ -121,6 +142,12 @@ export class Sandbox {
     this.lastUsedAt = Date.now();
   }
 
+  /** Remembers that `winnerId` was merged into it now. */
+  noteMerge(winnerId: string, at = new Date()): void {
+    this.mergedFrom.push({ id: winnerId, merged_at: at.toISOString() });
+    if (this.mergedFrom.length > MAX_MERGES_KEPT) this.mergedFrom.shift();
+  }
+
   info(): SandboxInfo {
     const net = this.machine?.networkStats();
     return {
@@ -139,6 +166,8 @@ export class Sandbox {
         bytes_out: this.netBefore.out + (net?.bytesOut ?? 0),
         bytes_in: this.netBefore.in + (net?.bytesIn ?? 0),
       },
+      memory_mib: this.brokenReason ? null : (this.machine?.ownMemoryMib() ?? null),
+      merged_from: this.mergedFrom.map((m) => ({ ...m })),
     };
   }
 
@@ -151,6 +180,9 @@ export class Sandbox {
       snapshot_id: this.snapshotId,
       created_at: this.createdAt.toISOString(),
       allow_out: [...this.allowOut],
+      ...(this.mergedFrom.length > 0
+        ? { merged_from: this.mergedFrom.map((m) => ({ ...m })) }
+        : {}),
     };
     if (this.paused) {
       return {

@@ -138,6 +138,18 @@ export class TemplateCatalog {
     return this.info(entry);
   }
 
+  /**
+   * The end of the template's last build log ('' when it has none: never built here, or its
+   * recipe could not be read); 404 template_not_found for an unknown name.
+   */
+  async buildLog(name: string): Promise<string> {
+    const entry = this.entries.get(name);
+    if (!entry) throw fail('templateNotFound', name, [...this.entries.keys()]);
+    const { recipe } = entry.plan;
+    if (recipe instanceof RecipeError) return '';
+    return (await this.images.buildLog(recipe)) ?? '';
+  }
+
   /** Stops the build in progress (its scripts are killed) and the ones waiting; idempotent. */
   stopBuilding(): void {
     this.stop.abort();

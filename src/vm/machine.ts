@@ -106,6 +106,12 @@ export interface Machine {
   setNetwork(policy: NetworkPolicy): Promise<void>;
   /** Bytes the guest exchanged with the outside since this machine started. */
   networkStats(): NetStats;
+  /**
+   * MiB of host memory that are this machine's own (pages it wrote, its hypervisor's buffers),
+   * not shared with the state it was restored from; null when that cannot be read (it exited).
+   * Cheap enough to call for every sandbox of a listing.
+   */
+  ownMemoryMib(): number | null;
   /** Stop / resume reading the guest's output: backpressure from a slow client. */
   pauseOutput(): void;
   resumeOutput(): void;
@@ -243,6 +249,11 @@ export interface TemplateImages {
    * for a client to read: the failing step and the end of its log. `signal` stops the build.
    */
   build(recipe: TemplateSpec, signal: AbortSignal): Promise<TemplateImage>;
+  /**
+   * The end of the last build's log of `recipe` (the failing step's output, or the progress of a
+   * build running now); null when it was never built here.
+   */
+  buildLog(recipe: TemplateSpec): Promise<string | null>;
 }
 
 /** Makes machines. */

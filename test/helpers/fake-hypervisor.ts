@@ -89,6 +89,13 @@ export class FakeMachine implements Machine {
     return { bytesOut: 0, bytesIn: 0, openConnections: 0, waitingOnGuest: 0 };
   }
 
+  /** What `ownMemoryMib` reports while the machine is alive. */
+  memoryMib = 12.5;
+
+  ownMemoryMib(): number | null {
+    return this.alive ? this.memoryMib : null;
+  }
+
   get alive(): boolean {
     return this.dead === null && !this.destroyed;
   }

@@ -54,6 +54,13 @@ export class FakeImages implements TemplateImages {
     return this.built.has(spec.name) ? fakeImage(spec.name) : null;
   }
 
+  /** Build logs by template name, as `buildLog` returns them. */
+  readonly logs = new Map<string, string>();
+
+  async buildLog(spec: TemplateSpec): Promise<string | null> {
+    return this.logs.get(spec.name) ?? null;
+  }
+
   async build(spec: TemplateSpec, signal: AbortSignal): Promise<TemplateImage> {
     this.builds.push(spec.name);
     this.running++;

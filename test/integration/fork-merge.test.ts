@@ -17,7 +17,12 @@ import {
 import { eventually } from '../../testkit/eventually.js';
 import { holdSandbox, run } from '../../testkit/exec.js';
 import { forkStandbySettled } from '../../testkit/metrics.js';
-import { untilSandbox, withSandboxes, type SandboxScope } from '../../testkit/sandboxes.js';
+import {
+  untilSandbox,
+  withSandboxes,
+  type SandboxInfo,
+  type SandboxScope,
+} from '../../testkit/sandboxes.js';
 
 let hostd: Hostd;
 before(async () => {
@@ -313,6 +318,12 @@ describe('merge', () => {
       );
       assert.equal(res.status, 200);
       assert.deepEqual(res.body, { id: parent, state: 'ready', merged: winner });
+      const info = await hostd.json<SandboxInfo>('GET', `/v1/sandboxes/${parent}`);
+      assert.deepEqual(
+        info.body.merged_from.map((m) => m.id),
+        [winner],
+        'the parent remembers the winner',
+      );
       assert.equal(await out(parent, 'who'), "'winner'");
       assert.equal(await out(sibling!, 'who'), "'sibling'");
       for (const [m, p] of [

@@ -76,13 +76,22 @@ describe('snapshots and pause', () => {
   test('pause frees the VM; any exec resumes it with its variables and open file handles', async () => {
     await withSandbox(hostd, async (id) => {
       await out(hostd, id, 'f = open("/root/log.txt", "w")\nf.write("a")\nstate = {"n": 1}');
+      const running = await hostd.json<{ memory_mib: number | null }>('GET', `/v1/sandboxes/${id}`);
+      assert.ok(
+        running.body.memory_mib !== null && running.body.memory_mib > 0,
+        `a running sandbox has memory of its own: ${running.body.memory_mib}`,
+      );
       const paused = await hostd.json<{ id: string; state: string }>(
         'POST',
         `/v1/sandboxes/${id}/pause`,
       );
       assert.deepEqual(paused.body, { id, state: 'paused' });
-      const info = await hostd.json<{ state: string }>('GET', `/v1/sandboxes/${id}`);
+      const info = await hostd.json<{ state: string; memory_mib: number | null }>(
+        'GET',
+        `/v1/sandboxes/${id}`,
+      );
       assert.equal(info.body.state, 'paused');
+      assert.equal(info.body.memory_mib, null, 'a paused sandbox costs no memory');
       assert.equal(
         await out(
           hostd,

@@ -149,6 +149,15 @@ test('broken recipes fail only their templates, with the reason; creates of them
       [unreadable, 'failed'],
     ],
   );
+  // The broken one's log holds what its failing step printed, past the lines `error` quotes.
+  const log = await hostd.request('GET', `/v1/templates/${broken}/log`);
+  assert.equal(log.status, 200);
+  assert.match(log.headers.get('content-type') ?? '', /^text\/plain/);
+  assert.match(await log.text(), /^breaking$/m);
+  const none = await hostd.request('GET', `/v1/templates/${unreadable}/log`);
+  assert.deepEqual([none.status, await none.text()], [200, '']);
+  const unknown = await hostd.json<ErrorBody>('GET', '/v1/templates/no-such-template/log');
+  assert.deepEqual([unknown.status, unknown.body.code], [404, 'template_not_found']);
   for (const t of failed.slice(2)) {
     assert.equal(typeof t.error, 'string');
     assert.ok(t.error!.length > 0);

@@ -9,6 +9,7 @@ import { pino } from 'pino';
 import { HostdError, type ErrorName } from '../../src/errors.js';
 import type { ExecEvent } from '../../src/core/exec-run.js';
 import { SandboxManager } from '../../src/core/sandbox-manager.js';
+import { MAX_MERGES_KEPT } from '../../src/core/sandbox.js';
 import { hang, run, setup, setupOptions, started } from '../helpers/manager.js';
 import { memoryRecords, type SandboxRecord, type SnapshotRecord } from '../../src/core/journal.js';
 import { eventually } from '../../testkit/eventually.js';
@@ -42,6 +43,16 @@ describe('create', () => {
     assert.equal(new Set(ids).size, 3);
     await eventually('the pool to refill', () => manager.poolStats()[0]!.ready === 2);
     assert.equal(hv.live.length, 5);
+    await manager.shutdown();
+  });
+
+  test("a sandbox shows its machine's own memory; none while paused", async () => {
+    const { manager, hv } = await started();
+    const { id } = await manager.create({ template: 'slim' });
+    for (const machine of hv.live) machine.memoryMib = 23.4;
+    assert.equal(manager.describe(id).memory_mib, 23.4);
+    await manager.pause(id);
+    assert.equal(manager.describe(id).memory_mib, null);
     await manager.shutdown();
   });
 
@@ -274,6 +285,54 @@ describe('merge', () => {
     await rejectsWith(manager.exec(a!.id, { code: 'x', language: 'python' }), 'sandboxNotFound');
     await rejectsWith(manager.merge(parent, a!.id), 'sandboxNotFound');
     await eventually('the old parent machine to go', () => hv.live.length === parentMachines - 1);
+    await manager.shutdown();
+  });
+
+  test('the parent remembers each winner merged into it and when, across a restart', async () => {
+    const records = {
+      sandboxes: memoryRecords<SandboxRecord>(),
+      snapshots: memoryRecords<SnapshotRecord>(),
+    };
+    const first = setup({ records });
+    await first.manager.start();
+    const { id: parent } = await first.manager.create({ template: 'slim' });
+    assert.deepEqual(first.manager.describe(parent).merged_from, []);
+    const [a] = await first.manager.fork(parent, 1);
+    const before = Date.now();
+    await first.manager.merge(parent, a!.id);
+    const [b] = await first.manager.fork(parent, 1);
+    await first.manager.merge(parent, b!.id);
+    const merged = first.manager.describe(parent).merged_from;
+    assert.deepEqual(
+      merged.map((m) => m.id),
+      [a!.id, b!.id],
+    );
+    assert.ok(Date.parse(merged[0]!.merged_at) >= before - 1000);
+    await first.manager.shutdown();
+
+    const second = new SandboxManager(
+      { ...setupOptions(), records },
+      first.hv,
+      pino({ level: 'silent' }),
+    );
+    await second.start();
+    assert.deepEqual(second.describe(parent).merged_from, merged);
+    await second.shutdown();
+  });
+
+  test('a parent keeps only its most recent merges', async () => {
+    const { manager } = await started();
+    const { id: parent } = await manager.create({ template: 'slim' });
+    const winners: string[] = [];
+    for (let i = 0; i < MAX_MERGES_KEPT + 2; i++) {
+      const [w] = await manager.fork(parent, 1);
+      await manager.merge(parent, w!.id);
+      winners.push(w!.id);
+    }
+    assert.deepEqual(
+      manager.describe(parent).merged_from.map((m) => m.id),
+      winners.slice(-MAX_MERGES_KEPT),
+    );
     await manager.shutdown();
   });
 

@@ -131,6 +131,20 @@ test('a build that fails fails its template with the reason; creates of it get 5
   await manager.shutdown();
 });
 
+test("a template's build log is the end of its last build's; empty when it has none", async () => {
+  const images = new FakeImages(['python']);
+  images.logs.set(
+    'python',
+    'hostd-build-step: debian packages\nE: Unable to locate package nope\n',
+  );
+  const { manager } = setup([plan('python'), plan('other')], images);
+  await manager.start();
+  assert.equal(await manager.templateBuildLog('python'), images.logs.get('python'));
+  assert.equal(await manager.templateBuildLog('other'), '');
+  await rejectsWith(manager.templateBuildLog('nope'), 'templateNotFound');
+  await manager.shutdown();
+});
+
 test('a recipe that cannot be read fails its template at once, with its message, and is never built', async () => {
   const images = new FakeImages(['python']);
   const bad = new RecipeError('/recipes/bad.toml', 'bad', 'vm.memory_mib', 'must be an integer');

@@ -221,3 +221,7 @@ def list_templates() -> Call:
 
 def get_template(name: str) -> Call:
     return Call("GET", "/v1/templates/%s" % quote(name, safe=""))
+
+
+def template_log(name: str) -> Call:
+    return Call("GET", "/v1/templates/%s/log" % quote(name, safe=""), accept="text/plain")

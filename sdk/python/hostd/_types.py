@@ -83,13 +83,24 @@ class _SandboxInfoRequired(TypedDict):
     queued: int
 
 
+class MergeInfo(TypedDict):
+    """One merge into a sandbox: the winner's id (gone since) and when (ISO 8601)."""
+
+    id: str
+    merged_at: str
+
+
 class SandboxInfo(_SandboxInfoRequired, total=False):
     """A sandbox as ``GET /v1/sandboxes/{id}`` describes it. ``state``: ``ready`` (running),
-    ``paused`` (on disk, resumed by its next use) or ``failed`` (see ``error``)."""
+    ``paused`` (on disk, resumed by its next use) or ``failed`` (see ``error``).
+    ``memory_mib``: host memory that is the sandbox's own (None while paused or failed);
+    ``merged_from``: the sandboxes merged into it, oldest first."""
 
     snapshot_id: Optional[str]
     error: Optional[str]
     network: NetworkInfo
+    memory_mib: Optional[float]
+    merged_from: List[MergeInfo]
 
 
 class _EntryInfoRequired(TypedDict):

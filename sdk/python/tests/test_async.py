@@ -97,6 +97,7 @@ class SameRequestsTest(unittest.IsolatedAsyncioTestCase):
         Snapshot.get(SNAP, api_key="k", base_url=url).delete()
         Template.list(api_key="k", base_url=url)
         Template.get("python", api_key="k", base_url=url)
+        Template.log("python", api_key="k", base_url=url)
         s.delete()
 
     async def asynchronous(self, url):
@@ -121,6 +122,7 @@ class SameRequestsTest(unittest.IsolatedAsyncioTestCase):
         await (await AsyncSnapshot.get(SNAP, api_key="k", base_url=url)).delete()
         await AsyncTemplate.list(api_key="k", base_url=url)
         await AsyncTemplate.get("python", api_key="k", base_url=url)
+        await AsyncTemplate.log("python", api_key="k", base_url=url)
         await s.delete()
 
     async def test_the_asyncio_classes_send_the_same_requests(self):

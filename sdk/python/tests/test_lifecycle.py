@@ -64,6 +64,8 @@ def answer(req, res):
         return res.json(200, {"templates": [TEMPLATE]})
     if m == "GET" and p == "/v1/templates/python":
         return res.json(200, TEMPLATE)
+    if m == "GET" and p == "/v1/templates/python/log":
+        return res.raw(200, b"hostd-build-step: debian packages\n")
     if m == "GET" and p.startswith("/v1/templates/"):
         return res.error(404, "no such template", "template_not_found")
     if m == "DELETE":
@@ -156,9 +158,18 @@ class LifecycleTest(unittest.TestCase):
         self.assertEqual(Template.get("python", base_url=self.fake.url), TEMPLATE)
         with self.assertRaises(TemplateNotFoundError):
             Template.get("nope", base_url=self.fake.url)
+        self.assertEqual(Template.log("python", base_url=self.fake.url), "hostd-build-step: debian packages\n")
+        with self.assertRaises(TemplateNotFoundError):
+            Template.log("nope", base_url=self.fake.url)
         self.assertEqual(
             [(m, p) for m, p, _, _ in self.seen(0)],
-            [("GET", "/v1/templates"), ("GET", "/v1/templates/python"), ("GET", "/v1/templates/nope")],
+            [
+                ("GET", "/v1/templates"),
+                ("GET", "/v1/templates/python"),
+                ("GET", "/v1/templates/nope"),
+                ("GET", "/v1/templates/python/log"),
+                ("GET", "/v1/templates/nope/log"),
+            ],
         )
 
     def test_the_context_manager_tolerates_a_sandbox_already_gone_but_not_other_failures(self):

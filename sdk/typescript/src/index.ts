@@ -61,6 +61,7 @@ export type {
   ExecEvent,
   ExitEvent,
   Language,
+  MergeInfo,
   MimeBundle,
   NetworkInfo,
   OutputEvent,

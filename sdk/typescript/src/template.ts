@@ -3,7 +3,7 @@
  * their build state and resources. Pick one with `Sandbox.create({ template })`.
  */
 import { resolveConfig, type CallOptions, type ConnectionOptions } from './config.js';
-import { requestJson } from './http.js';
+import { requestJson, requestText } from './http.js';
 import type { TemplateInfo } from './types.js';
 
 export class Template {
@@ -32,6 +32,24 @@ export class Template {
     return requestJson<TemplateInfo>(resolveConfig(opts), {
       method: 'GET',
       path: `/v1/templates/${encodeURIComponent(name)}`,
+      signal: opts.signal,
+    });
+  }
+
+  /**
+   * The end of template `name`'s last build log: what each build step printed, for a template
+   * that failed (its `error` quotes only the last lines) or is still building. Empty when it was
+   * never built on that server.
+   *
+   * @example
+   * const broken = (await Template.list()).find((t) => t.state === 'failed');
+   * if (broken) console.log(await Template.log(broken.name));
+   */
+  static async log(name: string, opts: ConnectionOptions & CallOptions = {}): Promise<string> {
+    return requestText(resolveConfig(opts), {
+      method: 'GET',
+      path: `/v1/templates/${encodeURIComponent(name)}/log`,
+      accept: 'text/plain',
       signal: opts.signal,
     });
   }

@@ -113,6 +113,20 @@ export interface SandboxInfo {
   /** Why a `failed` sandbox's VM died; null otherwise. */
   error?: string | null;
   network?: NetworkInfo;
+  /**
+   * Host memory (MiB) that is this sandbox's own (pages it wrote, its VM's buffers), not shared
+   * with its template or fork point; null while paused or failed. Absent from older servers.
+   */
+  memory_mib?: number | null;
+  /** Sandboxes merged into this one (their ids are gone since), oldest first. */
+  merged_from?: MergeInfo[];
+}
+
+/** One merge into a sandbox: the winner's id and when it was merged. */
+export interface MergeInfo {
+  id: string;
+  /** ISO 8601. */
+  merged_at: string;
 }
 
 /** A file, directory or link inside a sandbox, as `files.list` and `files.stat` describe it. */

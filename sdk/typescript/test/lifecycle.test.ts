@@ -71,6 +71,10 @@ function answer(req: RecordedRequest, res: ServerResponse): void {
   if (method === 'GET' && url === '/v1/templates')
     return sendJson(res, 200, { templates: [TEMPLATE] });
   if (method === 'GET' && url === '/v1/templates/python') return sendJson(res, 200, TEMPLATE);
+  if (method === 'GET' && url === '/v1/templates/python/log') {
+    res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' });
+    return void res.end('hostd-build-step: debian packages\n');
+  }
   if (method === 'GET' && url.startsWith('/v1/templates/')) {
     return sendError(res, 404, 'template "x" does not exist (known: python)', 'template_not_found');
   }
@@ -175,16 +179,23 @@ describe('create, snapshots, pause, templates', () => {
     ]);
   });
 
-  test('Template.list and Template.get return the server’s descriptions', async () => {
+  test('Template.list, Template.get and Template.log return what the server says', async () => {
     assert.deepEqual(await Template.list({ baseUrl: fake.url }), [TEMPLATE]);
     assert.deepEqual(await Template.get('python', { baseUrl: fake.url }), TEMPLATE);
     await assert.rejects(Template.get('nope', { baseUrl: fake.url }), TemplateNotFoundError);
+    assert.equal(
+      await Template.log('python', { baseUrl: fake.url }),
+      'hostd-build-step: debian packages\n',
+    );
+    await assert.rejects(Template.log('nope', { baseUrl: fake.url }), TemplateNotFoundError);
     assert.deepEqual(
       seen(fake, from).map(([m, u]) => [m, u]),
       [
         ['GET', '/v1/templates'],
         ['GET', '/v1/templates/python'],
         ['GET', '/v1/templates/nope'],
+        ['GET', '/v1/templates/python/log'],
+        ['GET', '/v1/templates/nope/log'],
       ],
     );
   });

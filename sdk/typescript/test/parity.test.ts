@@ -18,6 +18,7 @@ const CLASSES = ['Sandbox', 'Files', 'Snapshot', 'Template'];
 const SHAPES = [
   'SandboxInfo',
   'NetworkInfo',
+  'MergeInfo',
   'EntryInfo',
   'WriteInfo',
   'TransferInfo',

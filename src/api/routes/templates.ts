@@ -8,4 +8,9 @@ export function registerTemplateRoutes(app: FastifyInstance, manager: SandboxMan
   app.get<{ Params: { name: string } }>('/v1/templates/:name', async (req) =>
     manager.describeTemplate(req.params.name),
   );
+
+  // The whole story of a failed build (the template's `error` quotes only its last lines).
+  app.get<{ Params: { name: string } }>('/v1/templates/:name/log', async (req, reply) =>
+    reply.type('text/plain; charset=utf-8').send(await manager.templateBuildLog(req.params.name)),
+  );
 }

@@ -6,7 +6,7 @@
  */
 import { spawn } from 'node:child_process';
 import { createWriteStream, type WriteStream } from 'node:fs';
-import { mkdir } from 'node:fs/promises';
+import { mkdir, open } from 'node:fs/promises';
 import { dirname } from 'node:path';
 
 /** Lines of output an error message quotes. */
@@ -141,4 +141,24 @@ export async function runScript(
     signal?.removeEventListener('abort', stop);
   }
   return stdout.trim().split('\n').pop() ?? '';
+}
+
+/**
+ * The last `maxBytes` of a build log, from a line start; null when there is no log (the
+ * template was never built with this cache). The log is read as it is: a build still running
+ * shows how far it got.
+ */
+export async function readLogTail(path: string, maxBytes: number): Promise<string | null> {
+  const file = await open(path, 'r').catch(() => null);
+  if (!file) return null;
+  try {
+    const { size } = await file.stat();
+    const start = Math.max(0, size - maxBytes);
+    const buf = Buffer.alloc(size - start);
+    const { bytesRead } = await file.read(buf, 0, buf.length, start);
+    const text = buf.subarray(0, bytesRead).toString('utf8');
+    return start === 0 ? text : text.slice(text.indexOf('\n') + 1);
+  } finally {
+    await file.close();
+  }
 }

@@ -138,6 +138,11 @@ export interface BuiltTemplate extends LoadedImage {
 }
 
 const REPO_DIR = fileURLToPath(new URL('../../../../', import.meta.url));
+
+/** Where the last build of template `name` wrote its log (kept after a failure). */
+export function buildLogPath(cacheDir: string, name: string): string {
+  return join(resolve(cacheDir), 'templates', name, 'build.log');
+}
 const run = promisify(execFile);
 const inflight = new Map<string, Promise<BuiltTemplate>>();
 
@@ -168,7 +173,7 @@ async function build(spec: TemplateSpec, opts: BuildOptions): Promise<BuiltTempl
   const rootfsKey = await rootfsKeyOf(spec, image);
   const templatesDir = join(cache, 'templates', spec.name);
   return withFileLock(`${templatesDir}.lock`, async () => {
-    const log = await BuildLog.open(spec.name, join(templatesDir, 'build.log'), opts.onLine);
+    const log = await BuildLog.open(spec.name, buildLogPath(cache, spec.name), opts.onLine);
     try {
       const script = (step: string, name: string, args: readonly string[]): Promise<string> =>
         runScript(log, step, [join(image, name), ...args], env, opts.signal);

@@ -3,13 +3,15 @@
  * `TemplateImages`, so that hostd finds what `npm run template` built and builds the rest itself.
  * Builds of one template are serialized with other processes by the cache's file lock.
  */
-import { TemplateBuildError } from './build-step.js';
-import { buildTemplate, findBuilt, type TemplateSpec } from './image-builder.js';
+import { readLogTail, TemplateBuildError } from './build-step.js';
+import { buildLogPath, buildTemplate, findBuilt, type TemplateSpec } from './image-builder.js';
 import type { LoadedImage } from './image.js';
 import type { TemplateImage, TemplateImages } from '../machine.js';
 
 /** Lines of the build log a failed template's reason quotes. */
 const REASON_TAIL_LINES = 10;
+/** The most of a build log `buildLog` returns: its end, where a failing step is. */
+const LOG_TAIL_BYTES = 256 * 1024;
 
 /** A built template: what core shows, and the directory the hypervisor boots. */
 export class BuiltImage implements TemplateImage {
@@ -48,6 +50,10 @@ export class CachedTemplateImages implements TemplateImages {
     if (!loaded) return null;
     this.opts.check?.(loaded);
     return new BuiltImage(loaded);
+  }
+
+  buildLog(recipe: TemplateSpec): Promise<string | null> {
+    return readLogTail(buildLogPath(this.opts.cacheDir, recipe.name), LOG_TAIL_BYTES);
   }
 
   async build(recipe: TemplateSpec, signal: AbortSignal): Promise<BuiltImage> {
