@@ -6,7 +6,6 @@
  */
 import { resolveConfig } from '../config.js';
 import { DEFAULT_MAX_OUTPUT_CHARS } from '../mcp/content.js';
-import { serveStdio } from '../mcp/server.js';
 import { SESSION_END_ACTIONS, type SessionEndAction } from '../mcp/session.js';
 import { UsageError, noPositionals, type Command } from './command.js';
 
@@ -56,6 +55,8 @@ hostd also serves the same tools over Streamable HTTP at /mcp.`,
     process.once('SIGTERM', onSignal);
     process.stderr.write(`sbx mcp: serving hostd at ${config.baseUrl} over stdio\n`);
     try {
+      // Loaded here: the MCP SDK and zod cost every other sbx command their start-up time.
+      const { serveStdio } = await import('../mcp/server.js');
       const report = await serveStdio({
         connection: conn,
         sessionEnd: end as SessionEndAction,
