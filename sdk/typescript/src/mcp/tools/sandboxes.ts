@@ -260,7 +260,9 @@ export function registerSandboxTools(ctx: ToolContext): void {
     'list_snapshots',
     {
       title: 'List snapshots',
-      description: 'List the snapshots on the server, newest first, to create sandboxes from.',
+      description:
+        "List the snapshots on the server, newest first: their ids (for create_sandbox's " +
+        'snapshot_id), the sandbox and template each was taken from, its size and when.',
       inputSchema: {},
       outputSchema: { snapshots: z.array(z.object(SNAPSHOT)) },
       annotations: { readOnlyHint: true, openWorldHint: false },
