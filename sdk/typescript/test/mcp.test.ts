@@ -279,6 +279,31 @@ describe('the tools against a fake hostd', { timeout: 60_000 }, () => {
     assert.deepEqual([...session.owned], [id]);
   });
 
+  test('calls made in parallel in a new session share one default sandbox', async () => {
+    const results = await Promise.all(
+      ['a = 1', 'b = 2', 'c = 3'].map((code) => call('run_code', { code })),
+    );
+    assert.equal(alive.size, 1);
+    const [id] = [...alive];
+    for (const r of results) assert.match(texts(r.content), new RegExp(`sandbox ${id}`));
+  });
+
+  test("list_sandboxes shows the session's own first and at most 100", async () => {
+    for (let i = 0; i < 120; i++) alive.add(`sbx_${(0xf000 + i).toString(16).padStart(32, '0')}`);
+    await call('run_code', { code: 'x = 1' });
+    const listed = await call('list_sandboxes', {});
+    const { sandboxes, total } = listed.structuredContent as {
+      sandboxes: { sandbox_id: string; this_session: boolean; default: boolean }[];
+      total: number;
+    };
+    assert.equal(total, 121);
+    assert.equal(sandboxes.length, 100);
+    assert.deepEqual(
+      { own: sandboxes[0]!.this_session, default: sandboxes[0]!.default },
+      { own: true, default: true },
+    );
+  });
+
   test('an exception is a tool error with its traceback; a figure is an image', async () => {
     const failed = await call('run_code', { code: 'fail' });
     assert.equal(failed.isError, true);

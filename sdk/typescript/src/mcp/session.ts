@@ -55,6 +55,7 @@ export class McpSession {
   /** The sandbox `run_code` uses without an id, and its template. */
   defaultSandbox: { id: string; template: string } | undefined;
   #ended: Promise<SessionEndReport> | undefined;
+  #queue: Promise<unknown> = Promise.resolve();
 
   constructor(opts: McpSessionOptions = {}) {
     this.connection = opts.connection ?? {};
@@ -65,6 +66,16 @@ export class McpSession {
   /** The sandbox `id`, checked to exist (SandboxNotFoundError otherwise). */
   connect(id: string, signal?: AbortSignal): Promise<Sandbox> {
     return Sandbox.connect(id, { ...this.connection, signal });
+  }
+
+  /**
+   * Runs `fn` after every earlier `serially` call of this session has settled: for choosing
+   * or creating the default sandbox, which parallel tool calls must not each do.
+   */
+  serially<T>(fn: () => Promise<T>): Promise<T> {
+    const result = this.#queue.then(fn, fn);
+    this.#queue = result.catch(() => undefined);
+    return result;
   }
 
   /** Records sandboxes the session made. */

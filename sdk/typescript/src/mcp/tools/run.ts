@@ -84,25 +84,24 @@ export function registerRunTool(ctx: ToolContext): void {
         }
         sandbox = await session.connect(args.sandbox_id, extra.signal);
       } else {
-        const current = session.defaultSandbox;
-        let reuse: Sandbox | undefined;
-        if (current && (args.template === undefined || args.template === current.template)) {
-          try {
-            reuse = await session.connect(current.id, extra.signal);
-          } catch (err) {
-            if (!isHostdError(err, 'not_found')) throw err;
-            notes.push(`the default sandbox ${current.id} no longer exists (${err.message})`);
-            session.forget(current.id);
+        // One at a time: calls a model makes in parallel in a new session share one default
+        // sandbox instead of each creating its own.
+        ({ sandbox, created } = await session.serially(async () => {
+          const current = session.defaultSandbox;
+          if (current && (args.template === undefined || args.template === current.template)) {
+            try {
+              return { sandbox: await session.connect(current.id, extra.signal) };
+            } catch (err) {
+              if (!isHostdError(err, 'not_found')) throw err;
+              notes.push(`the default sandbox ${current.id} no longer exists (${err.message})`);
+              session.forget(current.id);
+            }
           }
-        }
-        if (reuse) {
-          sandbox = reuse;
-        } else {
-          sandbox = await create({ template: args.template });
-          const template = (await sandbox.info()).template;
-          session.defaultSandbox = { id: sandbox.id, template };
-          created = template;
-        }
+          const made = await create({ template: args.template });
+          const template = (await made.info()).template;
+          session.defaultSandbox = { id: made.id, template };
+          return { sandbox: made, created: template };
+        }));
       }
       const content = new RunContent(maxChars, sandbox.id);
       const progress = progressReporter(extra);

@@ -29,6 +29,9 @@ const allowOut = z
       'requests work through hostd\'s proxy. Example: ["pypi.org", "files.pythonhosted.org"].',
   );
 
+/** Rows list_sandboxes and list_snapshots return at most: a busy server has hundreds. */
+const MAX_LISTED = 100;
+
 const SNAPSHOT = {
   snapshot_id: z.string(),
   source_sandbox_id: z.string(),
@@ -181,7 +184,8 @@ export function registerSandboxTools(ctx: ToolContext): void {
       description:
         'List the sandboxes on the server: id, state (ready; paused: on disk, resumed by its ' +
         'next use; failed), template, the sandbox it was forked from, when it was last used, ' +
-        "whether this session created it, and which one is this session's default.",
+        "whether this session created it, and which one is this session's default. This " +
+        `session's own come first, then the most recently used; at most ${MAX_LISTED}.`,
       inputSchema: {},
       outputSchema: {
         sandboxes: z.array(
@@ -197,12 +201,20 @@ export function registerSandboxTools(ctx: ToolContext): void {
             default: z.boolean(),
           }),
         ),
+        total: z.number().describe('sandboxes on the server, listed or not'),
       },
       annotations: { readOnlyHint: true, openWorldHint: false },
     },
     guarded(async (_args, extra) => {
       const list = await Sandbox.list({ ...session.connection, signal: extra.signal });
-      return structured({ sandboxes: list.map((s) => sandboxOf(s, session)) });
+      const rows = list
+        .map((s) => sandboxOf(s, session))
+        .sort(
+          (a, b) =>
+            Number(b.this_session) - Number(a.this_session) ||
+            b.last_used_at.localeCompare(a.last_used_at),
+        );
+      return structured({ sandboxes: rows.slice(0, MAX_LISTED), total: rows.length });
     }),
   );
 
@@ -262,14 +274,18 @@ export function registerSandboxTools(ctx: ToolContext): void {
       title: 'List snapshots',
       description:
         "List the snapshots on the server, newest first: their ids (for create_sandbox's " +
-        'snapshot_id), the sandbox and template each was taken from, its size and when.',
+        'snapshot_id), the sandbox and template each was taken from, its size and when; at ' +
+        `most ${MAX_LISTED}.`,
       inputSchema: {},
-      outputSchema: { snapshots: z.array(z.object(SNAPSHOT)) },
+      outputSchema: { snapshots: z.array(z.object(SNAPSHOT)), total: z.number() },
       annotations: { readOnlyHint: true, openWorldHint: false },
     },
     guarded(async (_args, extra) => {
       const snapshots = await Snapshot.list({ ...session.connection, signal: extra.signal });
-      return structured({ snapshots: snapshots.map((s) => snapshotOf(s.info)) });
+      return structured({
+        snapshots: snapshots.slice(0, MAX_LISTED).map((s) => snapshotOf(s.info)),
+        total: snapshots.length,
+      });
     }),
   );
 
