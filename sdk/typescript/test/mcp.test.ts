@@ -117,12 +117,16 @@ test('SDK_VERSION is the package version', () => {
   assert.equal(SDK_VERSION, pkg.version);
 });
 
-/** A fake hostd holding sandboxes by id: create, get, exec (scripted), fork, delete, pause. */
+/**
+ * A fake hostd holding sandboxes by id: create, get, exec (scripted), fork, delete, pause, and
+ * reading the files of `files` (the same in every sandbox).
+ */
 function fakeSandboxes(
   fake: FakeHostd,
   exec: (code: string) => string[],
-): { alive: Set<string>; handler: Handler } {
+): { alive: Set<string>; handler: Handler; files: Map<string, Buffer> } {
   const alive = new Set<string>();
+  const files = new Map<string, Buffer>();
   let next = 0;
   const newId = (): string => `sbx_${(++next).toString(16).padStart(32, '0')}`;
   const info = (id: string) => ({
@@ -137,6 +141,16 @@ function fakeSandboxes(
     network: { allow_out: [], bytes_in: 0, bytes_out: 0 },
   });
   const handler: Handler = (req: RecordedRequest, res) => {
+    const url = new URL(req.url, 'http://fake');
+    const file = files.get(url.searchParams.get('path') ?? '');
+    if (/^\/v1\/sandboxes\/sbx_[0-9a-f]{32}\/files(\/stat)?$/.test(url.pathname)) {
+      if (file === undefined) return sendError(res, 404, 'no such file', 'file_not_found');
+      if (url.pathname.endsWith('/stat')) {
+        return sendJson(res, 200, { type: 'file', size: file.length, mode: 420, mtime_ms: 0 });
+      }
+      res.writeHead(200, { 'content-type': 'application/octet-stream' }).end(file);
+      return;
+    }
     const m = /^\/v1\/sandboxes\/(sbx_[0-9a-f]{32})(\/[a-z_]+)?$/.exec(req.url);
     if (req.method === 'POST' && req.url === '/v1/sandboxes') {
       const id = newId();
@@ -175,7 +189,7 @@ function fakeSandboxes(
     sendError(res, 404, `no route for ${req.method} ${req.url}`, 'route_not_found');
   };
   fake.handle(handler);
-  return { alive, handler };
+  return { alive, handler, files };
 }
 
 /** Resolves once `probe` is true, checking every 10 ms; fails after 20 s. */
@@ -208,6 +222,7 @@ function scripted(code: string): string[] {
 describe('the tools against a fake hostd', { timeout: 60_000 }, () => {
   let fake: FakeHostd;
   let alive: Set<string>;
+  let files: Map<string, Buffer>;
   let client: Client;
   let session: McpSession;
 
@@ -218,7 +233,7 @@ describe('the tools against a fake hostd', { timeout: 60_000 }, () => {
     await fake.close();
   });
   beforeEach(async () => {
-    ({ alive } = fakeSandboxes(fake, scripted));
+    ({ alive, files } = fakeSandboxes(fake, scripted));
     const made = createMcpServer({ connection: { baseUrl: fake.url, apiKey: '', maxRetries: 0 } });
     session = made.session;
     const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
@@ -326,6 +341,32 @@ describe('the tools against a fake hostd', { timeout: 60_000 }, () => {
     assert.deepEqual([...alive], [theirs]);
     const after = await call('create_sandbox', {});
     assert.equal(after.isError, true, 'an ended session creates nothing');
+  });
+
+  test('read_file: long text in parts, an image whole, a binary file as an attachment', async () => {
+    const id = `sbx_${'e'.repeat(32)}`;
+    alive.add(id);
+    const text = Array.from({ length: 5000 }, (_, i) => `row ${i} é\n`).join('');
+    files.set('/root/big.txt', Buffer.from(text));
+    const first = await call('read_file', { sandbox_id: id, path: '/root/big.txt' });
+    const [part, note] = first.content.map((b) => (b.type === 'text' ? b.text : ''));
+    assert.equal(part, text.slice(0, 30_000));
+    const offset = Number(/offset=(\d+)/.exec(note ?? '')?.[1]);
+    assert.equal(offset, Buffer.byteLength(part!));
+    const rest = await call('read_file', { sandbox_id: id, path: '/root/big.txt', offset });
+    assert.equal(texts(rest.content), text.slice(30_000), 'the rest, whole');
+
+    const png = Buffer.concat([Buffer.from(PNG, 'base64'), Buffer.alloc(2 * 1024 * 1024, 1)]);
+    files.set('/root/plot.png', png);
+    const image = await call('read_file', { sandbox_id: id, path: '/root/plot.png' });
+    assert.equal(image.content[0]?.type, 'image');
+    assert.equal((image.content[0] as { data: string }).data, png.toString('base64'));
+
+    files.set('/root/data.bin', Buffer.from([0, 1, 2, 3, 255]));
+    const binary = await call('read_file', { sandbox_id: id, path: '/root/data.bin' });
+    assert.match(texts(binary.content), /binary file of 5 bytes/);
+    const blob = binary.content[1] as Extract<ContentBlock, { type: 'resource' }>;
+    assert.equal((blob.resource as { blob: string }).blob, 'AAECA/8=');
   });
 
   test('SDK errors are tool errors the model can act on', async () => {

@@ -55,19 +55,21 @@ export function registerFileTools(ctx: ToolContext): void {
       if (entry.type === 'dir') {
         throw new ToolInputError(`${args.path} is a directory: list it with list_files`);
       }
-      const want = Math.max(MAX_IMAGE_BYTES, maxChars * 4);
-      const bytes = await readPart(sandbox, args.path, args.offset, want, extra.signal);
+      // Enough for maxChars characters of UTF-8; an image or a binary file small enough to hand
+      // over whole is read whole.
+      let bytes = await readPart(sandbox, args.path, args.offset, maxChars * 4, extra.signal);
       const size = Math.max(entry.size, args.offset + bytes.length);
-      if (args.offset === 0) {
-        const image = sniffImage(bytes);
-        if (image !== undefined && size <= MAX_IMAGE_BYTES) {
-          return {
-            content: [
-              { type: 'image', data: bytes.toString('base64'), mimeType: image },
-              { type: 'text', text: `[${args.path}: ${image}, ${size} bytes]` },
-            ],
-          };
-        }
+      const whole = async (): Promise<Buffer> =>
+        bytes.length >= size ? bytes : sandbox.files.read(args.path, { signal: extra.signal });
+      const image = args.offset === 0 ? sniffImage(bytes) : undefined;
+      if (image !== undefined && size <= MAX_IMAGE_BYTES) {
+        bytes = await whole();
+        return {
+          content: [
+            { type: 'image', data: bytes.toString('base64'), mimeType: image },
+            { type: 'text', text: `[${args.path}: ${image}, ${bytes.length} bytes]` },
+          ],
+        };
       }
       if (looksLikeText(bytes.subarray(0, 64 * 1024))) {
         const text = new TextDecoder('utf-8').decode(bytes);
@@ -95,6 +97,7 @@ export function registerFileTools(ctx: ToolContext): void {
         },
       ];
       if (args.offset === 0 && size <= MAX_BLOB_BYTES) {
+        bytes = await whole();
         blocks.push({
           type: 'resource',
           resource: {
