@@ -279,13 +279,14 @@ describe('over Streamable HTTP at /mcp', { timeout: 900_000 }, () => {
     reporting(async () => {
       const s = await overHttp();
       try {
+        // 400 lines of 102 characters (newline included): 40 800, 10 800 over the limit.
         const big = await call(s, 'run_code', {
-          code: 'for i in range(20000):\n    print(f"line {i:05d}")',
+          code: 'for i in range(400):\n    print(f"line {i:05d} " + "x" * 90)',
         });
         const out = text(big);
-        assert.ok(out.startsWith('line 00000\n'));
-        assert.match(out, /line 19999\n/);
-        assert.match(out, /characters of output omitted here/);
+        assert.ok(out.startsWith(`line 00000 ${'x'.repeat(90)}\n`));
+        assert.match(out, /line 00399 x{90}\n/);
+        assert.match(out, /\[\.\.\. 10800 characters of output omitted here/);
         assert.ok(out.length < 32_000, `${out.length} characters came back`);
       } finally {
         await s.end();
