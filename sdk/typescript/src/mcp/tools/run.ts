@@ -93,8 +93,10 @@ export function registerRunTool(ctx: ToolContext): void {
               return { sandbox: await session.connect(current.id, extra.signal) };
             } catch (err) {
               if (!isHostdError(err, 'not_found')) throw err;
-              notes.push(`the default sandbox ${current.id} no longer exists (${err.message})`);
-              session.forget(current.id);
+              notes.push(`the default sandbox ${current.id} is gone (${err.message})`);
+              // A lost sandbox still has a record to delete at the session's end.
+              if (isHostdError(err, 'sandbox_lost')) session.defaultSandbox = undefined;
+              else session.forget(current.id);
             }
           }
           const made = await create({ template: args.template });
