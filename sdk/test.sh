@@ -53,12 +53,14 @@ if [ -z "${SERVICE_HOSTD_URL:-}" ]; then
 fi
 
 step "build the TypeScript SDK"
-# The package needs only typescript and @types/node to build. Use its own install when there is
-# one, else the root's (present after the root `npm ci`), else install into sdk/typescript.
+# The package builds with typescript and @types/node, and its MCP module with the MCP SDK and
+# zod. Use its own install when there is one, else the root's (hostd serves the same MCP tools,
+# so the root's `npm ci` installs them all), else install into sdk/typescript.
 tsc=""
 if [ -x "$TS/node_modules/.bin/tsc" ]; then
   tsc="$TS/node_modules/.bin/tsc"
-elif [ -x "$ROOT/node_modules/.bin/tsc" ] && [ -d "$ROOT/node_modules/@types/node" ]; then
+elif [ -x "$ROOT/node_modules/.bin/tsc" ] && [ -d "$ROOT/node_modules/@types/node" ] &&
+  [ -d "$ROOT/node_modules/@modelcontextprotocol/sdk" ] && [ -d "$ROOT/node_modules/zod" ]; then
   tsc="$ROOT/node_modules/.bin/tsc"
 else
   echo "installing sdk/typescript's devDependencies"

@@ -80,6 +80,10 @@ export interface Config {
   readonly qemuCapstone: boolean;
   /** Account QEMU runs as when hostd is root (SERVICE_VM_USER, default hostd-vm). */
   readonly vmUser: string;
+  /** What ending an MCP session on /mcp does to the sandboxes it created (SERVICE_MCP_SESSION_END). */
+  readonly mcpSessionEnd: 'delete' | 'pause' | 'keep';
+  /** Seconds an MCP session with no request open lives on; 0 never expires (SERVICE_MCP_SESSION_IDLE_S). */
+  readonly mcpSessionIdleS: number;
 }
 
 /** Thrown for an unusable configuration; main prints it and exits non-zero. */
@@ -232,5 +236,12 @@ export function loadConfig(env: Env = process.env): Config {
     qemuBinary: env.SERVICE_QEMU_BINARY || 'qemu-system-x86_64',
     qemuCapstone: env.SERVICE_QEMU_CAPSTONE === '1',
     vmUser: env.SERVICE_VM_USER || 'hostd-vm',
+    mcpSessionEnd: choice(
+      env,
+      'SERVICE_MCP_SESSION_END',
+      ['delete', 'pause', 'keep'] as const,
+      'delete',
+    ),
+    mcpSessionIdleS: intVar(env, 'SERVICE_MCP_SESSION_IDLE_S', 3600, 0, 30 * 24 * 3600),
   };
 }

@@ -195,6 +195,7 @@ async function main(): Promise<void> {
     maxFileBytes: config.maxFileBytes,
     logger: log,
     metrics,
+    mcp: { sessionEnd: config.mcpSessionEnd, idleTimeoutS: config.mcpSessionIdleS },
   });
   const stop = (signal: string): Promise<void> =>
     (stopping ??= (async () => {

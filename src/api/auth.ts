@@ -30,14 +30,19 @@ export function authMode(opts: {
 
 const digest = (s: string): Buffer => createHash('sha256').update(s, 'utf8').digest();
 
+/** The key of an `Authorization: Bearer <key>` header; undefined for anything else. */
+export function bearerToken(header: string | undefined): string | undefined {
+  return header === undefined ? undefined : /^Bearer[ ]+(\S+)\s*$/i.exec(header)?.[1];
+}
+
 /** Returns a checker: given the Authorization header, null when allowed, else the 401 error. */
 export function makeAuthChecker(mode: AuthMode): (header: string | undefined) => HostdError | null {
   if (mode.kind === 'open') return () => null;
   const digests = mode.keys.map(digest);
   return (header) => {
-    const match = header === undefined ? null : /^Bearer[ ]+(\S+)\s*$/i.exec(header);
-    if (!match) return fail('missingApiKey');
-    const presented = digest(match[1]!);
+    const token = bearerToken(header);
+    if (token === undefined) return fail('missingApiKey');
+    const presented = digest(token);
     let ok = false;
     for (const d of digests) ok = timingSafeEqual(d, presented) || ok;
     return ok ? null : fail('invalidApiKey');

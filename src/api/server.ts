@@ -19,6 +19,7 @@ import { registerConsoleRoutes } from './routes/console.js';
 import { registerExecRoutes } from './routes/exec.js';
 import { rawBodyParser, registerFileRoutes, UPLOAD_ROUTE } from './routes/files.js';
 import { registerLineageRoutes } from './routes/lineage.js';
+import { MCP_ROUTE, registerMcpRoutes, type McpRouteOptions } from './routes/mcp.js';
 import { registerSandboxRoutes } from './routes/sandboxes.js';
 import { registerServiceRoutes } from './routes/service.js';
 import { registerSnapshotRoutes } from './routes/snapshots.js';
@@ -32,6 +33,8 @@ export interface ServerOptions {
   maxFileBytes: number;
   logger: Logger;
   metrics: Metrics;
+  /** The MCP endpoint's session handling (SERVICE_MCP_*); defaults when absent. */
+  mcp?: Omit<McpRouteOptions, 'logger'>;
 }
 
 /** Fastify's own error codes that are the client's fault, mapped onto registry kinds. */
@@ -99,7 +102,10 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   app.addHook('onRequest', async (req, reply) => {
     const route = req.routeOptions.url;
     if (route === undefined) return; // no route: a 404 reveals nothing
-    const guarded = (route.startsWith('/v1/') && route !== '/v1/healthz') || route === '/metrics';
+    const guarded =
+      (route.startsWith('/v1/') && route !== '/v1/healthz') ||
+      route === '/metrics' ||
+      route === MCP_ROUTE;
     const err = guarded ? checkAuth(req.headers.authorization) : null;
     if (err) return rejectBeforeBody(req, reply, err);
     const declared = Number(req.headers['content-length'] ?? 0);
@@ -132,6 +138,11 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   registerSnapshotRoutes(app, manager);
   registerTemplateRoutes(app, manager);
   await registerConsoleRoutes(app);
+  registerMcpRoutes(app, {
+    sessionEnd: opts.mcp?.sessionEnd ?? 'delete',
+    idleTimeoutS: opts.mcp?.idleTimeoutS ?? 3600,
+    logger: opts.logger,
+  });
   // In their own scope: only these routes take raw bodies.
   await app.register(async (scope) => {
     rawBodyParser(scope);

@@ -87,3 +87,17 @@ test('the sandbox cap follows host memory unless SERVICE_MAX_SANDBOXES sets a nu
   assert.equal(loadConfig({ SERVICE_MAX_SANDBOXES: '7' }).maxSandboxes, 7);
   assert.throws(() => loadConfig({ SERVICE_MAX_SANDBOXES: '0' }), ConfigError);
 });
+
+test('MCP sessions: sandboxes deleted at the end and an hour idle by default; bad values refused', () => {
+  const c = loadConfig({});
+  assert.equal(c.mcpSessionEnd, 'delete');
+  assert.equal(c.mcpSessionIdleS, 3600);
+  const set = loadConfig({ SERVICE_MCP_SESSION_END: 'pause', SERVICE_MCP_SESSION_IDLE_S: '0' });
+  assert.equal(set.mcpSessionEnd, 'pause');
+  assert.equal(set.mcpSessionIdleS, 0);
+  assert.throws(() => loadConfig({ SERVICE_MCP_SESSION_END: 'drop' }), /SERVICE_MCP_SESSION_END/);
+  assert.throws(
+    () => loadConfig({ SERVICE_MCP_SESSION_IDLE_S: '-5' }),
+    /SERVICE_MCP_SESSION_IDLE_S/,
+  );
+});

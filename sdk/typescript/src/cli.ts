@@ -10,6 +10,7 @@ import { DEFAULT_BASE_URL, type ConnectionOptions } from './config.js';
 import { UsageError, type Command, type Options, type Values } from './cli/command.js';
 import { cp } from './cli/cp.js';
 import { exec } from './cli/exec.js';
+import { mcp } from './cli/mcp.js';
 import { reportError } from './cli/report.js';
 import { create, fork, ls, merge, pause, resume, rm } from './cli/sandboxes.js';
 import { snapshot, snapshots, templates } from './cli/snapshots.js';
@@ -27,6 +28,7 @@ const commands: Record<string, Command> = {
   rm,
   ls,
   templates,
+  mcp,
 };
 
 const GLOBAL_OPTIONS: Options = {

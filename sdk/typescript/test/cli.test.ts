@@ -43,6 +43,7 @@ const COMMANDS = [
   'rm',
   'ls',
   'templates',
+  'mcp',
 ];
 
 /** Records, for each line in a chunk of output, when it arrived (ms since `start`). */
