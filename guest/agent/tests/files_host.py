@@ -85,6 +85,8 @@ class FilesHost:
                     return msg
                 continue
             self.buf = self.buf[-len(SYNC_REPLY):]
+            if time.monotonic() > deadline:
+                raise AssertionError("no answer to the hello within %.1f s" % timeout)
             self._fill(max(0.01, deadline - time.monotonic()))
 
     # ---- operations ----------------------------------------------------------------------

@@ -8,13 +8,16 @@ import os
 import shutil
 import stat
 import subprocess
+import json
+import socket
 import tarfile
 import tempfile
+import threading
 import time
 import unittest
 
-from files_host import Done, FilesHost
-from port_frames import DATA, END, JSON
+from files_host import Done, FilesHost, files_server
+from port_frames import DATA, END, HEADER, JSON, MAX_PAYLOAD, SYNC, frame
 
 
 class FilesTestCase(unittest.TestCase):
@@ -231,6 +234,52 @@ class Interruptions(FilesTestCase):
             self.assertEqual((frame_id, payload["code"]), (op_id, "cancelled"))
             break
         self.assertLess(received, 64 << 20)
+
+    def never_blocking(self, *requests):
+        """Sends `requests` ((id, message) or bytes) to a files server whose writes go to
+        /dev/null: they never block, as when hostd reads and drops everything (the client of a
+        download left). The server must still see what hostd sends and stop. Returns the
+        directory whose appearance says the requests after the first were served."""
+        sock, guest = socket.socketpair()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        server = files_server.Server(guest.fileno(), devnull, stop_at_eof=True)
+        thread = threading.Thread(target=server.serve, daemon=True)
+        thread.start()
+        self.addCleanup(os.close, devnull)
+        self.addCleanup(guest.close)
+        self.addCleanup(thread.join, 10)
+        self.addCleanup(sock.close)
+        marker = self.path("served")
+        for request in requests + ((99, {"op": "mkdir", "path": marker}),):
+            if isinstance(request, bytes):
+                sock.sendall(request)
+            else:
+                sock.sendall(frame(JSON, request[0], json.dumps(request[1]).encode()))
+        deadline = time.monotonic() + 30
+        while not os.path.isdir(marker):
+            self.assertLess(time.monotonic(), deadline, "the server is still on the download")
+            time.sleep(0.01)
+
+    def huge(self, *parts):
+        path = self.path(*parts)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.truncate(1 << 40)
+        return path
+
+    def test_a_cancel_stops_a_download_whose_writes_never_block(self):
+        self.never_blocking((1, {"op": "read", "path": self.huge("huge")}),
+                            (1, {"op": "cancel"}))
+
+    def test_a_cancel_stops_a_tar_whose_writes_never_block(self):
+        self.huge("tree", "huge")
+        self.never_blocking((1, {"op": "tar_out", "path": self.path("tree")}),
+                            (1, {"op": "cancel"}))
+
+    def test_a_hello_stops_a_download_whose_writes_never_block(self):
+        self.never_blocking((1, {"op": "read", "path": self.huge("huge")}),
+                            bytes(MAX_PAYLOAD + HEADER.size) + SYNC,
+                            (0, {"op": "hello", "nonce": "again"}))
 
     def test_a_host_that_goes_away_mid_upload_leaves_nothing_behind(self):
         op_id = self.host.start("write", path=self.path("sub", "f"))

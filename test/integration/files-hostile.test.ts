@@ -1,0 +1,92 @@
+/**
+ * The files API against clients and sandboxes that do not play along (docs/api.md, Files): a
+ * download the client leaves half-read must stop in the guest and free the sandbox's file lane;
+ * paths the guest cannot read are the client's error, in the registry's words; a tar cannot
+ * leave a link that leads out of its target, whatever the order of its members.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { request as httpRequest } from 'node:http';
+import { performance } from 'node:perf_hooks';
+import { startHostd, type Hostd } from '../../testkit/hostd.js';
+import { run } from '../../testkit/exec.js';
+import { statPath } from '../../testkit/files.js';
+import { withSandbox } from '../../testkit/sandboxes.js';
+
+const MiB = 1024 * 1024;
+
+let hostd: Hostd;
+before(async () => {
+  hostd = await startHostd({ env: { SERVICE_TEMPLATES: 'python-slim', SERVICE_POOL_SIZE: '1' } });
+});
+after(async () => {
+  await hostd.stop();
+});
+
+/**
+ * GETs `query` on the files route, reads `bytes` of the body, then hangs up (destroys the
+ * socket). Resolves with the moment it hung up (performance.now()).
+ */
+function readThenHangUp(id: string, query: string, bytes: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      new URL(`${hostd.url}/v1/sandboxes/${id}/files?${query}`),
+      { headers: hostd.headers },
+      (res) => {
+        if (res.statusCode !== 200) {
+          reject(new Error(`GET ${query} answered ${res.statusCode}`));
+          return;
+        }
+        let got = 0;
+        res.on('data', (chunk: Buffer) => {
+          got += chunk.length;
+          if (got >= bytes && !req.destroyed) {
+            req.destroy();
+            resolve(performance.now());
+          }
+        });
+        res.on('end', () => reject(new Error(`the download ended after ${got} bytes`)));
+      },
+    );
+    req.on('error', (err) => {
+      if (!req.destroyed) reject(err);
+    });
+    req.end();
+  });
+}
+
+/** Lines of `ls -l` on every guest process's open files that name `needle`. */
+async function openFilesNaming(id: string, needle: string): Promise<string> {
+  const found = await run(
+    hostd,
+    id,
+    `for f in /proc/[0-9]*/fd/*; do t=$(readlink "$f" 2>/dev/null) && case "$t" in ${needle}) echo "$f -> $t";; esac; done; true`,
+    { language: 'bash' },
+  );
+  assert.equal(found.exit, 0, found.stderr);
+  return found.stdout;
+}
+
+describe('a download the client leaves', () => {
+  const cases: [string, string, string][] = [
+    ['a 1 TiB sparse file', 'path=/tmp/huge', '/tmp/huge'],
+    ['a tar of /proc (with /proc/kcore, 128 TiB)', 'path=/proc&format=tar', '/proc/kcore'],
+  ];
+  for (const [what, query, file] of cases) {
+    test(`${what}: the guest stops sending and the file lane is free for the next operation`, async (t) => {
+      await withSandbox(hostd, async (id) => {
+        await run(hostd, id, 'truncate -s 1T /tmp/huge', { language: 'bash' });
+        const hungUp = await readThenHangUp(id, query, 16 * MiB);
+        // One operation at a time in the guest's files thread: a stat that answers comes after
+        // the download's end there. Before the fix it waited behind the whole terabyte.
+        const stat = await statPath(hostd, id, '/tmp/huge');
+        const answered = performance.now();
+        assert.deepEqual([stat.status, stat.body.size], [200, 2 ** 40]);
+        t.diagnostic(
+          `hang-up to the next file operation answered: ${Math.round(answered - hungUp)} ms`,
+        );
+        assert.equal(await openFilesNaming(id, file), '', 'no guest process still reads it');
+      });
+    });
+  }
+});
