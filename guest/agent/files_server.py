@@ -399,7 +399,8 @@ class Server:
             reply = {"op": "done", "ok": True}
             reply.update(operation(link, frame_id, msg))
         except OpError as e:
-            reply = {"op": "done", "ok": False, "code": e.code, "message": e.message}
+            reply = {"op": "done", "ok": False}
+            reply.update(e.fields())
         except Abort as e:
             if e.why != "cancel":
                 raise                        # the host that asked is gone: nobody to answer
@@ -416,7 +417,8 @@ class Server:
     def _reply(self, frame_id, reply):
         payload = encode_json(reply)
         if len(payload) > MAX_REPLY:
-            payload = encode_json({"op": "done", "ok": False, "code": "io_error",
+            payload = encode_json({"op": "done", "ok": False, "code": "unsupported_file",
+                                   "reason": "answer_too_large",
                                    "message": "the answer is too large (%d bytes)" % len(payload)})
         self.link.send(JSON, frame_id, payload)
         self._flush()

@@ -106,9 +106,9 @@ class Extraction:
         """Where archive name `name` (of `member`) goes; None for the archive's root."""
         parts = [p for p in name.split("/") if p not in ("", ".")]
         if name.startswith("/"):
-            raise _refused(member, "absolute path")
+            raise _refused(member, "absolute_name", "absolute path")
         if ".." in parts:
-            raise _refused(member, "path with a .. component")
+            raise _refused(member, "dot_dot_name", "path with a .. component")
         return os.path.join(self.root, *parts) if parts else None
 
     def extract(self, tar, member):
@@ -116,11 +116,12 @@ class Extraction:
         if target is None:
             if member.isdir():
                 return
-            raise _refused(member, "not a directory, yet names the target directory")
+            raise _refused(member, "names_target",
+                           "not a directory, yet names the target directory")
         parent = os.path.dirname(target)
         if not _inside(self.root, os.path.realpath(parent)):
-            raise _refused(member, "its directory is a symbolic link leading out of %s"
-                           % self.root)
+            raise _refused(member, "parent_leads_out",
+                           "its directory is a symbolic link leading out of %s" % self.root)
         make_dirs(parent)
         try:
             if member.isdir():
@@ -132,9 +133,12 @@ class Extraction:
             elif member.islnk():
                 self._hardlink(target, member)
             else:
-                raise _refused(member, "device nodes and FIFOs are not extracted")
+                raise _refused(member, "special_file",
+                               "device nodes and FIFOs are not extracted")
         except OSError as e:
-            raise os_error(e, target)
+            err = os_error(e, target)
+            err.member = member.name
+            raise err
         self.files += 1
 
     def _dir(self, target, member):
@@ -145,7 +149,7 @@ class Extraction:
         else:
             if not stat.S_ISDIR(st.st_mode):
                 raise OpError("not_a_directory", "tar member %r: %s exists and is not a "
-                              "directory" % (member.name, target))
+                              "directory" % (member.name, target), member=member.name)
         self.dirs.append((target, member.mode & 0o777, member.mtime))
 
     def _file(self, tar, target, member):
@@ -162,22 +166,26 @@ class Extraction:
     def _symlink(self, target, member):
         link = member.linkname
         if os.path.isabs(link):
-            raise _refused(member, "symbolic link to an absolute path")
+            raise _refused(member, "symlink_absolute", "symbolic link to an absolute path")
         base = os.path.realpath(os.path.dirname(target))
         if not _inside(self.root, os.path.realpath(os.path.join(base, link))):
-            raise _refused(member, "symbolic link leading out of %s" % self.root)
+            raise _refused(member, "symlink_leads_out",
+                           "symbolic link leading out of %s" % self.root)
         replace_with(target, lambda tmp: os.symlink(link, tmp))
 
     def _hardlink(self, target, member):
         source = self.target(member, member.linkname)
         if source is None or not _inside(self.root, os.path.realpath(source)):
-            raise _refused(member, "hard link to something outside %s" % self.root)
+            raise _refused(member, "hardlink_leads_out",
+                           "hard link to something outside %s" % self.root)
         try:
             st = os.lstat(source)
         except FileNotFoundError:
-            raise _refused(member, "hard link to a member not extracted before it")
+            raise _refused(member, "hardlink_missing",
+                           "hard link to a member not extracted before it")
         if not stat.S_ISREG(st.st_mode):
-            raise _refused(member, "hard link to something that is not a regular file")
+            raise _refused(member, "hardlink_not_file",
+                           "hard link to something that is not a regular file")
         replace_with(target, lambda tmp: os.link(source, tmp, follow_symlinks=False))
 
     def finish(self):
@@ -190,8 +198,9 @@ class Extraction:
                 pass
 
 
-def _refused(member, why):
-    return OpError("invalid_path", "tar member %r: %s" % (member.name, why))
+def _refused(member, reason, why):
+    return OpError("invalid_path", "tar member %r: %s" % (member.name, why), reason,
+                   member.name)
 
 
 def extract_tar(dest, src):

@@ -10,7 +10,7 @@ import { request as httpRequest } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { startHostd, type Hostd } from '../../testkit/hostd.js';
 import { run } from '../../testkit/exec.js';
-import { statPath } from '../../testkit/files.js';
+import { readBytes, statPath, upload } from '../../testkit/files.js';
 import { withSandbox } from '../../testkit/sandboxes.js';
 
 const MiB = 1024 * 1024;
@@ -89,4 +89,72 @@ describe('a download the client leaves', () => {
       });
     });
   }
+});
+
+describe('paths the guest cannot read or write', () => {
+  /** What the guest's errors say in its own words (Python's strerror): never in an answer. */
+  const GUEST_WORDS = [
+    'Input/output error',
+    'Invalid argument',
+    'Operation not permitted',
+    'Permission denied',
+    'Too many levels of symbolic links',
+    'File name too long',
+    'shrank',
+  ];
+
+  test("each is the client's error by code, in hostd's words", async () => {
+    await withSandbox(hostd, async (id) => {
+      await run(hostd, id, 'ln -s loop /tmp/loop', { language: 'bash' });
+      const get = (path: string): Promise<{ status: number; body: { code?: string } }> =>
+        hostd.json('GET', `/v1/sandboxes/${id}/files?path=${encodeURIComponent(path)}`);
+      const cases: [
+        string,
+        Promise<{ status: number; body: { code?: string } }>,
+        number,
+        string,
+      ][] = [
+        ['/proc/self/mem: EIO on /proc', get('/proc/self/mem'), 400, 'unsupported_file'],
+        ['/proc/self/clear_refs: EINVAL', get('/proc/self/clear_refs'), 400, 'unsupported_file'],
+        ['/proc/kcore: 128 TiB of /proc', get('/proc/kcore'), 400, 'unsupported_file'],
+        [
+          'a write-only /sys attribute',
+          get('/sys/bus/platform/drivers_probe'),
+          403,
+          'permission_denied',
+        ],
+        ['a device', get('/dev/null'), 400, 'invalid_path'],
+        ['a loop of symbolic links', get('/tmp/loop'), 400, 'invalid_path'],
+        ['a name too long', get(`/tmp/${'n'.repeat(300)}`), 400, 'invalid_path'],
+        [
+          'writing /proc',
+          upload(hostd, id, '/proc/sys/kernel/hostname', 'x'),
+          403,
+          'permission_denied',
+        ],
+        [
+          'removing /proc',
+          hostd.json('DELETE', `/v1/sandboxes/${id}/files?path=/proc&recursive=1`),
+          403,
+          'permission_denied',
+        ],
+      ];
+      for (const [what, answer, status, code] of cases) {
+        const { status: got, body } = await answer;
+        assert.deepEqual([got, body.code], [status, code], what);
+        const message = (body as { error?: string }).error ?? '';
+        for (const words of GUEST_WORDS) assert.ok(!message.includes(words), `${what}: ${message}`);
+      }
+      assert.equal((await run(hostd, id, 'print(1)')).stdout, '1\n', 'the sandbox is fine');
+    });
+  });
+
+  test('a /sys file is read whole, not cut to the page size it claims', async () => {
+    await withSandbox(hostd, async (id) => {
+      const path = '/sys/kernel/mm/transparent_hugepage/enabled';
+      const inGuest = await run(hostd, id, `cat ${path}`, { language: 'bash' });
+      assert.equal((await statPath(hostd, id, path)).body.size, 4096);
+      assert.equal((await readBytes(hostd, id, path)).toString(), inGuest.stdout);
+    });
+  });
 });

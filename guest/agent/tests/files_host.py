@@ -11,6 +11,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+import files_ops  # noqa: E402
 import files_server  # noqa: E402
 from port_frames import (DATA, END, HEADER, JSON, MAX_PAYLOAD, SYNC, SYNC_REPLY,  # noqa: E402
                          frame)

@@ -3,20 +3,21 @@ a minimal host (files_host.py) against files_server.py running in a thread.
 Run from the repository root:  python3 -m unittest discover -s guest/agent/tests -v
 """
 
+import errno
 import io
+import json
 import os
 import shutil
+import socket
 import stat
 import subprocess
-import json
-import socket
 import tarfile
 import tempfile
 import threading
 import time
 import unittest
 
-from files_host import Done, FilesHost, files_server
+from files_host import Done, FilesHost, files_ops, files_server
 from port_frames import DATA, END, HEADER, JSON, MAX_PAYLOAD, SYNC, frame
 
 
@@ -117,6 +118,60 @@ class WriteAndRead(FilesTestCase):
         self.assertGreater(head["size"], 0)
         self.assertEqual(len(data), head["size"])
         self.assertIn(b"Pid:", data)
+
+    def test_the_kernel_refusing_a_file_is_the_clients_error_with_a_reason(self):
+        # /proc/self/mem at offset 0: EIO, on a pseudo filesystem: about the file, not the disk
+        done = self.failure(self.host.start("read", path="/proc/self/mem"))
+        self.assertEqual((done["code"], done["reason"]), ("unsupported_file", "io"))
+        os.mkfifo(self.path("fifo"))
+        done = self.failure(self.host.start("read", path=self.path("fifo")))
+        self.assertEqual((done["code"], done["reason"]), ("invalid_path", "not_regular_file"))
+        done = self.failure(self.host.start("stat", path="/a/../b"))
+        self.assertEqual((done["code"], done["reason"]), ("invalid_path", "dot_dot"))
+        done = self.failure(self.host.start("stat", path="/" + "n" * 300))
+        self.assertEqual((done["code"], done["reason"]), ("invalid_path", "name_too_long"))
+
+    def failure(self, op_id):
+        done = self.host.done(op_id)[2]
+        self.assertFalse(done["ok"], done)
+        return done
+
+    def test_every_errno_is_mapped_on_purpose(self):
+        expect = {
+            errno.ENOENT: ("file_not_found", None), errno.EACCES: ("permission_denied", "access"),
+            errno.EPERM: ("permission_denied", "not_permitted"),
+            errno.EROFS: ("permission_denied", "read_only"),
+            errno.ETXTBSY: ("permission_denied", "running_program"),
+            errno.ENOSPC: ("sandbox_disk_full", None), errno.EFBIG: ("file_too_large", None),
+            errno.ELOOP: ("invalid_path", "symlink_loop"),
+            errno.EINVAL: ("unsupported_file", "invalid"),
+            errno.ENXIO: ("unsupported_file", "no_device"),
+            errno.EAGAIN: ("unsupported_file", "would_block"),
+            errno.EBUSY: ("unsupported_file", "busy"),
+            # an errno nobody expects on a path is hostd's failure, not the client's
+            errno.ENOMEM: ("io_error", None),
+        }
+        for number, (code, reason) in expect.items():
+            err = files_ops.os_error(OSError(number, os.strerror(number)), "/proc/self/mem")
+            self.assertEqual((err.code, err.reason), (code, reason), errno.errorcode[number])
+
+    def test_an_io_error_is_the_files_when_on_a_pseudo_filesystem_else_the_disks(self):
+        eio = OSError(errno.EIO, os.strerror(errno.EIO))
+        self.assertEqual(files_ops.filesystem_of("/proc/self/mem"), "proc")
+        self.assertEqual(files_ops.os_error(eio, "/proc/self/mem").code, "unsupported_file")
+        self.assertEqual(files_ops.os_error(eio, "/sys/kernel/nothing/here").code,
+                         "unsupported_file", "the nearest existing parent tells")
+        self.assertNotIn(files_ops.filesystem_of(self.dir), files_ops.PSEUDO_FILESYSTEMS)
+        self.assertEqual(files_ops.os_error(eio, self.path("f")).code, "io_error")
+
+    @unittest.skipUnless(os.path.exists("/sys/kernel/uevent_seqnum"), "needs sysfs")
+    def test_a_sys_file_is_read_whole_whatever_size_it_claims(self):
+        # sysfs says 4096 bytes for every attribute: a download of that size would be cut
+        with open("/sys/kernel/uevent_seqnum", "rb") as f:
+            seqnum_len = len(f.read())
+        head, data = self.host.read("/sys/kernel/uevent_seqnum")
+        self.assertEqual(os.stat("/sys/kernel/uevent_seqnum").st_size, 4096)
+        self.assertEqual((head["size"], len(data)), (seqnum_len, seqnum_len))
 
     def test_symbolic_links_are_followed_for_reading(self):
         self.host.write(self.path("real"), b"content")
@@ -372,10 +427,12 @@ class HostileTars(FilesTestCase):
         os.mkdir(self.path("target"))
         os.mkdir(self.path("outside"))
 
-    def refused(self, data):
+    def refused(self, data, reason=None):
         before = os.listdir(self.path("outside"))
         msg = self.assertFails("invalid_path", self.host.tar_in, self.path("target"), data)
         self.assertEqual(os.listdir(self.path("outside")), before, "nothing written outside")
+        if reason is not None:
+            self.assertEqual(msg["reason"], reason)
         return msg
 
     def test_absolute_member_names(self):
@@ -386,8 +443,11 @@ class HostileTars(FilesTestCase):
         self.refused(hostile(("a/../../outside/x", b"pwned")))
 
     def test_a_symbolic_link_out_of_the_target(self):
-        self.refused(hostile(("esc", b"", tarfile.SYMTYPE, "../outside")))
-        self.refused(hostile(("esc", b"", tarfile.SYMTYPE, self.path("outside"))))
+        msg = self.refused(hostile(("esc", b"", tarfile.SYMTYPE, "../outside")),
+                           "symlink_leads_out")
+        self.assertEqual(msg["member"], "esc")
+        self.refused(hostile(("esc", b"", tarfile.SYMTYPE, self.path("outside"))),
+                     "symlink_absolute")
 
     def test_writing_through_an_existing_link_that_leads_out(self):
         os.symlink(self.path("outside"), self.path("target", "door"))
