@@ -5,7 +5,8 @@ The guest's Python is 3.11.2, older than tarfile's extraction filters (3.11.4), 
 makes its own checks, those of the "data" filter: no absolute member names, no `..`, nothing
 written through a symbolic link that leads out of the target directory, no link pointing out
 of it, no device nodes or FIFOs; permission bits only (no setuid, setgid, sticky), owned by
-root. Each file appears complete or not at all (files_ops.AtomicFile). A failure stops the
+root. Stricter than that filter, no link can be made to lead out by members that come after
+it (see Extraction._symlink). Each file appears complete or not at all (files_ops.AtomicFile). A failure stops the
 extraction: members extracted before it stay, nothing half-written does.
 """
 
@@ -100,7 +101,8 @@ class Extraction:
         self.root = os.path.realpath(dest)
         self.files = 0                    # members extracted, directories included
         self.size = 0                     # bytes of regular files
-        self.dirs = []                    # (path, mode, mtime), applied at the end
+        self.dirs = []                    # (real path, mode, mtime), applied at the end
+        self.links = []                   # (real path, member name) of the links made
 
     def target(self, member, name):
         """Where archive name `name` (of `member`) goes; None for the archive's root."""
@@ -150,7 +152,8 @@ class Extraction:
             if not stat.S_ISDIR(st.st_mode):
                 raise OpError("not_a_directory", "tar member %r: %s exists and is not a "
                               "directory" % (member.name, target), member=member.name)
-        self.dirs.append((target, member.mode & 0o777, member.mtime))
+        # Its real path now: the links on the way to it may lead elsewhere at the end
+        self.dirs.append((os.path.realpath(target), member.mode & 0o777, member.mtime))
 
     def _file(self, tar, target, member):
         src = tar.extractfile(member)
@@ -164,14 +167,32 @@ class Extraction:
         self.size += out.size
 
     def _symlink(self, target, member):
+        """Where a symbolic link leads depends on the links it passes through, which later
+        members may make or replace: checking where it leads now (realpath) is not enough
+        (`x -> y/..` is inside until a later `y -> .` makes it the target's parent). So a
+        link's own target may only climb with leading `..`s, no higher than the target, then
+        go down by names: each name is a directory of the target or a link that, by the
+        same rule, leads inside, whatever the order of the members. A `..` after a name
+        could climb from wherever that name leads: refused."""
         link = member.linkname
         if os.path.isabs(link):
             raise _refused(member, "symlink_absolute", "symbolic link to an absolute path")
-        base = os.path.realpath(os.path.dirname(target))
-        if not _inside(self.root, os.path.realpath(os.path.join(base, link))):
+        parts = [p for p in link.split("/") if p not in ("", ".")]
+        ups = 0
+        while ups < len(parts) and parts[ups] == "..":
+            ups += 1
+        if ".." in parts[ups:]:
+            raise _refused(member, "symlink_dot_dot",
+                           "symbolic link with a .. after a name, which another link can "
+                           "turn to lead out of %s" % self.root)
+        base = os.path.realpath(os.path.dirname(target))    # where the link really is
+        depth = 0 if base == self.root else os.path.relpath(base, self.root).count("/") + 1
+        if ups > depth or not _inside(self.root, os.path.realpath(os.path.join(base, link))):
             raise _refused(member, "symlink_leads_out",
                            "symbolic link leading out of %s" % self.root)
-        replace_with(target, lambda tmp: os.symlink(link, tmp))
+        made = os.path.join(base, os.path.basename(target))
+        replace_with(made, lambda tmp: os.symlink(link, tmp))
+        self.links.append((made, member.name))
 
     def _hardlink(self, target, member):
         source = self.target(member, member.linkname)
@@ -189,13 +210,31 @@ class Extraction:
         replace_with(target, lambda tmp: os.link(source, tmp, follow_symlinks=False))
 
     def finish(self):
-        """Directory modes and times last: writing into a directory changes its mtime."""
+        """Takes back every link it made that leads out of the target now, and returns the
+        first one's refusal (None if none does). None can by its own members
+        (_symlink); one can through a link that was in the target before: `p -> q/..`,
+        made in the sandbox, leads out once the tar makes `q -> .`.
+        Then directory modes and times: writing into a directory changes its mtime."""
+        refusal = None
+        for path, name in self.links:
+            if os.path.islink(path) and not _inside(self.root, os.path.realpath(path)):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+                self.files -= 1
+                if refusal is None:
+                    refusal = OpError(
+                        "invalid_path", "tar member %r: symbolic link leading out of %s "
+                        "through a link that was there before" % (name, self.root),
+                        "symlink_leads_out", name)
         for path, mode, mtime in reversed(self.dirs):
             try:
                 os.chmod(path, mode)
                 os.utime(path, (mtime, mtime), follow_symlinks=False)
             except OSError:
                 pass
+        return refusal
 
 
 def _refused(member, reason, why):
@@ -214,5 +253,7 @@ def extract_tar(dest, src):
     except (tarfile.TarError, EOFError) as e:
         raise OpError("invalid_archive", "not a valid tar stream: %s" % e)
     finally:
-        extraction.finish()
+        refusal = extraction.finish()
+    if refusal is not None:
+        raise refusal
     return extraction.files, extraction.size

@@ -28,6 +28,8 @@ const TAR_MEMBER: Readonly<Record<string, string>> = {
   special_file: 'is a device node or a FIFO, which are not extracted',
   symlink_absolute: 'is a symbolic link to an absolute path',
   symlink_leads_out: 'is a symbolic link leading out of the target',
+  symlink_dot_dot:
+    'is a symbolic link with a .. after a name, which a link made later could turn to lead out of the target',
   hardlink_leads_out: 'is a hard link to something outside the target',
   hardlink_missing: 'is a hard link to a member not extracted before it',
   hardlink_not_file: 'is a hard link to something that is not a regular file',

@@ -6,7 +6,11 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { request as httpRequest } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { startHostd, type Hostd } from '../../testkit/hostd.js';
 import { run } from '../../testkit/exec.js';
@@ -17,7 +21,10 @@ const MiB = 1024 * 1024;
 
 let hostd: Hostd;
 before(async () => {
-  hostd = await startHostd({ env: { SERVICE_TEMPLATES: 'python-slim', SERVICE_POOL_SIZE: '1' } });
+  hostd = await startHostd({
+    env: { SERVICE_TEMPLATES: 'python-slim', SERVICE_POOL_SIZE: '1' },
+    startTimeoutMs: 600_000, // its template boots before hostd serves: minutes on a busy host
+  });
 });
 after(async () => {
   await hostd.stop();
@@ -155,6 +162,67 @@ describe('paths the guest cannot read or write', () => {
       const inGuest = await run(hostd, id, `cat ${path}`, { language: 'bash' });
       assert.equal((await statPath(hostd, id, path)).body.size, 4096);
       assert.equal((await readBytes(hostd, id, path)).toString(), inGuest.stdout);
+    });
+  });
+});
+
+describe('a tar upload', () => {
+  /** A tar of `links` (name, target), in that order, made by the host's tar. */
+  async function linksTar(links: [string, string][]): Promise<Buffer> {
+    const dir = await mkdtemp(join(tmpdir(), 'hostd-tar-links-'));
+    try {
+      for (const [name, target] of links) await symlink(target, join(dir, name));
+      return execFileSync('tar', ['-c', '-C', dir, ...links.map(([name]) => name)]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+
+  /** Where each entry of `dir` in the guest resolves (readlink -f), one per line. */
+  async function resolved(id: string, dir: string): Promise<string[]> {
+    const out = await run(hostd, id, `for f in ${dir}/*; do readlink -f "$f"; done`, {
+      language: 'bash',
+    });
+    return out.stdout.split('\n').filter((l) => l !== '');
+  }
+
+  test('cannot leave a link that leads out of its target, whatever the order of its members', async () => {
+    await withSandbox(hostd, async (id) => {
+      const orders: [string, string][][] = [
+        [
+          ['x', 'y/..'],
+          ['y', '.'],
+        ],
+        [
+          ['y', '.'],
+          ['x', 'y/..'],
+        ],
+      ];
+      for (const [i, links] of orders.entries()) {
+        const dest = `/tmp/lnk${i}/dest`;
+        const put = await upload(hostd, id, dest, await linksTar(links), { tar: true });
+        assert.deepEqual([put.status, put.body.code], [400, 'invalid_path'], dest);
+        for (const real of await resolved(id, dest)) {
+          assert.ok(real.startsWith(`${dest}/`) || real === dest, `${dest}: a link to ${real}`);
+        }
+      }
+    });
+  });
+
+  test('may hold links that climb with leading .. as far as its target', async () => {
+    await withSandbox(hostd, async (id) => {
+      const dir = await mkdtemp(join(tmpdir(), 'hostd-tar-up-'));
+      try {
+        await mkdir(join(dir, 'a', 'b'), { recursive: true });
+        await writeFile(join(dir, 'c'), 'see');
+        await symlink('../../c', join(dir, 'a', 'b', 'up'));
+        const tarball = execFileSync('tar', ['-c', '-C', dir, 'c', 'a']);
+        const put = await upload(hostd, id, '/tmp/ok', tarball, { tar: true });
+        assert.equal(put.status, 200, JSON.stringify(put.body));
+        assert.equal((await readBytes(hostd, id, '/tmp/ok/a/b/up')).toString(), 'see');
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
     });
   });
 });

@@ -7,6 +7,7 @@ import errno
 import io
 import json
 import os
+import random
 import shutil
 import socket
 import stat
@@ -471,6 +472,75 @@ class HostileTars(FilesTestCase):
         for kind in (tarfile.CHRTYPE, tarfile.BLKTYPE, tarfile.FIFOTYPE):
             self.refused(hostile(("dev", b"", kind)))
         self.assertEqual(os.listdir(self.path("target")), [])
+
+    def links_inside(self):
+        """Every symbolic link under the target, and where it resolves if it leads out."""
+        out = []
+        for root, dirs, files in os.walk(self.path("target")):
+            for name in dirs + files:
+                full = os.path.join(root, name)
+                real = os.path.realpath(full)
+                if os.path.islink(full) and not (real == self.path("target") or
+                                                  real.startswith(self.path("target") + "/")):
+                    out.append((os.path.relpath(full, self.dir), real))
+        return out
+
+    def test_a_link_through_a_link_made_later_cannot_lead_out(self):
+        # x -> y/.. is inside while y does not exist; y -> . then makes it the target's parent
+        msg = self.refused(hostile(("x", b"", tarfile.SYMTYPE, "y/.."),
+                                   ("y", b"", tarfile.SYMTYPE, ".")), "symlink_dot_dot")
+        self.assertEqual(msg["member"], "x")
+        self.assertEqual(self.links_inside(), [])
+
+    def test_a_link_retargeted_later_cannot_make_another_lead_out(self):
+        self.refused(hostile(("sub/", b"", tarfile.DIRTYPE),
+                             ("y", b"", tarfile.SYMTYPE, "sub"),
+                             ("x", b"", tarfile.SYMTYPE, "y/.."),
+                             ("y", b"", tarfile.SYMTYPE, ".")), "symlink_dot_dot")
+        self.assertEqual(self.links_inside(), [])
+
+    def test_leading_dot_dots_may_climb_as_far_as_the_target_not_further(self):
+        ok = hostile(("a/b/", b"", tarfile.DIRTYPE), ("c", b"c"),
+                     ("a/b/up", b"", tarfile.SYMTYPE, "../../c"),
+                     ("a/alias", b"", tarfile.SYMTYPE, "b"),
+                     ("a/alias/up2", b"", tarfile.SYMTYPE, "../../c"))
+        self.host.tar_in(self.path("target"), ok)
+        for link in ("a/b/up", "a/b/up2"):
+            with open(self.path("target", link), "rb") as f:
+                self.assertEqual(f.read(), b"c", link)
+        self.refused(hostile(("a/", b"", tarfile.DIRTYPE),
+                             ("a/up", b"", tarfile.SYMTYPE, "../../target/c")),
+                     "symlink_leads_out")
+
+    def test_a_link_made_out_through_a_link_already_there_is_taken_back(self):
+        # A link the sandbox made (not the tar): p -> q/.. leads to the target while q is
+        # missing; the tar's x -> p/z is inside when made, until the tar's q -> . turns p
+        os.symlink("q/..", self.path("target", "p"))
+        msg = self.refused(hostile(("x", b"", tarfile.SYMTYPE, "p/z"),
+                                   ("q", b"", tarfile.SYMTYPE, ".")), "symlink_leads_out")
+        self.assertEqual(msg["member"], "x")
+        self.assertFalse(os.path.lexists(self.path("target", "x")), "x was taken back")
+
+    def test_no_order_of_these_members_leaves_a_link_out(self):
+        members = [("y", b"", tarfile.SYMTYPE, "."), ("y", b"", tarfile.SYMTYPE, "sub"),
+                   ("sub/", b"", tarfile.DIRTYPE), ("x", b"", tarfile.SYMTYPE, "y/.."),
+                   ("w", b"", tarfile.SYMTYPE, "y/y/y/.."), ("sub/u", b"", tarfile.SYMTYPE, ".."),
+                   ("sub/v", b"", tarfile.SYMTYPE, "../y"), ("z", b"", tarfile.SYMTYPE, "sub/u"),
+                   ("h", b"", tarfile.LNKTYPE, "sub/u/f"), ("sub/f", b"f"),
+                   ("z/g", b"through z"), ("x/escape", b"pwned")]
+        rng = random.Random(27)
+        for _ in range(60):
+            order = members[:]
+            rng.shuffle(order)
+            shutil.rmtree(self.path("target"))
+            os.mkdir(self.path("target"))
+            try:
+                self.host.tar_in(self.path("target"), hostile(*order))
+            except Done:
+                pass
+            self.assertEqual(self.links_inside(), [], [m[0] for m in order])
+            self.assertEqual(os.listdir(self.path("outside")), [], [m[0] for m in order])
+            self.assertEqual(sorted(os.listdir(self.dir)), ["outside", "target"])
 
     def test_members_before_a_refused_one_stay_and_nothing_is_half_written(self):
         data = hostile(("good", b"ok"), ("../bad", b"pwned"))
