@@ -82,6 +82,15 @@ export const Errors = {
     (path: string, hint: string) => `${path} is a directory${hint}`,
   ),
   notADirectory: def('not_a_directory', 400, (path: string) => `${path} is not a directory`),
+  /**
+   * The file's kind or filesystem does not serve the operation: /proc/self/mem (EIO), a /sys
+   * attribute (EINVAL), a device without its driver (ENXIO). `why` is hostd's own phrase.
+   */
+  unsupportedFile: def(
+    'unsupported_file',
+    400,
+    (path: string, why: string) => `${path} cannot be read or written that way: ${why}`,
+  ),
 
   // --- 403 ---------------------------------------------------------------------------------
   /** The guest refused a file operation (a read-only filesystem such as /proc, EACCES). */
@@ -136,6 +145,12 @@ export const Errors = {
     'file_too_large',
     413,
     (limit: number) => `file larger than the limit of ${limit} bytes (SERVICE_MAX_FILE_BYTES)`,
+  ),
+  /** The guest's filesystem refused to grow a file that large (EFBIG). */
+  sandboxFileTooLarge: def(
+    'file_too_large',
+    413,
+    (path: string) => `${path} would be larger than the sandbox's filesystem allows`,
   ),
   unsupportedMediaType: def(
     'unsupported_media_type',

@@ -19,45 +19,132 @@ _libc = ctypes.CDLL(None, use_errno=True)
 class OpError(Exception):
     """An operation failed in a way hostd reports to its client: `code` is one of
     file_not_found, is_a_directory, not_a_directory, invalid_path, sandbox_disk_full,
-    permission_denied, file_too_large, invalid_archive, bad_request, io_error."""
+    permission_denied, file_too_large, unsupported_file, invalid_archive, bad_request,
+    io_error. `reason` (one of REASONS, or None) says why in a word hostd turns into its own
+    message; `member` names a tar member. `message` is for logs: hostd never shows it to its
+    client (guest/PROTOCOL.md, "Files port")."""
 
-    def __init__(self, code, message):
+    def __init__(self, code, message, reason=None, member=None):
         super().__init__(message)
         self.code = code
         self.message = message
+        self.reason = reason
+        self.member = member
+
+    def fields(self):
+        """The failure's fields of a `done`."""
+        done = {"code": self.code, "message": self.message}
+        if self.reason is not None:
+            done["reason"] = self.reason
+        if self.member is not None:
+            done["member"] = self.member
+        return done
 
 
+# errno -> (code, reason). Every errno a path operation can meet is here on purpose; anything
+# else is io_error, which hostd answers as its own failure (500) and logs.
 _ERRNO_CODES = {
-    errno.ENOENT: "file_not_found",
-    errno.EISDIR: "is_a_directory",
-    errno.ENOTDIR: "not_a_directory",
-    errno.ENAMETOOLONG: "invalid_path",
-    errno.ELOOP: "invalid_path",
-    errno.ENOSPC: "sandbox_disk_full",
-    errno.EDQUOT: "sandbox_disk_full",
-    errno.EACCES: "permission_denied",
-    errno.EPERM: "permission_denied",
-    errno.EROFS: "permission_denied",
-    errno.EFBIG: "file_too_large",
+    errno.ENOENT: ("file_not_found", None),
+    errno.EISDIR: ("is_a_directory", None),
+    errno.ENOTDIR: ("not_a_directory", None),
+    errno.ENAMETOOLONG: ("invalid_path", "name_too_long"),
+    errno.ELOOP: ("invalid_path", "symlink_loop"),
+    errno.ENOSPC: ("sandbox_disk_full", None),
+    errno.EDQUOT: ("sandbox_disk_full", None),
+    errno.EFBIG: ("file_too_large", None),
+    errno.EACCES: ("permission_denied", "access"),
+    errno.EPERM: ("permission_denied", "not_permitted"),
+    errno.EROFS: ("permission_denied", "read_only"),
+    errno.ETXTBSY: ("permission_denied", "running_program"),
+    # The file's kind or filesystem does not serve this operation: /proc/self/mem (EIO, on a
+    # pseudo filesystem only, see below), a write-only /sys attribute (EINVAL), a socket or a
+    # device without its driver (ENXIO, ENODEV), /proc/kmsg read without blocking (EAGAIN), a
+    # mount point (EBUSY), a process that exited while it was read (ESRCH).
+    errno.EIO: ("unsupported_file", "io"),
+    errno.EINVAL: ("unsupported_file", "invalid"),
+    errno.ENXIO: ("unsupported_file", "no_device"),
+    errno.ENODEV: ("unsupported_file", "no_device"),
+    errno.EOPNOTSUPP: ("unsupported_file", "not_supported"),
+    errno.EAGAIN: ("unsupported_file", "would_block"),
+    errno.EBUSY: ("unsupported_file", "busy"),
+    errno.ESRCH: ("unsupported_file", "process_gone"),
+    errno.EXDEV: ("unsupported_file", "cross_device"),
+    errno.EMLINK: ("unsupported_file", "too_many_links"),
+    errno.ENOTEMPTY: ("unsupported_file", "not_empty"),
+    errno.EOVERFLOW: ("unsupported_file", "overflow"),
 }
+
+# Filesystems whose files are the kernel's interfaces, not stored data: an I/O error there
+# is about the file asked for. Anywhere else it is the sandbox's disk failing.
+PSEUDO_FILESYSTEMS = frozenset((
+    "proc", "sysfs", "devtmpfs", "devpts", "debugfs", "tracefs", "securityfs", "cgroup",
+    "cgroup2", "configfs", "bpf", "pstore", "efivarfs", "mqueue", "hugetlbfs", "binfmt_misc",
+    "fusectl", "autofs", "rpc_pipefs", "nsfs", "selinuxfs"))
+
+
+_fs_types = {}      # st_dev -> filesystem type, from /proc/self/mountinfo (read again on a miss)
+
+
+def _mounted():
+    types = {}
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                if "-" not in fields[6:]:
+                    continue
+                at = fields.index("-", 6)
+                major, _, minor = fields[2].partition(":")
+                if at + 1 < len(fields) and major.isdigit() and minor.isdigit():
+                    types[os.makedev(int(major), int(minor))] = fields[at + 1]
+    except OSError:
+        pass
+    return types
+
+
+def filesystem_type(st_dev):
+    """The type of the mounted filesystem of device st_dev (`proc`, `overlay`...); None if
+    unknown."""
+    if st_dev not in _fs_types:
+        _fs_types.clear()
+        _fs_types.update(_mounted())
+    return _fs_types.get(st_dev)
+
+
+def is_pseudo(st):
+    return filesystem_type(st.st_dev) in PSEUDO_FILESYSTEMS
+
+
+def filesystem_of(path):
+    """The type of the filesystem `path` (or its nearest existing parent) is on; None if
+    unknown."""
+    while True:
+        try:
+            return filesystem_type(os.stat(path).st_dev)
+        except OSError:
+            if path in ("/", ""):
+                return None
+            path = os.path.dirname(path)
 
 
 def os_error(e, path):
     """The OpError for an OSError met while working on `path`."""
-    code = _ERRNO_CODES.get(e.errno, "io_error")
-    return OpError(code, "%s: %s" % (path, e.strerror or e))
+    code, reason = _ERRNO_CODES.get(e.errno, ("io_error", None))
+    if e.errno == errno.EIO and filesystem_of(path) not in PSEUDO_FILESYSTEMS:
+        code, reason = "io_error", None
+    return OpError(code, "%s: %s" % (path, e.strerror or e), reason)
 
 
 def check_path(path):
     """The normalised form of an absolute guest path; OpError invalid_path for anything else
     (hostd checks too: this end trusts nothing)."""
     if not isinstance(path, str) or not path.startswith("/"):
-        raise OpError("invalid_path", "%r is not an absolute path" % (path,))
+        raise OpError("invalid_path", "%r is not an absolute path" % (path,), "not_absolute")
     if "\0" in path:
-        raise OpError("invalid_path", "the path holds a NUL byte")
+        raise OpError("invalid_path", "the path holds a NUL byte", "nul_byte")
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if ".." in parts:
-        raise OpError("invalid_path", "%r holds a .. component" % path)
+        raise OpError("invalid_path", "%r holds a .. component" % path, "dot_dot")
     return "/" + "/".join(parts)
 
 
@@ -272,7 +359,7 @@ def mkdir(path):
 
 def remove(path, recursive):
     if path == "/":
-        raise OpError("invalid_path", "/ cannot be removed")
+        raise OpError("invalid_path", "/ cannot be removed", "root")
     try:
         st = os.lstat(path)
         if not stat.S_ISDIR(st.st_mode):
@@ -288,8 +375,9 @@ def remove(path, recursive):
 def open_for_read(path):
     """An fd on regular file `path` (symbolic links followed) and its size. Anything else is
     refused before a byte is read: a FIFO or a device could block or never end. A file that
-    claims size 0 (as /proc files do) is read whole, up to PSEUDO_FILE_MAX: then the size is
-    its content's, which comes back as the third value (else None)."""
+    claims size 0, or is on a pseudo filesystem (/proc, /sys: their sizes are 0 or a page
+    whatever they hold, or, for /proc/kcore, 128 TiB), is read whole, up to PSEUDO_FILE_MAX:
+    then the size is its content's, which comes back as the third value (else None)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
@@ -299,8 +387,8 @@ def open_for_read(path):
         if stat.S_ISDIR(st.st_mode):
             raise OpError("is_a_directory", "%s is a directory" % path)
         if not stat.S_ISREG(st.st_mode):
-            raise OpError("invalid_path", "%s is not a regular file" % path)
-        if st.st_size > 0:
+            raise OpError("invalid_path", "%s is not a regular file" % path, "not_regular_file")
+        if st.st_size > 0 and not is_pseudo(st):
             return fd, st.st_size, None
         content = bytearray()
         while len(content) <= PSEUDO_FILE_MAX:
@@ -308,8 +396,8 @@ def open_for_read(path):
             if not piece:
                 return fd, len(content), bytes(content)
             content += piece
-        raise OpError("io_error", "%s claims size 0 but holds more than %d bytes"
-                      % (path, PSEUDO_FILE_MAX))
+        raise OpError("unsupported_file", "%s claims size 0 but holds more than %d bytes"
+                      % (path, PSEUDO_FILE_MAX), "pseudo_file_too_large")
     except OSError as e:
         os.close(fd)
         raise os_error(e, path)

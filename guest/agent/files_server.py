@@ -32,6 +32,7 @@ PORT_NAME = "hostd.files"
 VERSION = 1
 CHUNK = 64 << 10            # payload of the data frames this end sends
 FLUSH_AT = 256 << 10        # output goes out when this much waits, or when an operation ends
+LOOK_EVERY = 0.05           # while an operation sends, how often it looks for a cancel at least
 MAX_REPLY = 16 << 20        # a listing larger than this is refused
 
 
@@ -68,6 +69,7 @@ class Link:
         self.sent = 0
         self.op_id = None                    # the operation running, if any
         self.reads = 0                       # successful reads so far
+        self.look_at = 0.0                   # when send() looks for a cancel next
 
     def _read(self):
         """One read into the frame reader; False when there was nothing to read."""
@@ -137,6 +139,22 @@ class Link:
         self.out += payload
         if len(self.out) - self.sent >= FLUSH_AT:
             self.flush()
+        elif self.op_id is not None and time.monotonic() >= self.look_at:
+            self.look()
+
+    def look(self):
+        """Reads what hostd sent, without waiting: a cancel of the running operation or a hello
+        stops it here (Abort). A host that reads everything never makes a write block, so
+        waiting for that to look (as flush() does) would let a download nobody wants stream
+        on to its end: a terabyte, or /proc/kcore's 128 TiB. One read that finds nothing
+        costs a system call per LOOK_EVERY or per FLUSH_AT bytes sent."""
+        self.look_at = time.monotonic() + LOOK_EVERY
+        try:
+            self._interrupts()
+        except Abort as e:
+            if e.why != "cancel" or self.sent == 0:
+                self.discard()               # nothing of it went out: hostd wants none of it
+            raise
 
     def discard(self):
         """Drops what waits (after a hello: hostd discards everything before its answer)."""
@@ -150,6 +168,8 @@ class Link:
         Written from an offset, the buffer emptied only once all of it is out: deleting what
         each partial write took from the front made every later append move the rest."""
         out = self.out
+        if self.op_id is not None:
+            self.look()
         try:
             while self.sent < len(out):
                 try:
@@ -168,7 +188,10 @@ class Link:
         self.discard()
 
     def _interrupts(self):
-        while self._read():
+        """Handles what hostd sent while this end writes: what the reader holds already (the
+        read that brought the request may have brought its cancel too), then what the port
+        has, until it has nothing."""
+        while True:
             while True:
                 ev = self.reader.next()
                 if ev is None:
@@ -183,6 +206,8 @@ class Link:
                     self._control(payload)
                 else:
                     self.pending.append(ev)
+            if not self._read():
+                return
 
 
 class UploadReader:
@@ -374,7 +399,8 @@ class Server:
             reply = {"op": "done", "ok": True}
             reply.update(operation(link, frame_id, msg))
         except OpError as e:
-            reply = {"op": "done", "ok": False, "code": e.code, "message": e.message}
+            reply = {"op": "done", "ok": False}
+            reply.update(e.fields())
         except Abort as e:
             if e.why != "cancel":
                 raise                        # the host that asked is gone: nobody to answer
@@ -391,7 +417,8 @@ class Server:
     def _reply(self, frame_id, reply):
         payload = encode_json(reply)
         if len(payload) > MAX_REPLY:
-            payload = encode_json({"op": "done", "ok": False, "code": "io_error",
+            payload = encode_json({"op": "done", "ok": False, "code": "unsupported_file",
+                                   "reason": "answer_too_large",
                                    "message": "the answer is too large (%d bytes)" % len(payload)})
         self.link.send(JSON, frame_id, payload)
         self._flush()

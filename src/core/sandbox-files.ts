@@ -4,7 +4,7 @@
  * port, and turns what the guest or the channel reports into registry errors. Transfers stream:
  * nothing here holds a whole file.
  */
-import { Transform, type Readable } from 'node:stream';
+import { PassThrough, Transform, type Readable } from 'node:stream';
 import type { Logger } from 'pino';
 import { fail, HostdError } from '../errors.js';
 import {
@@ -16,6 +16,7 @@ import {
   type Upload,
   type WriteResult,
 } from '../vm/machine.js';
+import { clientFileError } from './file-errors.js';
 import type { SandboxRegistry } from './registry.js';
 import type { Release } from './serial-queue.js';
 
@@ -179,7 +180,23 @@ export class SandboxFiles {
       lease.release();
       this.log.debug({ err, sandbox: id, path }, 'download ended early');
     });
-    return { size: started.size, stream: started.stream };
+    return { size: started.size, stream: this.clientSide(started.stream, id, path, lease) };
+  }
+
+  /**
+   * The download as its client gets it: a failure after the guest's head (a file that shrank,
+   * the VM gone) errors the stream with a registry error, never with the guest's words. It can
+   * still become the HTTP answer when it comes before the first byte went out (a small file's
+   * head, data and done arrive together). Destroying it (the client left) cancels the transfer.
+   */
+  private clientSide(source: Readable, id: string, path: string, lease: Lease): Readable {
+    const out = new PassThrough({ highWaterMark: 64 * 1024 });
+    source.on('error', (err) => out.destroy(this.translate(err, id, path, lease)));
+    out.on('close', () => {
+      if (!source.readableEnded) source.destroy();
+    });
+    source.pipe(out);
+    return out;
   }
 
   /** Counts an upload's bytes: past SERVICE_MAX_FILE_BYTES it fails, before the guest renames. */
@@ -195,31 +212,21 @@ export class SandboxFiles {
     });
   }
 
-  /** What the guest or the channel said, as a registry error. */
+  /** What the guest or the channel said, as a registry error; never in the guest's words. */
   private translate(err: unknown, id: string, path: string, lease: Lease): Error {
     if (err instanceof HostdError) return err;
     if (err instanceof FileOpError) {
-      const why = err.detail;
-      switch (err.code) {
-        case 'file_not_found':
-          return fail('fileNotFound', path);
-        case 'is_a_directory':
-          return fail('isADirectory', path, '');
-        case 'not_a_directory':
-          return fail('notADirectory', path);
-        case 'invalid_path':
-          return fail('invalidPath', path, why);
-        case 'sandbox_disk_full':
-          return fail('sandboxDiskFull', id);
-        case 'permission_denied':
-          return fail('permissionDenied', path, why);
-        case 'file_too_large':
-          return fail('fileTooLarge', this.maxFileBytes);
-        case 'invalid_archive':
-          return fail('invalidArchive', path, why);
-        default:
-          return fail('vmOperationFailed', 'complete the file operation', why);
+      const client = clientFileError(err, id, path);
+      if (client) {
+        this.log.debug({ sandbox: id, path, detail: err.detail }, 'file operation refused');
+        return client;
       }
+      this.log.warn({ sandbox: id, path, code: err.code, detail: err.detail }, 'guest file error');
+      return fail(
+        'vmOperationFailed',
+        'complete the file operation',
+        'the sandbox reported an internal failure',
+      );
     }
     if (!lease.held()) return fail('sandboxDeleted', id);
     if (err instanceof FileChannelError && err.reason === 'cancelled') {

@@ -126,6 +126,17 @@ test("the guest's refusals arrive as FileOpError codes, and the channel goes on"
   });
 });
 
+test("the guest's reason and the tar member come with its refusal, its own words apart", async () => {
+  await withGuest(async (channel) => {
+    await assert.rejects(channel.readFile('/proc/self/mem'), (err: unknown) => {
+      assert.ok(err instanceof FileOpError, String(err));
+      assert.deepEqual([err.code, err.reason, err.member], ['unsupported_file', 'io', null]);
+      assert.ok(err.detail.length > 0, 'the guest words stay available for the log');
+      return true;
+    });
+  });
+});
+
 test('a refused upload fails its sink too, so a pipeline stops instead of sending it all', async () => {
   await withGuest(async (channel, dir) => {
     mkdirSync(join(dir, 'd'));

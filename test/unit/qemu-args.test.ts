@@ -22,7 +22,7 @@ const paths = {
   replSocket: '/s/repl.sock',
   filesSocket: '/s/files.sock',
   netSocket: '/s/net.sock',
-  consoleLog: '/s/console.log',
+  consoleSocket: '/s/console.sock',
 };
 
 const argAfter = (args: string[], flag: string): string[] =>

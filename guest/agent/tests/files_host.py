@@ -11,6 +11,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+import files_ops  # noqa: E402
 import files_server  # noqa: E402
 from port_frames import (DATA, END, HEADER, JSON, MAX_PAYLOAD, SYNC, SYNC_REPLY,  # noqa: E402
                          frame)
@@ -85,6 +86,8 @@ class FilesHost:
                     return msg
                 continue
             self.buf = self.buf[-len(SYNC_REPLY):]
+            if time.monotonic() > deadline:
+                raise AssertionError("no answer to the hello within %.1f s" % timeout)
             self._fill(max(0.01, deadline - time.monotonic()))
 
     # ---- operations ----------------------------------------------------------------------

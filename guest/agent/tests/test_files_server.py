@@ -3,18 +3,23 @@ a minimal host (files_host.py) against files_server.py running in a thread.
 Run from the repository root:  python3 -m unittest discover -s guest/agent/tests -v
 """
 
+import errno
 import io
+import json
 import os
+import random
 import shutil
+import socket
 import stat
 import subprocess
 import tarfile
 import tempfile
+import threading
 import time
 import unittest
 
-from files_host import Done, FilesHost
-from port_frames import DATA, END, JSON
+from files_host import Done, FilesHost, files_ops, files_server
+from port_frames import DATA, END, HEADER, JSON, MAX_PAYLOAD, SYNC, frame
 
 
 class FilesTestCase(unittest.TestCase):
@@ -114,6 +119,60 @@ class WriteAndRead(FilesTestCase):
         self.assertGreater(head["size"], 0)
         self.assertEqual(len(data), head["size"])
         self.assertIn(b"Pid:", data)
+
+    def test_the_kernel_refusing_a_file_is_the_clients_error_with_a_reason(self):
+        # /proc/self/mem at offset 0: EIO, on a pseudo filesystem: about the file, not the disk
+        done = self.failure(self.host.start("read", path="/proc/self/mem"))
+        self.assertEqual((done["code"], done["reason"]), ("unsupported_file", "io"))
+        os.mkfifo(self.path("fifo"))
+        done = self.failure(self.host.start("read", path=self.path("fifo")))
+        self.assertEqual((done["code"], done["reason"]), ("invalid_path", "not_regular_file"))
+        done = self.failure(self.host.start("stat", path="/a/../b"))
+        self.assertEqual((done["code"], done["reason"]), ("invalid_path", "dot_dot"))
+        done = self.failure(self.host.start("stat", path="/" + "n" * 300))
+        self.assertEqual((done["code"], done["reason"]), ("invalid_path", "name_too_long"))
+
+    def failure(self, op_id):
+        done = self.host.done(op_id)[2]
+        self.assertFalse(done["ok"], done)
+        return done
+
+    def test_every_errno_is_mapped_on_purpose(self):
+        expect = {
+            errno.ENOENT: ("file_not_found", None), errno.EACCES: ("permission_denied", "access"),
+            errno.EPERM: ("permission_denied", "not_permitted"),
+            errno.EROFS: ("permission_denied", "read_only"),
+            errno.ETXTBSY: ("permission_denied", "running_program"),
+            errno.ENOSPC: ("sandbox_disk_full", None), errno.EFBIG: ("file_too_large", None),
+            errno.ELOOP: ("invalid_path", "symlink_loop"),
+            errno.EINVAL: ("unsupported_file", "invalid"),
+            errno.ENXIO: ("unsupported_file", "no_device"),
+            errno.EAGAIN: ("unsupported_file", "would_block"),
+            errno.EBUSY: ("unsupported_file", "busy"),
+            # an errno nobody expects on a path is hostd's failure, not the client's
+            errno.ENOMEM: ("io_error", None),
+        }
+        for number, (code, reason) in expect.items():
+            err = files_ops.os_error(OSError(number, os.strerror(number)), "/proc/self/mem")
+            self.assertEqual((err.code, err.reason), (code, reason), errno.errorcode[number])
+
+    def test_an_io_error_is_the_files_when_on_a_pseudo_filesystem_else_the_disks(self):
+        eio = OSError(errno.EIO, os.strerror(errno.EIO))
+        self.assertEqual(files_ops.filesystem_of("/proc/self/mem"), "proc")
+        self.assertEqual(files_ops.os_error(eio, "/proc/self/mem").code, "unsupported_file")
+        self.assertEqual(files_ops.os_error(eio, "/sys/kernel/nothing/here").code,
+                         "unsupported_file", "the nearest existing parent tells")
+        self.assertNotIn(files_ops.filesystem_of(self.dir), files_ops.PSEUDO_FILESYSTEMS)
+        self.assertEqual(files_ops.os_error(eio, self.path("f")).code, "io_error")
+
+    @unittest.skipUnless(os.path.exists("/sys/kernel/uevent_seqnum"), "needs sysfs")
+    def test_a_sys_file_is_read_whole_whatever_size_it_claims(self):
+        # sysfs says 4096 bytes for every attribute: a download of that size would be cut
+        with open("/sys/kernel/uevent_seqnum", "rb") as f:
+            seqnum_len = len(f.read())
+        head, data = self.host.read("/sys/kernel/uevent_seqnum")
+        self.assertEqual(os.stat("/sys/kernel/uevent_seqnum").st_size, 4096)
+        self.assertEqual((head["size"], len(data)), (seqnum_len, seqnum_len))
 
     def test_symbolic_links_are_followed_for_reading(self):
         self.host.write(self.path("real"), b"content")
@@ -232,6 +291,52 @@ class Interruptions(FilesTestCase):
             break
         self.assertLess(received, 64 << 20)
 
+    def never_blocking(self, *requests):
+        """Sends `requests` ((id, message) or bytes) to a files server whose writes go to
+        /dev/null: they never block, as when hostd reads and drops everything (the client of a
+        download left). The server must still see what hostd sends and stop. Returns the
+        directory whose appearance says the requests after the first were served."""
+        sock, guest = socket.socketpair()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        server = files_server.Server(guest.fileno(), devnull, stop_at_eof=True)
+        thread = threading.Thread(target=server.serve, daemon=True)
+        thread.start()
+        self.addCleanup(os.close, devnull)
+        self.addCleanup(guest.close)
+        self.addCleanup(thread.join, 10)
+        self.addCleanup(sock.close)
+        marker = self.path("served")
+        for request in requests + ((99, {"op": "mkdir", "path": marker}),):
+            if isinstance(request, bytes):
+                sock.sendall(request)
+            else:
+                sock.sendall(frame(JSON, request[0], json.dumps(request[1]).encode()))
+        deadline = time.monotonic() + 30
+        while not os.path.isdir(marker):
+            self.assertLess(time.monotonic(), deadline, "the server is still on the download")
+            time.sleep(0.01)
+
+    def huge(self, *parts):
+        path = self.path(*parts)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.truncate(1 << 40)
+        return path
+
+    def test_a_cancel_stops_a_download_whose_writes_never_block(self):
+        self.never_blocking((1, {"op": "read", "path": self.huge("huge")}),
+                            (1, {"op": "cancel"}))
+
+    def test_a_cancel_stops_a_tar_whose_writes_never_block(self):
+        self.huge("tree", "huge")
+        self.never_blocking((1, {"op": "tar_out", "path": self.path("tree")}),
+                            (1, {"op": "cancel"}))
+
+    def test_a_hello_stops_a_download_whose_writes_never_block(self):
+        self.never_blocking((1, {"op": "read", "path": self.huge("huge")}),
+                            bytes(MAX_PAYLOAD + HEADER.size) + SYNC,
+                            (0, {"op": "hello", "nonce": "again"}))
+
     def test_a_host_that_goes_away_mid_upload_leaves_nothing_behind(self):
         op_id = self.host.start("write", path=self.path("sub", "f"))
         self.host.send(DATA, op_id, b"x" * 5000)
@@ -323,10 +428,12 @@ class HostileTars(FilesTestCase):
         os.mkdir(self.path("target"))
         os.mkdir(self.path("outside"))
 
-    def refused(self, data):
+    def refused(self, data, reason=None):
         before = os.listdir(self.path("outside"))
         msg = self.assertFails("invalid_path", self.host.tar_in, self.path("target"), data)
         self.assertEqual(os.listdir(self.path("outside")), before, "nothing written outside")
+        if reason is not None:
+            self.assertEqual(msg["reason"], reason)
         return msg
 
     def test_absolute_member_names(self):
@@ -337,8 +444,11 @@ class HostileTars(FilesTestCase):
         self.refused(hostile(("a/../../outside/x", b"pwned")))
 
     def test_a_symbolic_link_out_of_the_target(self):
-        self.refused(hostile(("esc", b"", tarfile.SYMTYPE, "../outside")))
-        self.refused(hostile(("esc", b"", tarfile.SYMTYPE, self.path("outside"))))
+        msg = self.refused(hostile(("esc", b"", tarfile.SYMTYPE, "../outside")),
+                           "symlink_leads_out")
+        self.assertEqual(msg["member"], "esc")
+        self.refused(hostile(("esc", b"", tarfile.SYMTYPE, self.path("outside"))),
+                     "symlink_absolute")
 
     def test_writing_through_an_existing_link_that_leads_out(self):
         os.symlink(self.path("outside"), self.path("target", "door"))
@@ -362,6 +472,75 @@ class HostileTars(FilesTestCase):
         for kind in (tarfile.CHRTYPE, tarfile.BLKTYPE, tarfile.FIFOTYPE):
             self.refused(hostile(("dev", b"", kind)))
         self.assertEqual(os.listdir(self.path("target")), [])
+
+    def links_inside(self):
+        """Every symbolic link under the target, and where it resolves if it leads out."""
+        out = []
+        for root, dirs, files in os.walk(self.path("target")):
+            for name in dirs + files:
+                full = os.path.join(root, name)
+                real = os.path.realpath(full)
+                if os.path.islink(full) and not (real == self.path("target") or
+                                                  real.startswith(self.path("target") + "/")):
+                    out.append((os.path.relpath(full, self.dir), real))
+        return out
+
+    def test_a_link_through_a_link_made_later_cannot_lead_out(self):
+        # x -> y/.. is inside while y does not exist; y -> . then makes it the target's parent
+        msg = self.refused(hostile(("x", b"", tarfile.SYMTYPE, "y/.."),
+                                   ("y", b"", tarfile.SYMTYPE, ".")), "symlink_dot_dot")
+        self.assertEqual(msg["member"], "x")
+        self.assertEqual(self.links_inside(), [])
+
+    def test_a_link_retargeted_later_cannot_make_another_lead_out(self):
+        self.refused(hostile(("sub/", b"", tarfile.DIRTYPE),
+                             ("y", b"", tarfile.SYMTYPE, "sub"),
+                             ("x", b"", tarfile.SYMTYPE, "y/.."),
+                             ("y", b"", tarfile.SYMTYPE, ".")), "symlink_dot_dot")
+        self.assertEqual(self.links_inside(), [])
+
+    def test_leading_dot_dots_may_climb_as_far_as_the_target_not_further(self):
+        ok = hostile(("a/b/", b"", tarfile.DIRTYPE), ("c", b"c"),
+                     ("a/b/up", b"", tarfile.SYMTYPE, "../../c"),
+                     ("a/alias", b"", tarfile.SYMTYPE, "b"),
+                     ("a/alias/up2", b"", tarfile.SYMTYPE, "../../c"))
+        self.host.tar_in(self.path("target"), ok)
+        for link in ("a/b/up", "a/b/up2"):
+            with open(self.path("target", link), "rb") as f:
+                self.assertEqual(f.read(), b"c", link)
+        self.refused(hostile(("a/", b"", tarfile.DIRTYPE),
+                             ("a/up", b"", tarfile.SYMTYPE, "../../target/c")),
+                     "symlink_leads_out")
+
+    def test_a_link_made_out_through_a_link_already_there_is_taken_back(self):
+        # A link the sandbox made (not the tar): p -> q/.. leads to the target while q is
+        # missing; the tar's x -> p/z is inside when made, until the tar's q -> . turns p
+        os.symlink("q/..", self.path("target", "p"))
+        msg = self.refused(hostile(("x", b"", tarfile.SYMTYPE, "p/z"),
+                                   ("q", b"", tarfile.SYMTYPE, ".")), "symlink_leads_out")
+        self.assertEqual(msg["member"], "x")
+        self.assertFalse(os.path.lexists(self.path("target", "x")), "x was taken back")
+
+    def test_no_order_of_these_members_leaves_a_link_out(self):
+        members = [("y", b"", tarfile.SYMTYPE, "."), ("y", b"", tarfile.SYMTYPE, "sub"),
+                   ("sub/", b"", tarfile.DIRTYPE), ("x", b"", tarfile.SYMTYPE, "y/.."),
+                   ("w", b"", tarfile.SYMTYPE, "y/y/y/.."), ("sub/u", b"", tarfile.SYMTYPE, ".."),
+                   ("sub/v", b"", tarfile.SYMTYPE, "../y"), ("z", b"", tarfile.SYMTYPE, "sub/u"),
+                   ("h", b"", tarfile.LNKTYPE, "sub/u/f"), ("sub/f", b"f"),
+                   ("z/g", b"through z"), ("x/escape", b"pwned")]
+        rng = random.Random(27)
+        for _ in range(60):
+            order = members[:]
+            rng.shuffle(order)
+            shutil.rmtree(self.path("target"))
+            os.mkdir(self.path("target"))
+            try:
+                self.host.tar_in(self.path("target"), hostile(*order))
+            except Done:
+                pass
+            self.assertEqual(self.links_inside(), [], [m[0] for m in order])
+            self.assertEqual(os.listdir(self.path("outside")), [], [m[0] for m in order])
+            self.assertEqual(sorted(os.listdir(self.dir)), ["outside", "target"])
 
     def test_members_before_a_refused_one_stay_and_nothing_is_half_written(self):
         data = hostile(("good", b"ok"), ("../bad", b"pwned"))

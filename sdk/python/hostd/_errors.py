@@ -9,8 +9,9 @@ codes are the TypeScript SDK's.
 ``missing_api_key``, ``invalid_api_key``                        AuthenticationError          HostdError
 ``invalid_request``, ``merge_into_self``, ``invalid_path``,     InvalidRequestError          HostdError
 ``is_a_directory``, ``not_a_directory``, ``invalid_archive``,
-``permission_denied`` (403), ``body_too_large``,
-``file_too_large``, ``unsupported_media_type``
+``unsupported_file``, ``permission_denied`` (403),
+``body_too_large``, ``file_too_large``,
+``unsupported_media_type``
 ``sandbox_not_found``                                           SandboxNotFoundError         NotFoundError
 ``sandbox_lost`` (410)                                          SandboxLostError             NotFoundError
 ``template_not_found``                                          TemplateNotFoundError        NotFoundError
@@ -241,6 +242,7 @@ _CLASS_BY_CODE: Dict[str, Type[HostdError]] = {
     "is_a_directory": InvalidRequestError,
     "not_a_directory": InvalidRequestError,
     "invalid_archive": InvalidRequestError,
+    "unsupported_file": InvalidRequestError,
     "permission_denied": InvalidRequestError,
     "body_too_large": InvalidRequestError,
     "file_too_large": InvalidRequestError,

@@ -55,6 +55,7 @@ BY_CODE = {
     "is_a_directory": InvalidRequestError,
     "not_a_directory": InvalidRequestError,
     "invalid_archive": InvalidRequestError,
+    "unsupported_file": InvalidRequestError,
     "permission_denied": InvalidRequestError,
     "missing_api_key": AuthenticationError,
     "invalid_api_key": AuthenticationError,

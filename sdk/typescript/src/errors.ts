@@ -6,7 +6,7 @@
  * | `code` (docs/api.md)                          | Class                      | Extends                   |
  * |-----------------------------------------------|----------------------------|---------------------------|
  * | `missing_api_key`, `invalid_api_key`          | AuthenticationError        | HostdError                |
- * | `invalid_request`, `merge_into_self`, `invalid_path`, `is_a_directory`, `not_a_directory`, `invalid_archive`, `permission_denied` (403), `body_too_large`, `file_too_large`, `unsupported_media_type` | InvalidRequestError | HostdError |
+ * | `invalid_request`, `merge_into_self`, `invalid_path`, `is_a_directory`, `not_a_directory`, `invalid_archive`, `unsupported_file`, `permission_denied` (403), `body_too_large`, `file_too_large`, `unsupported_media_type` | InvalidRequestError | HostdError |
  * | `sandbox_not_found`                           | SandboxNotFoundError       | NotFoundError             |
  * | `sandbox_lost` (410)                          | SandboxLostError           | NotFoundError             |
  * | `template_not_found`                          | TemplateNotFoundError      | NotFoundError             |
@@ -45,6 +45,7 @@ export type KnownErrorCode =
   | 'is_a_directory'
   | 'not_a_directory'
   | 'invalid_archive'
+  | 'unsupported_file'
   | 'permission_denied'
   | 'body_too_large'
   | 'file_too_large'
@@ -289,6 +290,7 @@ const CLASS_BY_CODE: Readonly<Record<string, ErrorClass>> = {
   is_a_directory: InvalidRequestError,
   not_a_directory: InvalidRequestError,
   invalid_archive: InvalidRequestError,
+  unsupported_file: InvalidRequestError,
   permission_denied: InvalidRequestError,
   body_too_large: InvalidRequestError,
   file_too_large: InvalidRequestError,

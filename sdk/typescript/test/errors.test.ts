@@ -50,6 +50,7 @@ const BY_CODE: Record<string, ErrorClass> = {
   is_a_directory: InvalidRequestError,
   not_a_directory: InvalidRequestError,
   invalid_archive: InvalidRequestError,
+  unsupported_file: InvalidRequestError,
   permission_denied: InvalidRequestError,
   missing_api_key: AuthenticationError,
   invalid_api_key: AuthenticationError,

@@ -290,7 +290,9 @@ export class FileChannel extends EventEmitter {
       return;
     }
     this.send([jsonFrame(op.id, { op: 'cancel' })]);
-    this.socket.resume(); // what the guest still sends is read and dropped until its done
+    // What the guest still sends is read and dropped until its done: it looks for the cancel
+    // before every 256 KiB it writes, not only when a write blocks (guest/PROTOCOL.md).
+    this.socket.resume();
     this.cancelTimer = setTimeout(() => {
       this.resync();
       this.finishOp(

@@ -18,6 +18,7 @@ export type FileErrorCode =
   | 'sandbox_disk_full'
   | 'permission_denied'
   | 'file_too_large'
+  | 'unsupported_file'
   | 'invalid_archive'
   | 'bad_request'
   | 'io_error';
@@ -30,25 +31,35 @@ const FILE_ERROR_CODES: ReadonlySet<string> = new Set<FileErrorCode>([
   'sandbox_disk_full',
   'permission_denied',
   'file_too_large',
+  'unsupported_file',
   'invalid_archive',
   'bad_request',
   'io_error',
 ]);
 
 /**
- * The guest refused or failed the operation: the api layer maps `code` to its error registry
- * (file_not_found -> fileNotFound, ...). `detail` is the guest's own words, for logs.
+ * The guest refused or failed the operation: core maps `code` and `reason` to its error
+ * registry (file_not_found -> fileNotFound, ...). `reason` is the guest's word for why (a token
+ * such as `symlink_leads_out`, checked to be one; guest/PROTOCOL.md), `member` the tar member
+ * it was about. `detail` is the guest's own words, for logs only: clients never see them.
  */
 export class FileOpError extends Error {
   constructor(
     readonly code: FileErrorCode,
     readonly path: string,
     readonly detail: string,
+    readonly reason: string | null = null,
+    readonly member: string | null = null,
   ) {
     super(`${code}: ${detail}`);
     this.name = 'FileOpError';
   }
 }
+
+/** A reason token: a short lower-case word, never free text. */
+const REASON = /^[a-z][a-z_]{0,39}$/;
+/** Tar member names are the client's own; a longer one is cut, as it is only shown. */
+const MAX_MEMBER_CHARS = 256;
 
 /**
  * The operation did not complete for a reason that is not about the file: the channel closed
@@ -177,7 +188,10 @@ export abstract class FileOp {
     const code =
       typeof done?.code === 'string' && FILE_ERROR_CODES.has(done.code) ? done.code : 'io_error';
     const message = typeof done?.message === 'string' ? done.message.slice(0, 500) : 'failed';
-    return new FileOpError(code as FileErrorCode, this.path, message);
+    const reason =
+      typeof done?.reason === 'string' && REASON.test(done.reason) ? done.reason : null;
+    const member = typeof done?.member === 'string' ? done.member.slice(0, MAX_MEMBER_CHARS) : null;
+    return new FileOpError(code as FileErrorCode, this.path, message, reason, member);
   }
 }
 

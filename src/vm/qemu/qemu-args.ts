@@ -62,7 +62,8 @@ export interface VmPaths {
   readonly filesSocket: string;
   /** The network port (vm/channels/net-channel.ts). */
   readonly netSocket: string;
-  readonly consoleLog: string;
+  /** QEMU's end of the guest's serial console; hostd reads it into the console log. */
+  readonly consoleSocket: string;
   /**
    * This VM's writable disk (see `DiskChain`). Without one the guest keeps written files in RAM.
    * A snapshot restores only into a VM that agrees with the one saved on having a disk.
@@ -179,9 +180,10 @@ export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): strin
       : []),
     // Disks are part of the machine: a clone has them too (its device state refers to them).
     ...diskArgs(spec.image, paths.writableDisk),
-    // Appending, so that hostd can truncate the log when a guest floods its console.
+    // hostd writes the console log itself (vm/console-log.ts), so that it never passes its
+    // cap; without hostd connected, QEMU drops the output.
     '-chardev',
-    `file,id=console,path=${paths.consoleLog},append=on`,
+    `socket,id=console,path=${paths.consoleSocket},server=on,wait=off`,
     '-serial',
     'chardev:console',
     '-device',

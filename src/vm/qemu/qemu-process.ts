@@ -15,8 +15,9 @@ import {
   type RamMode,
   type VmPaths,
 } from './qemu-args.js';
+import { ConsoleLog, CONSOLE_CAP_BYTES } from './console-log.js';
 import { readBounded, readTail, truncateIfOver } from '../storage/safe-files.js';
-import { sendAll } from '../channels/unix-socket.js';
+import { connectWithRetry, sendAll } from '../channels/unix-socket.js';
 
 /** Where and how QEMU processes run on this host. */
 export interface QemuHost {
@@ -42,8 +43,6 @@ export class VmError extends Error {
   }
 }
 
-/** A guest writing to its console without end must not fill host memory (tmpfs). */
-const CONSOLE_CAP_BYTES = 1024 * 1024;
 /** Device states are ~8 KB; anything near this is a broken or hostile QEMU. */
 const MAX_DEVICE_STATE = 64 * 1024 * 1024;
 
@@ -68,10 +67,14 @@ export class QemuProcess extends EventEmitter {
   readonly id: string;
   readonly dir: string;
   readonly paths: VmPaths;
+  readonly consoleLogPath: string;
   private proc: ChildProcess | null = null;
   /** The pid of an attached QEMU, which is not this process's child. */
   private attachedPid: number | null = null;
   private qmpClient: QmpClient | null = null;
+  /** The console log hostd writes (vm/console-log.ts). */
+  private consoleLog: ConsoleLog | null = null;
+  /** A QEMU of an earlier hostd version writes the log itself: it is truncated every 10 s. */
   private consoleCap: NodeJS.Timeout | undefined;
   private exitInfo: string | null = null;
   private killed = false;
@@ -91,8 +94,9 @@ export class QemuProcess extends EventEmitter {
       replSocket: join(this.dir, 'repl.sock'),
       filesSocket: join(this.dir, 'files.sock'),
       netSocket: join(this.dir, 'net.sock'),
-      consoleLog: join(this.dir, 'console.log'),
+      consoleSocket: join(this.dir, 'console.sock'),
     };
+    this.consoleLogPath = join(this.dir, 'console.log');
     this.exitPromise = new Promise((r) => (this.resolveExit = r));
   }
 
@@ -142,6 +146,7 @@ export class QemuProcess extends EventEmitter {
       throw new VmError(`the VM's QEMU (pid ${pid}) is not running any more`);
     }
     p.attachedPid = pid;
+    await p.connectConsole(deadline, true);
     p.qmpClient = await QmpClient.connect(p.paths.qmpSocket, deadline);
     p.qmpClient.once('close', () => p.onExit('the QEMU process is gone'));
     return p;
@@ -190,6 +195,7 @@ export class QemuProcess extends EventEmitter {
     if (!this.killed) {
       this.killed = true;
       clearInterval(this.consoleCap);
+      this.consoleCap = undefined;
       if (this.attachedPid !== null && !this.exited) {
         try {
           process.kill(this.attachedPid, 'SIGKILL');
@@ -204,6 +210,7 @@ export class QemuProcess extends EventEmitter {
       }
     }
     await this.exitPromise;
+    await this.consoleLog?.close();
     await rm(this.dir, { recursive: true, force: true });
   }
 
@@ -211,11 +218,13 @@ export class QemuProcess extends EventEmitter {
   async logTail(lines = 30): Promise<string> {
     const read = async (p: string): Promise<string> =>
       (await readTail(p, 64 * 1024)).toString('utf8').split('\n').slice(-lines).join('\n');
+    await this.consoleLog?.flushed(this.exited);
     const [consoleTail, qemuTail] = await Promise.all([
-      read(this.paths.consoleLog),
+      read(this.consoleLogPath),
       read(join(this.dir, 'qemu.log')),
     ]);
-    return `--- guest console (${this.id}) ---\n${consoleTail}\n--- qemu stderr ---\n${qemuTail}`;
+    const lost = this.consoleLog?.lost ? ` (lines lost: ${this.consoleLog.lost})` : '';
+    return `--- guest console (${this.id})${lost} ---\n${consoleTail}\n--- qemu stderr ---\n${qemuTail}`;
   }
 
   private onExit(info: string): void {
@@ -231,6 +240,31 @@ export class QemuProcess extends EventEmitter {
     await this.kill();
     if (err instanceof VmError) return new VmError(err.message, err.consoleTail || tail);
     return new VmError(err instanceof Error ? err.message : String(err), tail);
+  }
+
+  /**
+   * Connects the console socket to the console log. `adopting`: the QEMU was started by an
+   * earlier hostd, which may be a version whose QEMU wrote the log itself (no socket): that log
+   * is then truncated when it passes the cap, every 10 s, as that version did.
+   */
+  private async connectConsole(deadline: number, adopting: boolean): Promise<void> {
+    let socket;
+    try {
+      socket = await connectWithRetry(this.paths.consoleSocket, adopting ? 0 : deadline);
+    } catch (err) {
+      if (!adopting || (err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      this.consoleCap = setInterval(
+        () => void truncateIfOver(this.consoleLogPath, CONSOLE_CAP_BYTES),
+        10_000,
+      );
+      this.consoleCap.unref();
+      return;
+    }
+    this.consoleLog ??= await ConsoleLog.open(this.consoleLogPath).catch((err: unknown) => {
+      socket.destroy();
+      throw err;
+    });
+    this.consoleLog.attach(socket);
   }
 
   private async spawn(
@@ -249,11 +283,7 @@ export class QemuProcess extends EventEmitter {
       await fh.chown(host.owner.uid, host.owner.gid);
       await fh.close();
     }
-    this.consoleCap = setInterval(
-      () => void truncateIfOver(this.paths.consoleLog, CONSOLE_CAP_BYTES),
-      10_000,
-    );
-    this.consoleCap.unref();
+    this.consoleLog = await ConsoleLog.open(this.consoleLogPath);
     const log = await open(join(this.dir, 'qemu.log'), 'w');
     const [cmd, ...pre] = [...host.launcher, host.qemuBinary];
     const paths = disk ? { ...this.paths, writableDisk: disk } : this.paths;
@@ -279,6 +309,9 @@ export class QemuProcess extends EventEmitter {
     const exitedEarly = this.exitPromise.then(() => {
       throw new VmError(`QEMU exited during start-up (${this.exitInfo})`);
     });
+    exitedEarly.catch(() => undefined); // raced below, twice
+    // First, before the guest runs: QEMU drops console output while nobody is connected.
+    await Promise.race([this.connectConsole(deadline, false), exitedEarly]);
     this.qmpClient = await Promise.race([
       QmpClient.connect(this.paths.qmpSocket, deadline),
       exitedEarly,
