@@ -14,6 +14,7 @@ import {
   type Hostd,
 } from '../../testkit/hostd.js';
 import { eventually } from '../../testkit/eventually.js';
+import { withBusyHost } from '../../testkit/host-load.js';
 import { openExec, run, type ExecEvent } from '../../testkit/exec.js';
 import { poolHolds } from '../../testkit/metrics.js';
 import { untilSandbox, withSandbox, withSandboxes } from '../../testkit/sandboxes.js';
@@ -102,15 +103,43 @@ describe('hostile code', () => {
     });
   });
 
-  test('a bash fork bomb is contained, stopped by its timeout, and the sandbox stays usable', async () => {
+  test('a Python cell that exhausts memory is stopped by the cap on user code: its exec ends at once with 137', async () => {
+    await withSandbox(hostd, async (id) => {
+      // Nothing else is asked of the sandbox meanwhile: the exit must come by itself.
+      const hog = await run(
+        hostd,
+        id,
+        'chunks = []\nfor i in range(32): chunks.append(bytearray(64 << 20))',
+      );
+      assert.equal(hog.exit, 137, JSON.stringify(hog.events.slice(-3)));
+      // User code's own cgroup reached its cap and its OOM killer chose the REPL: the guest
+      // as a whole never ran out of memory, which would have had the kernel reclaim the
+      // pages every process runs from (the agent's included) for minutes before a kill.
+      const events = await run(hostd, id, 'cat /sys/fs/cgroup/sandbox/memory.events', {
+        language: 'bash',
+      });
+      assert.match(events.stdout, /^oom [1-9]/m, events.stdout);
+      const next = await run(hostd, id, 'print("fresh")');
+      assert.equal(next.stdout, 'fresh\n');
+      assert.match(next.stderr, /the Python REPL exited \(code 137\)/);
+    });
+  });
+
+  test('a bash fork bomb is contained, stopped by its timeout, and the sandbox stays usable, on a busy host too', async () => {
     await withSandboxes(hostd, async ({ create }) => {
       const id = await create();
       const other = await create();
-      const r = await run(hostd, id, 'bomb() { bomb | bomb & }; bomb; sleep 60', {
-        language: 'bash',
-        timeout: 3,
+      // The agent must get the vCPU to act on the timeout, however many processes of user
+      // code want it and however little of the host the VM gets: twice, on a busy host.
+      await withBusyHost(async () => {
+        for (let round = 0; round < 2; round++) {
+          const r = await run(hostd, id, 'bomb() { bomb | bomb & }; bomb; sleep 60', {
+            language: 'bash',
+            timeout: 3,
+          });
+          assert.equal(r.exit, 124, JSON.stringify(r.events.slice(-3)));
+        }
       });
-      assert.equal(r.exit, 124, JSON.stringify(r.events.slice(-3)));
       // The guest's process cap contained it and the exec's end killed it all: the sandbox
       // works, and nothing the bomb started is left running.
       assert.equal((await run(hostd, id, 'print("still usable")')).stdout, 'still usable\n');
