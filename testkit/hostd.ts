@@ -102,7 +102,11 @@ export interface StartOptions {
    * removed by `stop()`; given, it is kept (a restart test starts a second hostd on the first's).
    */
   dataDir?: string;
-  /** How long start-up may take (default 180 s): each template served boots before hostd listens. */
+  /**
+   * How long start-up may take before the test gives up (default 15 min, the suite's test
+   * timeout): each template served boots before hostd listens, which took 9 min for `python`
+   * on a busy 2-core host under TCG. Only a hostd that hangs should ever reach it.
+   */
   startTimeoutMs?: number;
   /**
    * What to run instead of `node dist/src/main.js`, from the repository's root: `['npm',
@@ -177,7 +181,7 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
         url = (await readFile(join(stateDir, 'hostd.url'), 'utf8').catch(() => '')).trim();
         return url !== '';
       },
-      { timeoutMs: opts.startTimeoutMs ?? 180_000, everyMs: 20 },
+      { timeoutMs: opts.startTimeoutMs ?? 900_000, everyMs: 20 },
     );
   } catch (err) {
     await signalHostd('SIGKILL');

@@ -15,7 +15,7 @@ Threads, and why there are these:
   executor  one selector loop (executor.py): runs bash execs (bash_runner.py), turns their
             output into `out` messages, watches the worker's exit. It writes the channel, so
             when the host stops reading it blocks, and so do the producers: bounded memory.
-  control   writes the main thread's replies (pong, error, ...) so that they never make the
+  control   writes the main thread's replies (error, set_env, ...) so that they never make the
             main thread wait behind backpressured output (host_channel.py).
   chores    runs prepare_freeze and prepare_pause, which take seconds, and sends their answers.
             It lives as long as the agent: hostd freezes a template on the prepare_freeze
@@ -71,6 +71,7 @@ class Agent:
         self.system = system        # set the clock, reseed the RNG, zero memory: only in a VM
         self.upper_fd = guest_system.claim_upper_dir() if system else None
         self.chores = queue.SimpleQueue()
+        self.pings, self.pings_lock = [], threading.Lock()   # nonces the executor will answer
         threading.Thread(target=self._run_chores, name="chores", daemon=True).start()
 
     def serve(self, rfd, stdio):
@@ -106,7 +107,22 @@ class Agent:
         self.channel.send_control({"op": "error", "message": message})
 
     def on_ping(self, msg):
-        self.channel.send_control({"op": "pong", "nonce": msg.get("nonce")})
+        # Answered by the executor, after what it has queued: a pong then says both that this
+        # thread reads the port and that the thread which ends execs runs (hostd asks when a
+        # cancel takes long: slow, or wedged?). At most one job waits for it: a host that
+        # floods pings and never reads loses pongs, not our memory.
+        with self.pings_lock:
+            first = not self.pings
+            if len(self.pings) < 10000:
+                self.pings.append(msg.get("nonce"))
+        if first:
+            self.executor.post(self._answer_pings)
+
+    def _answer_pings(self):
+        with self.pings_lock:
+            nonces, self.pings = self.pings, []
+        for nonce in nonces:
+            self.executor.emit({"op": "pong", "nonce": nonce})
 
     def on_hello(self, msg):
         nonce = msg.get("nonce")

@@ -35,8 +35,8 @@ class Channel:
 
     def send_control(self, msg):
         with self._cond:
-            if len(self._control) < 10000:   # a host that floods pings and never reads
-                self._control.append(encode(msg))  # loses pongs, not our memory
+            if len(self._control) < 10000:   # a host that floods requests and never reads
+                self._control.append(encode(msg))  # loses replies, not our memory
                 self._cond.notify()
 
     def _control_writer(self):

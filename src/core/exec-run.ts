@@ -25,6 +25,12 @@ export const OUTPUT_LIMIT_EXIT = 125;
 /** Events buffered before the VM's output is paused, and the level at which it resumes. */
 const HIGH_WATER = 256;
 const LOW_WATER = 32;
+/**
+ * After a cancel, how long hostd waits for the exit before it asks whether the guest is alive
+ * (a ping), and how long it gives that ping.
+ */
+const CANCEL_PATIENCE_MS = 10_000;
+const PING_TIMEOUT_MS = 10_000;
 
 export interface ExecOptions extends ExecSpec {
   timeoutMs?: number;
@@ -42,7 +48,8 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
   private wake: (() => void) | null = null;
   private readonly execId: number;
   private timer: NodeJS.Timeout | undefined;
-  private killTimer: NodeJS.Timeout | undefined;
+  private stuckTimer: NodeJS.Timeout | undefined;
+  private pinging = false;
   private readonly onAbort = (): void => {
     this.discard();
     this.cancel('client');
@@ -102,26 +109,43 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
   }
 
   /**
-   * After a cancel the agent escalates to killing the REPL within 2 s; if even that is not
-   * answered within 10 s, the VM is wedged and its owner replaces it so the sandbox's queue
-   * does not stall forever. The clock only runs while hostd reads the guest: while a slow
-   * client holds output paused, the exit cannot arrive, and that is not the guest's fault.
+   * After a cancel the agent kills bash at once and escalates to killing the REPL within 2 s of
+   * its running; if no exit came CANCEL_PATIENCE_MS later, hostd pings the guest. One that
+   * answers is slow, not wedged (a busy host, thousands of processes of user code wanting the
+   * vCPU), and gets as long again, for as long as it answers: a slow host must not cost the
+   * sandbox. One that does not answer is wedged, and its owner replaces it so that the
+   * sandbox's queue does not stall forever. The clock only runs while hostd reads the guest:
+   * while a slow client holds output paused, the exit cannot arrive, and that is not the
+   * guest's fault.
    */
   private armStuckTimer(): void {
-    if (!this.cancelled || this.finished || this.paused || this.killTimer) return;
-    this.killTimer = setTimeout(() => {
-      if (!this.finished) {
-        const why = 'the guest agent did not answer a cancel within 10 s';
-        this.fail(why);
-        this.onStuck(why);
-      }
-    }, 10_000);
+    if (!this.cancelled || this.finished || this.paused || this.stuckTimer || this.pinging) return;
+    this.stuckTimer = setTimeout(() => {
+      this.stuckTimer = undefined;
+      void this.pingAfterCancel();
+    }, CANCEL_PATIENCE_MS);
+  }
+
+  private async pingAfterCancel(): Promise<void> {
+    if (this.finished) return;
+    this.pinging = true;
+    const answered = await this.vm.ping(PING_TIMEOUT_MS);
+    this.pinging = false;
+    if (this.finished) return;
+    // A pause meanwhile stops the guest's answer too: the clock starts again on resume
+    if (!answered && !this.paused) {
+      const why = `the guest agent did not answer a cancel within ${CANCEL_PATIENCE_MS / 1000} s, nor a ping`;
+      this.fail(why);
+      this.onStuck(why);
+      return;
+    }
+    this.armStuckTimer();
   }
 
   private pauseOutput(): void {
     this.paused = true;
-    clearTimeout(this.killTimer);
-    this.killTimer = undefined;
+    clearTimeout(this.stuckTimer);
+    this.stuckTimer = undefined;
     this.vm.pauseOutput();
   }
 
@@ -192,7 +216,7 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
     this.push(event);
     this.finished = true;
     clearTimeout(this.timer);
-    clearTimeout(this.killTimer);
+    clearTimeout(this.stuckTimer);
     this.signal?.removeEventListener('abort', this.onAbort);
     if (this.paused) this.resumeOutput();
     this.resolveDone();

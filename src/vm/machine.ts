@@ -93,6 +93,11 @@ export interface Machine {
   exec(spec: ExecSpec, sink: ExecSink): number;
   cancel(execId: number, reason: CancelReason): void;
   /**
+   * Whether the guest still answers, within `timeoutMs`, in a way that proves it can end an
+   * exec: asked when a cancel takes long, to tell a slow guest from a wedged one. Never rejects.
+   */
+  ping(timeoutMs: number): Promise<boolean>;
+  /**
    * Sets the sandbox's default environment in the guest (every later exec starts from it); it
    * replaces the previous one. Resolves once the guest will apply it to the next exec.
    */

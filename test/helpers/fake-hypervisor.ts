@@ -10,6 +10,8 @@
  *   `env K`    prints variable K of the default environment with the exec's `env` over it
  *   `show T`   a display bundle with text/plain T
  *   `hang`     never ends by itself: only a cancel (124/130) or the machine's death ends it
+ *   `deaf`     as hang, but a cancel does not end it either (a slow or wedged guest): the
+ *              test ends it with `finish`; the guest answers pings while `answersPings`
  *   `die`      the machine dies while running it
  */
 import type {
@@ -65,6 +67,10 @@ export class FakeMachine implements Machine {
   /** Every exec this machine was given, in order. */
   readonly execLog: string[] = [];
   outputPaused = false;
+  /** Whether the guest answers `ping` (a slow guest does, a wedged one does not). */
+  answersPings = true;
+  /** How many times the guest was pinged. */
+  pings = 0;
   readonly files: FakeFiles;
   /** The last network policy applied, and how many times one was. */
   network: NetworkPolicy | null = null;
@@ -140,7 +146,7 @@ export class FakeMachine implements Machine {
         end(1);
       } else if (cmd === 'die') {
         this.die('the VM exited (signal SIGKILL)');
-      } else if (cmd !== 'hang') {
+      } else if (cmd !== 'hang' && cmd !== 'deaf') {
         sink.onOutput('stderr', `unknown command ${spec.code}`);
         end(2);
       }
@@ -150,9 +156,20 @@ export class FakeMachine implements Machine {
 
   cancel(execId: number, reason: CancelReason): void {
     const sink = this.running.get(execId);
-    if (!sink) return;
+    if (!sink || this.execLog[execId - 1] === 'deaf') return;
     this.running.delete(execId);
     queueMicrotask(() => sink.onExit(reason === 'timeout' ? 124 : 130));
+  }
+
+  /** Ends exec `execId` with `code`, as the guest finally does (a `deaf` exec). */
+  finish(execId: number, code: number): void {
+    const sink = this.running.get(execId);
+    if (this.running.delete(execId)) sink!.onExit(code);
+  }
+
+  async ping(): Promise<boolean> {
+    this.pings++;
+    return this.alive && this.answersPings;
   }
 
   /** The default environment the guest was given (`setEnv`). */

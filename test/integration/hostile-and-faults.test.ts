@@ -5,7 +5,6 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { setTimeout as sleep } from 'node:timers/promises';
 import {
   processGone,
   sandboxQemuPid,
@@ -14,6 +13,8 @@ import {
   type Hostd,
 } from '../../testkit/hostd.js';
 import { eventually } from '../../testkit/eventually.js';
+import { download, listDir, statPath } from '../../testkit/files.js';
+import { withBusyHost } from '../../testkit/host-load.js';
 import { openExec, run, type ExecEvent } from '../../testkit/exec.js';
 import { poolHolds } from '../../testkit/metrics.js';
 import { untilSandbox, withSandbox, withSandboxes } from '../../testkit/sandboxes.js';
@@ -36,8 +37,22 @@ const isNotice = (e: ExecEvent | undefined): boolean =>
 const rssMib = (pid: number): number =>
   Number(/^VmRSS:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) / 1024;
 
-/** How long the memory test's client reads nothing. */
-const STALL_MS = 4000;
+/**
+ * Whether a thread of guest process `pid` is blocked writing to one of its virtio ports: read
+ * through the files API (a lane of its own), from the guest's /proc. That is where backpressure
+ * ends up once hostd stops reading the VM.
+ */
+async function blockedOnPort(api: Hostd, id: string, pid: number): Promise<boolean> {
+  const tasks = await listDir(api, id, `/proc/${pid}/task`);
+  for (const task of tasks.body.entries ?? []) {
+    const syscall = await download(api, id, `/proc/${pid}/task/${task.name}/syscall`);
+    const [nr, fd] = (await syscall.text()).split(' ');
+    if (syscall.status !== 200 || nr !== '1' || fd === undefined) continue; // 1: write
+    const target = (await statPath(api, id, `/proc/${pid}/fd/${Number(fd)}`)).body.target;
+    if (target?.startsWith('/dev/vport')) return true;
+  }
+  return false;
+}
 
 describe('hostile code', () => {
   test('infinite output to a client that does not read: hostd memory stays bounded', async () => {
@@ -48,14 +63,21 @@ describe('hostile code', () => {
     });
     try {
       await withSandbox(uncapped, async (id) => {
-        const stream = await openExec(uncapped, id, { code: "while True: print('x' * 1000)" });
+        const stream = await openExec(uncapped, id, {
+          code: "import os\nprint(os.getpid(), flush=True)\nwhile True: print('x' * 1000)",
+        });
         try {
-          await stream.next();
+          const pid = Number((await stream.next())!.data);
           const before = rssMib(uncapped.proc.pid!);
-          // The stall is the situation under test, not a wait for something: for as long as
-          // a client reads nothing, hostd must stop taking output from the VM rather than
-          // buffer it. (hostd exposes no "output paused" state to wait on instead.)
-          await sleep(STALL_MS);
+          // The client reads nothing more: hostd must stop taking output from the VM rather
+          // than buffer it, until the REPL blocks on its port (seen three times in a row, not
+          // a write that was just slow), having grown hostd's memory by a bounded amount.
+          let streak = 0;
+          await eventually(
+            'the REPL to block writing its output',
+            async () => (streak = (await blockedOnPort(uncapped, id, pid)) ? streak + 1 : 0) >= 3,
+            { timeoutMs: 300_000, everyMs: 50 },
+          );
           const grown = rssMib(uncapped.proc.pid!) - before;
           assert.ok(grown < 64, `hostd RSS grew ${grown.toFixed(1)} MiB while the client stalled`);
           // The client that reads again gets its events in order, none missing.
@@ -92,25 +114,50 @@ describe('hostile code', () => {
         hostd,
         id,
         'python3 -c "a = []\nwhile True: a.append(bytearray(10**7))"',
-        {
-          language: 'bash',
-          timeout: 60,
-        },
+        { language: 'bash' },
       );
-      assert.notEqual(hog.exit, 0);
+      assert.equal(hog.exit, 137, "killed by the OOM killer of user code's cgroup (SIGKILL)");
       assert.equal((await run(hostd, id, 'print(survivor)')).stdout, 'ok\n');
     });
   });
 
-  test('a bash fork bomb is contained, stopped by its timeout, and the sandbox stays usable', async () => {
+  test('a Python cell that exhausts memory is stopped by the cap on user code: its exec ends at once with 137', async () => {
+    await withSandbox(hostd, async (id) => {
+      // Nothing else is asked of the sandbox meanwhile: the exit must come by itself.
+      const hog = await run(
+        hostd,
+        id,
+        'chunks = []\nfor i in range(32): chunks.append(bytearray(64 << 20))',
+      );
+      assert.equal(hog.exit, 137, JSON.stringify(hog.events.slice(-3)));
+      // User code's own cgroup reached its cap and its OOM killer chose the REPL: the guest
+      // as a whole never ran out of memory, which would have had the kernel reclaim the
+      // pages every process runs from (the agent's included) for minutes before a kill.
+      const events = await run(hostd, id, 'cat /sys/fs/cgroup/sandbox/memory.events', {
+        language: 'bash',
+      });
+      assert.match(events.stdout, /^oom [1-9]/m, events.stdout);
+      const next = await run(hostd, id, 'print("fresh")');
+      assert.equal(next.stdout, 'fresh\n');
+      assert.match(next.stderr, /the Python REPL exited \(code 137\)/);
+    });
+  });
+
+  test('a bash fork bomb is contained, stopped by its timeout, and the sandbox stays usable, on a busy host too', async () => {
     await withSandboxes(hostd, async ({ create }) => {
       const id = await create();
       const other = await create();
-      const r = await run(hostd, id, 'bomb() { bomb | bomb & }; bomb; sleep 60', {
-        language: 'bash',
-        timeout: 3,
+      // The agent must get the vCPU to act on the timeout, however many processes of user
+      // code want it and however little of the host the VM gets: twice, on a busy host.
+      await withBusyHost(async () => {
+        for (let round = 0; round < 2; round++) {
+          const r = await run(hostd, id, 'bomb() { bomb | bomb & }; bomb; sleep 60', {
+            language: 'bash',
+            timeout: 3,
+          });
+          assert.equal(r.exit, 124, JSON.stringify(r.events.slice(-3)));
+        }
       });
-      assert.equal(r.exit, 124, JSON.stringify(r.events.slice(-3)));
       // The guest's process cap contained it and the exec's end killed it all: the sandbox
       // works, and nothing the bomb started is left running.
       assert.equal((await run(hostd, id, 'print("still usable")')).stdout, 'still usable\n');
@@ -123,6 +170,30 @@ describe('hostile code', () => {
         { timeoutMs: 60_000, everyMs: 200 },
       );
       assert.equal((await run(hostd, other, 'print("unaffected")')).stdout, 'unaffected\n');
+    });
+  });
+
+  test('CPU spinners left running by the REPL: execs still answer, and a timeout still interrupts', async () => {
+    await withSandbox(hostd, async (id) => {
+      // Processes the REPL starts live on with it, in user code's cgroup, wanting the vCPU
+      await run(
+        hostd,
+        id,
+        'import subprocess\nspinners = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(8)]',
+      );
+      assert.equal((await run(hostd, id, 'print(len(spinners))')).stdout, '8\n');
+      assert.equal(
+        (await run(hostd, id, 'echo bash too', { language: 'bash' })).stdout,
+        'bash too\n',
+      );
+      const slow = await run(hostd, id, 'import time\ntime.sleep(600)', { timeout: 2 });
+      assert.equal(slow.exit, 124, JSON.stringify(slow.events.slice(-3)));
+      const stopped = await run(
+        hostd,
+        id,
+        'for p in spinners: p.kill(); p.wait()\nprint("stopped")',
+      );
+      assert.equal(stopped.stdout, 'stopped\n');
     });
   });
 

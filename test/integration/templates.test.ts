@@ -35,8 +35,6 @@ before(async () => {
       SERVICE_POOL_SIZE: '',
       SERVICE_TEMPLATE_DIR: recipes,
     },
-    // Two templates boot before hostd listens: python's preloads take minutes on a busy host.
-    startTimeoutMs: 600_000,
   });
 });
 

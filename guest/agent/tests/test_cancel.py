@@ -1,11 +1,13 @@
 """Cancelling execs: one (cancel) or all of them (cancel_all)."""
 
 import glob
+import os
 import signal
 import time
 import unittest
 
 from agent_harness import NOTICE, TIMED_OUT, AgentTestCase, wait_for
+from worker_supervisor import CANCEL_GRACE, ESCALATE_TICK, Supervisor
 
 SYS_WRITE = 1
 
@@ -70,22 +72,86 @@ class Cancel(AgentTestCase):
 
     def test_backpressure_bounds_memory_and_cancel_still_works(self):
         self.run_ok("kept = True")
+        worker = self.agent.worker_pid()
+        rss_before = self.agent.rss_kib(worker)
         exec_id = self.agent.start("while True:\n    print('x' * 1000)")
         self.agent.recv_repl()                              # output is flowing
-        worker = self.agent.worker_pid()
         wait_for(lambda: blocked_writing(worker), what="the worker blocked on its port")
-        rss_before = self.agent.rss_kib(worker)
-        time.sleep(1.2)                                     # a while of not reading
-        rss_after = self.agent.rss_kib(worker)
-        self.assertLess(rss_after - rss_before, 4096, "worker memory grew while blocked")
-        # The cancel is read and acted on although the worker cannot write; the host stays
-        # away past the 2 s escalation delay, which must not count while output is blocked
+        # It blocks instead of keeping what the host does not read
+        self.assertLess(self.agent.rss_kib(worker) - rss_before, 4096,
+                        "worker memory grew before it blocked")
+        # The cancel is read and acted on although the worker cannot write (that the time it
+        # spends blocked does not count towards the escalation: EscalationClock below)
         self.agent.send({"op": "cancel", "id": exec_id, "reason": "timeout"})
-        time.sleep(2.5)
         result = self.agent.collect(exec_id, timeout=10)
         self.assertEqual(result.code, 124)
         self.assertEqual(result.stderr, [TIMED_OUT])
         self.assertEqual(self.run_ok("kept").stdout, ["True"])   # interrupted, not killed
+
+
+class FakeWorker:
+    """What the escalation asks of a worker: is the exec over, what is it doing; kill it."""
+
+    def __init__(self):
+        self.doing = "busy"
+        self.killed = False
+
+    def cancel(self, key, reason):
+        pass
+
+    def finished(self, key):
+        return self.killed
+
+    def activity(self):
+        return self.doing
+
+    def kill(self):
+        self.killed = True
+
+
+class EscalationClock(unittest.TestCase):
+    """The SIGINT -> SIGKILL escalation of a Python cancel, tick by tick (no time passes): only
+    the ticks in which the worker runs count towards CANCEL_GRACE."""
+
+    def setUp(self):
+        r, w = os.pipe()
+        self.addCleanup(os.close, r)
+        self.addCleanup(os.close, w)
+        self.ticks = []
+        self.worker = FakeWorker()
+        self.supervisor = Supervisor(None, None, (r, w), None, "/", [], lambda *a: None)
+        self.addCleanup(os.close, self.supervisor.log_fd)
+        self.supervisor.worker = self.worker
+        self.supervisor._escalate_later = self.ticks.append     # armed ticks, run by tick()
+        self.supervisor.cancel(1, "timeout")
+
+    def tick(self, n):
+        for _ in range(n):
+            self.supervisor._escalate(self.ticks.pop())
+
+    def test_a_worker_that_goes_on_running_is_killed_after_the_grace(self):
+        grace = round(CANCEL_GRACE / ESCALATE_TICK)
+        self.tick(grace - 1)
+        self.assertFalse(self.worker.killed)
+        self.tick(1)
+        self.assertTrue(self.worker.killed)
+        self.assertEqual(self.ticks, [], "nothing left to watch")
+
+    def test_time_blocked_writing_to_a_host_that_does_not_read_does_not_count(self):
+        grace = round(CANCEL_GRACE / ESCALATE_TICK)
+        self.tick(grace - 1)
+        self.worker.doing = "writing"
+        self.tick(10 * grace)
+        self.assertFalse(self.worker.killed)
+        self.worker.doing = "busy"
+        self.tick(1)
+        self.assertTrue(self.worker.killed)
+
+    def test_an_exec_that_ends_stops_the_watch(self):
+        self.tick(1)
+        self.worker.killed = True                          # finished(), for the fake
+        self.tick(1)
+        self.assertEqual(self.ticks, [])
 
 
 class CancelAll(AgentTestCase):

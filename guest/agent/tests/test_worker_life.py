@@ -39,6 +39,17 @@ class WorkerLife(AgentTestCase):
         self.assertEqual(result.code, 128 + signal.SIGKILL)
         self.assertEqual(self.agent.run("1").stderr, [NOTICE % (128 + signal.SIGKILL)])
 
+    def test_a_worker_the_oom_killer_takes_mid_allocation_ends_its_exec_with_137_by_itself(self):
+        # The kernel's OOM killer sends SIGKILL from outside, while the cell allocates; the
+        # exec ends with nothing more from the host (no later request to wake anything up)
+        exec_id = self.agent.start("print('allocating', flush=True)\n"
+                                   "while True:\n    bytearray(1 << 20)")
+        self.assertEqual(self.agent.recv_repl()["data"], "allocating")
+        os.kill(self.agent.worker_pid(), signal.SIGKILL)
+        self.assertEqual(self.agent.recv_repl(), {"op": "exit", "id": exec_id, "code": 137})
+        self.assertEqual(self.agent.recv_repl(), {"op": "repl_died", "code": 137, "upto": exec_id})
+        self.assertEqual(self.agent.run("print('fresh')").stdout, ["fresh"])
+
     def test_output_printed_just_before_a_crash_is_not_lost(self):
         # Printed lines wait in the page the worker shares with the agent, not in the worker
         result = self.agent.run("import os, signal\nprint('last words')\n"

@@ -79,15 +79,24 @@ class ExecTest(unittest.TestCase):
         )
 
     def test_yields_each_line_as_it_arrives(self):
-        self.fake.handler = script(
-            ("stdout", "0", 0), 0.5, ("stdout", "1", 1), 0.5, ("stdout", "2", 2), ("exit", 0, 3)
-        )
-        start = time.monotonic()
-        arrivals = [time.monotonic() - start for e in self.sandbox.exec("x") if e.type == "stdout"]
-        self.assertEqual(len(arrivals), 3)
-        self.assertLess(arrivals[0], 0.4, arrivals)
-        self.assertGreaterEqual(arrivals[1] - arrivals[0], 0.4, arrivals)
-        self.assertGreaterEqual(arrivals[2] - arrivals[1], 0.4, arrivals)
+        # The fake sends each line only once the client has yielded the one before: an SDK
+        # that held lines back would leave it waiting (and the wait would time out)
+        yielded = [threading.Event() for _ in range(3)]
+        released_by_client = []
+
+        def handler(req, res):
+            res.start_stream()
+            for i in range(3):
+                res.event("stdout", str(i), i)
+                released_by_client.append(yielded[i].wait(10))
+            res.event("exit", 0, 3)
+            res.end_stream()
+
+        self.fake.handler = handler
+        for e in self.sandbox.exec("x"):
+            if e.type == "stdout":
+                yielded[e.seq].set()
+        self.assertEqual(released_by_client, [True, True, True])
 
     def test_exit_with_error_raises_executor_exception_after_the_lines_before_it(self):
         self.fake.handler = script(
@@ -118,15 +127,20 @@ class ExecTest(unittest.TestCase):
         self.assertEqual((caught.exception.code, caught.exception.status), ("executor_error", None))
 
     def test_a_connection_that_breaks_mid_stream_raises_executor_exception(self):
+        got_first = threading.Event()
+
         def handler(req, res):
             res.start_stream()
             res.event("stdout", "a", 0)
-            time.sleep(0.05)
+            got_first.wait(10)      # mid-stream: the client has the stream's first event
             res.drop()
 
         self.fake.handler = handler
+        events = self.sandbox.exec("x")
+        self.assertEqual(next(events).data, "a")
+        got_first.set()
         with self.assertRaises(ExecutorException):
-            list(self.sandbox.exec("x"))
+            list(events)
 
     def test_a_malformed_line_raises_executor_exception(self):
         self.fake.handler = script(b"not json\n", ("exit", 0, 0))

@@ -4,7 +4,6 @@ the exception classes a real server produces. Skipped when SERVICE_HOSTD_URL is 
 sandbox made here is deleted in tearDown, whatever happened."""
 
 import os
-import time
 import unittest
 
 from _support import LIVE_URL, SKIP_LIVE_REASON
@@ -69,22 +68,26 @@ class LiveTest(unittest.TestCase):
 
     def test_exec_yields_events_in_order_as_they_are_produced(self):
         s = self.create()
+        # Each line is printed only once the client has yielded the one before (it writes a
+        # file the cell waits for): lines held back until the end would leave the cell waiting
         code = (
-            "import sys, time\nfor i in range(3):\n    print(i, flush=True)\n"
-            '    print("e", i, file=sys.stderr, flush=True)\n    time.sleep(0.5)'
+            "import os, sys, time\nfor i in range(3):\n    print(i, flush=True)\n"
+            '    print("e", i, file=sys.stderr, flush=True)\n'
+            "    deadline = time.monotonic() + 120\n"
+            "    while not os.path.exists(f'/tmp/yielded-{i}'):\n"
+            "        if time.monotonic() > deadline:\n            sys.exit('held back')\n"
+            "        time.sleep(0.01)"
         )
-        start = time.monotonic()
-        events = [(e, time.monotonic() - start) for e in s.exec(code)]
-        self.assertEqual([e.seq for e, _ in events], list(range(7)))
+        events = []
+        for e in s.exec(code):
+            events.append(e)
+            if e.type == "stdout":
+                s.files.write("/tmp/yielded-%s" % e.data, b"")
+        self.assertEqual([e.seq for e in events], list(range(7)))
         # Each stream keeps its order; between stdout and stderr only seq is authoritative.
-        self.assertEqual([e.data for e, _ in events if e.type == "stdout"], ["0", "1", "2"])
-        self.assertEqual([e.data for e, _ in events if e.type == "stderr"], ["e 0", "e 1", "e 2"])
-        self.assertEqual((events[-1][0].type, events[-1][0].data), ("exit", 0))
-        # Yielded as produced (0.5 s apart), not all at the end; generous for a loaded TCG host.
-        at = [t for e, t in events if e.type == "stdout"]
-        self.assertGreaterEqual(at[1] - at[0], 0.25, at)
-        self.assertGreaterEqual(at[2] - at[1], 0.25, at)
-        self.assertGreaterEqual(at[2] - at[0], 0.7, at)
+        self.assertEqual([e.data for e in events if e.type == "stdout"], ["0", "1", "2"])
+        self.assertEqual([e.data for e in events if e.type == "stderr"], ["e 0", "e 1", "e 2"])
+        self.assertEqual((events[-1].type, events[-1].data), ("exit", 0))
 
     def test_timeout_interrupts_with_exit_code_124(self):
         s = self.create()

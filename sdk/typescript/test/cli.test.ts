@@ -10,10 +10,12 @@ import {
   eventLine,
   sendError,
   sendJson,
-  sleep,
+  signal,
   startFakeHostd,
+  within,
   type FakeHostd,
 } from './helpers/fake-hostd.js';
+import { Sandbox } from '../src/index.js';
 import { CLI, LIVE_TIMEOUT_MS, LIVE_URL, skipLive } from './helpers/live.js';
 import { cleanEnv, sbx } from './helpers/run.js';
 
@@ -45,11 +47,6 @@ const COMMANDS = [
   'templates',
   'mcp',
 ];
-
-/** Records, for each line in a chunk of output, when it arrived (ms since `start`). */
-function linesAt(chunk: string, into: number[], start: number): void {
-  for (const ch of chunk) if (ch === '\n') into.push(Date.now() - start);
-}
 
 describe('sbx help and usage', { timeout: 60_000 }, () => {
   test('--help lists every command', async () => {
@@ -132,17 +129,17 @@ describe('sbx against a fake hostd', { timeout: 60_000 }, () => {
       const { code } = JSON.parse(req.body) as { code: string };
       res.writeHead(200, { 'content-type': 'application/x-ndjson' });
       if (code === 'slow') {
+        // Each line only once sbx has written the one before (see the test)
         for (let i = 0; i < 3; i++) {
           res.write(eventLine('stdout', String(i), i));
-          await sleep(500);
+          slowReleased.push(await within(slowPrinted[i]!.promise, 10_000));
         }
         return void res.end(eventLine('exit', 0, 3));
       }
       if (code === 'forever') {
         res.write(eventLine('stdout', 'started', 0));
         const closed = new Promise<void>((resolve) => res.once('close', () => resolve()));
-        await Promise.race([closed, sleep(20_000)]);
-        interruptedAt = Date.now();
+        if (await within(closed, 20_000)) foreverClosed.resolve();
         return void res.end();
       }
       if (code === 'die') {
@@ -154,7 +151,9 @@ describe('sbx against a fake hostd', { timeout: 60_000 }, () => {
       res.end(eventLine('exit', 3, 2));
     });
   });
-  let interruptedAt = 0;
+  const slowPrinted = [signal(), signal(), signal()];
+  const slowReleased: boolean[] = [];
+  const foreverClosed = signal();
   after(() => fake.close());
   const url = (): string[] => ['--url', fake.url];
 
@@ -207,18 +206,17 @@ describe('sbx against a fake hostd', { timeout: 60_000 }, () => {
   });
 
   test('exec writes each line as it arrives', async () => {
-    const arrivals: number[] = [];
-    const start = Date.now();
+    // The fake sends each line only once sbx has written the one before to its stdout: an sbx
+    // that held lines back until the stream ended would leave it waiting.
+    let lines = 0;
     const r = await sbx(['exec', ID, 'slow', ...url()], {
-      onStdout: (chunk) => linesAt(chunk, arrivals, start),
+      onStdout: (chunk) => {
+        for (const ch of chunk) if (ch === '\n') slowPrinted[lines++]?.resolve();
+      },
     });
     assert.equal(r.code, 0);
     assert.equal(r.stdout, '0\n1\n2\n');
-    assert.equal(arrivals.length, 3, `lines at ${arrivals} ms`);
-    assert.ok(
-      arrivals[1]! - arrivals[0]! >= 350 && arrivals[2]! - arrivals[1]! >= 350,
-      `lines at ${arrivals} ms`,
-    );
+    assert.deepEqual(slowReleased, [true, true, true]);
   });
 
   test('Ctrl-C interrupts exec: the connection closes and sbx exits 130', async () => {
@@ -232,7 +230,7 @@ describe('sbx against a fake hostd', { timeout: 60_000 }, () => {
     });
     const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
     assert.equal(code, 130);
-    assert.ok(interruptedAt > 0, 'the fake saw the connection close');
+    assert.ok(await within(foreverClosed.promise, 20_000), 'the fake saw the connection close');
   });
 
   test('an executor error in the stream: its lines, then one sbx line, exit 1', async () => {
@@ -339,24 +337,32 @@ describe('sbx against a real hostd', { skip: skipLive, timeout: 10 * LIVE_TIMEOU
 
   test('exec streams lines as they are produced', { timeout: LIVE_TIMEOUT_MS }, async () => {
     const id = await create();
-    const arrivals: number[] = [];
-    const start = Date.now();
-    const r = await sbx(
-      [
-        'exec',
-        id,
-        'import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.5)',
-      ],
-      {
-        env,
-        timeoutMs: LIVE_TIMEOUT_MS,
-        onStdout: (chunk) => linesAt(chunk, arrivals, start),
+    const sandbox = await Sandbox.connect(id);
+    // Each line is printed only once sbx has written the one before (the test then writes a
+    // file the cell waits for): lines held back until the end would leave the cell waiting.
+    const code = [
+      'import os, sys, time',
+      'for i in range(3):',
+      '    print(i, flush=True)',
+      '    deadline = time.monotonic() + 60',
+      "    while not os.path.exists(f'/tmp/printed-{i}'):",
+      '        if time.monotonic() > deadline:',
+      "            sys.exit('held back')",
+      '        time.sleep(0.01)',
+    ].join('\n');
+    let lines = 0;
+    const writes: Promise<unknown>[] = [];
+    const r = await sbx(['exec', id, code], {
+      env,
+      timeoutMs: LIVE_TIMEOUT_MS,
+      onStdout: (chunk) => {
+        for (const ch of chunk)
+          if (ch === '\n') writes.push(sandbox.files.write(`/tmp/printed-${lines++}`, ''));
       },
-    );
+    });
+    await Promise.all(writes);
     assert.equal(r.code, 0, r.stderr);
     assert.equal(r.stdout, '0\n1\n2\n');
-    assert.equal(arrivals.length, 3, `lines at ${arrivals} ms`);
-    assert.ok(arrivals[2]! - arrivals[0]! >= 700, `lines at ${arrivals} ms`);
   });
 
   test('fork, merge, rm, ls', { timeout: LIVE_TIMEOUT_MS }, async () => {

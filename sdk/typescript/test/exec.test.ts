@@ -10,23 +10,22 @@ import { ExecutorError, Sandbox, isHostdError, type ExecEvent } from '../src/ind
 import {
   defaultHandler,
   eventLine,
+  signal,
   sleep,
   startFakeHostd,
+  within,
   type FakeHostd,
   type Handler,
 } from './helpers/fake-hostd.js';
 
 const ID = 'sbx_' + 'a'.repeat(32);
 
-/** Answers exec requests by writing `parts` (strings written as they are, numbers as pauses). */
-function execScript(parts: Array<string | number>): Handler {
-  return async (req, res) => {
+/** Answers exec requests by writing `parts`. */
+function execScript(parts: string[]): Handler {
+  return (req, res) => {
     if (!req.url.endsWith('/exec')) return defaultHandler(req, res, undefined as never);
     res.writeHead(200, { 'content-type': 'application/x-ndjson' });
-    for (const part of parts) {
-      if (typeof part === 'number') await sleep(part);
-      else res.write(part);
-    }
+    for (const part of parts) res.write(part);
     res.end();
   };
 }
@@ -131,24 +130,21 @@ describe('exec stream', { timeout: 30_000 }, () => {
   });
 
   test('yields each line as it arrives, not when the stream ends', async () => {
-    fake.handle(
-      execScript([
-        eventLine('stdout', '0', 0),
-        500,
-        eventLine('stdout', '1', 1),
-        500,
-        eventLine('stdout', '2', 2),
-        eventLine('exit', 0, 3),
-      ]),
-    );
-    const arrivals: number[] = [];
-    const start = Date.now();
-    for await (const e of sandbox.exec('x'))
-      if (e.type === 'stdout') arrivals.push(Date.now() - start);
-    assert.equal(arrivals.length, 3);
-    assert.ok(arrivals[0]! < 400, `first line after ${arrivals[0]} ms`);
-    assert.ok(arrivals[1]! - arrivals[0]! >= 400, `gaps ${arrivals}`);
-    assert.ok(arrivals[2]! - arrivals[1]! >= 400, `gaps ${arrivals}`);
+    // The fake sends each line only once the client has yielded the one before: a client
+    // that held lines back until the stream ended would leave it waiting.
+    const yielded = [signal(), signal(), signal()];
+    const releasedByClient: boolean[] = [];
+    fake.handle(async (req, res) => {
+      if (!req.url.endsWith('/exec')) return defaultHandler(req, res, undefined as never);
+      res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+      for (let i = 0; i < 3; i++) {
+        res.write(eventLine('stdout', String(i), i));
+        releasedByClient.push(await within(yielded[i]!.promise, 10_000));
+      }
+      res.end(eventLine('exit', 0, 3));
+    });
+    for await (const e of sandbox.exec('x')) if (e.type === 'stdout') yielded[e.seq]!.resolve();
+    assert.deepEqual(releasedByClient, [true, true, true]);
   });
 
   test('an exit event with error raises ExecutorError after the lines before it', async () => {
@@ -196,13 +192,22 @@ describe('exec stream', { timeout: 30_000 }, () => {
   });
 
   test('a connection that breaks mid-stream raises ExecutorError', async () => {
+    const gotFirst = signal();
     fake.handle(async (req, res) => {
       res.writeHead(200, { 'content-type': 'application/x-ndjson' });
       res.write(eventLine('stdout', 'a', 0));
-      await sleep(50);
+      await within(gotFirst.promise, 10_000); // mid-stream: the client has the first event
       res.destroy();
     });
-    await assert.rejects(collect(sandbox.exec('x')), { name: 'ExecutorError' });
+    const events = sandbox.exec('x')[Symbol.asyncIterator]();
+    assert.equal((await events.next()).value?.data, 'a');
+    gotFirst.resolve();
+    await assert.rejects(
+      (async () => {
+        while (!(await events.next()).done);
+      })(),
+      { name: 'ExecutorError' },
+    );
   });
 
   test('a malformed line raises ExecutorError', async () => {
@@ -276,19 +281,17 @@ describe('exec stream', { timeout: 30_000 }, () => {
   });
 
   test('aborting the signal aborts the request mid-stream and closes the connection', async () => {
-    let closed = false;
+    const closed = signal();
     fake.handle(async (_req, res, raw) => {
       res.writeHead(200, { 'content-type': 'application/x-ndjson' });
       res.write(eventLine('stdout', 'first', 0));
-      raw.socket.on('close', () => {
-        closed = true;
-      });
-      await untilClosed(raw, 5_000);
-      res.end();
+      raw.socket.on('close', closed.resolve);
+      // Without the abort the stream would end normally, with no AbortError
+      await untilClosed(raw, 10_000);
+      res.end(eventLine('exit', 0, 1));
     });
     const abort = new AbortController();
     const seen: string[] = [];
-    const started = Date.now();
     await assert.rejects(
       (async () => {
         for await (const e of sandbox.exec('x', { signal: abort.signal })) {
@@ -299,9 +302,7 @@ describe('exec stream', { timeout: 30_000 }, () => {
       { name: 'AbortError' },
     );
     assert.deepEqual(seen, ['first']);
-    assert.ok(Date.now() - started < 2_000);
-    for (let i = 0; i < 50 && !closed; i++) await sleep(20);
-    assert.ok(closed, 'the server saw the connection close');
+    await closed.promise; // the server sees the connection close
   });
 
   test('an already aborted signal sends nothing', async () => {
@@ -311,21 +312,18 @@ describe('exec stream', { timeout: 30_000 }, () => {
   });
 
   test('leaving the loop early closes the connection', async () => {
-    let closed = false;
+    const closed = signal();
     fake.handle(async (_req, res, raw) => {
-      raw.socket.on('close', () => {
-        closed = true;
-      });
+      raw.socket.on('close', closed.resolve);
       res.writeHead(200, { 'content-type': 'application/x-ndjson' });
       res.write(eventLine('stdout', 'first', 0));
-      await untilClosed(raw, 5_000);
+      await untilClosed(raw, 10_000);
       res.end();
     });
     for await (const e of sandbox.exec('x')) {
       assert.equal(e.data, 'first');
       break;
     }
-    for (let i = 0; i < 50 && !closed; i++) await sleep(20);
-    assert.ok(closed, 'the server saw the connection close');
+    await closed.promise; // the server sees the connection close
   });
 });

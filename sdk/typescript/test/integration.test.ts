@@ -107,11 +107,24 @@ describe('SDK against a real hostd', { skip: skipLive, timeout: 10 * LIVE_TIMEOU
     { timeout: LIVE_TIMEOUT_MS },
     async () => {
       const s = await create();
-      const code =
-        'import sys, time\nfor i in range(3):\n    print(i, flush=True)\n    print("e", i, file=sys.stderr, flush=True)\n    time.sleep(0.5)';
-      const events: Array<ExecEvent & { at: number }> = [];
-      const start = Date.now();
-      for await (const e of s.exec(code)) events.push({ ...e, at: Date.now() - start });
+      // Each line is printed only once the client has yielded the one before (it writes a
+      // file the cell waits for): lines held back until the end would leave the cell waiting.
+      const code = [
+        'import os, sys, time',
+        'for i in range(3):',
+        '    print(i, flush=True)',
+        '    print("e", i, file=sys.stderr, flush=True)',
+        '    deadline = time.monotonic() + 120',
+        "    while not os.path.exists(f'/tmp/yielded-{i}'):",
+        '        if time.monotonic() > deadline:',
+        "            sys.exit('held back')",
+        '        time.sleep(0.01)',
+      ].join('\n');
+      const events: ExecEvent[] = [];
+      for await (const e of s.exec(code)) {
+        events.push(e);
+        if (e.type === 'stdout') await s.files.write(`/tmp/yielded-${String(e.data)}`, '');
+      }
       assert.deepEqual(
         events.map((e) => e.seq),
         [0, 1, 2, 3, 4, 5, 6],
@@ -123,12 +136,6 @@ describe('SDK against a real hostd', { skip: skipLive, timeout: 10 * LIVE_TIMEOU
       assert.deepEqual(of('stderr'), ['e 0', 'e 1', 'e 2']);
       assert.equal(events.at(-1)?.type, 'exit');
       assert.equal(events.at(-1)?.data, 0);
-      // Yielded as produced (0.5 s apart), not all at the end; generous for a loaded TCG host.
-      const at = events.filter((e) => e.type === 'stdout').map((e) => e.at);
-      assert.ok(
-        at[1]! - at[0]! >= 250 && at[2]! - at[1]! >= 250 && at[2]! - at[0]! >= 700,
-        `arrivals ${at}`,
-      );
       for (const e of events) assert.equal(typeof e.ts, 'number');
     },
   );

@@ -183,13 +183,18 @@ export class AgentChannel extends EventEmitter {
    * message with the same op and nonce; rejects when the guest does not answer in `timeoutMs`
    * or the channel closes.
    */
-  request(op: string, fields: Record<string, unknown>, timeoutMs: number): Promise<GuestMessage> {
+  request(
+    op: string,
+    fields: Record<string, unknown>,
+    timeoutMs: number,
+    answerOp = op,
+  ): Promise<GuestMessage> {
     if (this.closedReason) return Promise.reject(new AgentError(this.closedReason));
     const nonce = randomBytes(8).toString('hex');
     return new Promise((resolve, reject) => {
       const done = (): void => {
         clearTimeout(timer);
-        this.answers.delete(`${op}:${nonce}`);
+        this.answers.delete(`${answerOp}:${nonce}`);
         this.off('close', onClose);
       };
       const timer = setTimeout(() => {
@@ -201,12 +206,24 @@ export class AgentChannel extends EventEmitter {
         reject(new AgentError(reason));
       };
       this.once('close', onClose);
-      this.answers.set(`${op}:${nonce}`, (msg) => {
+      this.answers.set(`${answerOp}:${nonce}`, (msg) => {
         done();
         resolve(msg);
       });
       this.send(this.control, { op, nonce, ...fields });
     });
+  }
+
+  /**
+   * Whether the agent answers a ping within `timeoutMs`. Its pong comes from the thread that
+   * ends execs, after what that thread has queued: so it tells a guest that is slow (a busy
+   * host, a fork bomb) from one that is wedged.
+   */
+  ping(timeoutMs: number): Promise<boolean> {
+    return this.request('ping', {}, timeoutMs, 'pong').then(
+      () => true,
+      () => false, // no answer, or the connection is gone: both mean "not answering"
+    );
   }
 
   /** Starts an exec; returns its id for cancel(). The sink receives its output. */

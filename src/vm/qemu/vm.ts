@@ -311,6 +311,10 @@ export class Vm implements Machine {
     this.agent?.cancel(execId, reason);
   }
 
+  ping(timeoutMs: number): Promise<boolean> {
+    return this.agent?.ping(timeoutMs) ?? Promise.resolve(false);
+  }
+
   pauseOutput(): void {
     this.agent?.pause();
   }

@@ -66,6 +66,25 @@ export function eventLine(
 
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
+/** A promise and its resolve, for a fake and its client to wait on each other. */
+export function signal(): { promise: Promise<void>; resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+/**
+ * True once `promise` settles, false if it has not after `ms`: a fake waiting for its client
+ * must not hang when the client is wrong.
+ */
+export function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    promise.then(() => true),
+    new Promise<boolean>((r) => (timer = setTimeout(() => r(false), ms))),
+  ]).finally(() => clearTimeout(timer));
+}
+
 /** A default that answers the basic routes like hostd would. */
 export const defaultHandler: Handler = (req, res) => {
   if (req.method === 'POST' && req.url === '/v1/sandboxes') {
