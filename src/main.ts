@@ -20,7 +20,14 @@ import { planTemplates, UnknownRecipeError } from './core/template-plan.js';
 import { capstoneStandIn } from './vm/capstone-stand-in.js';
 import { noHugePagesLauncher } from './vm/huge-pages.js';
 import { enableKsm } from './vm/ksm.js';
-import { claimDataDir, claimStateDir, releaseDataDir, releaseStateDir } from './state-dir.js';
+import {
+  claimDataDir,
+  claimStateDir,
+  DirectoryInUseError,
+  ensureDirsFree,
+  releaseDataDir,
+  releaseStateDir,
+} from './state-dir.js';
 import { canRead, launcher, lookupUser, type VmUser } from './vm/vm-user.js';
 import { writeFile } from 'node:fs/promises';
 import { networkInterfaces } from 'node:os';
@@ -76,6 +83,8 @@ async function main(): Promise<void> {
   process.on('unhandledRejection', (err) =>
     log.fatal({ err }, 'unhandled rejection; still serving'),
   );
+  // Both checked before either is touched: a refused start leaves a running hostd as it was.
+  await ensureDirsFree(config.stateDir, config.dataDir);
   await claimStateDir(config.stateDir, vmUser?.gid);
   await claimDataDir(config.dataDir, vmUser?.gid);
   const accel = chooseAccel(config.accel);
@@ -228,8 +237,9 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
-  if (err instanceof ConfigError) process.stderr.write(`hostd: ${err.message}\n`);
-  else process.stderr.write(`hostd: fatal: ${(err as Error)?.stack ?? String(err)}\n`);
+  if (err instanceof ConfigError || err instanceof DirectoryInUseError) {
+    process.stderr.write(`hostd: ${err.message}\n`);
+  } else process.stderr.write(`hostd: fatal: ${(err as Error)?.stack ?? String(err)}\n`);
   process.exit(1);
 });
 

@@ -185,6 +185,17 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
     );
   } catch (err) {
     proc.kill('SIGKILL');
+    // VMs outlive a killed hostd (they are re-adopted at its next start): none is left here.
+    await exited;
+    for (const pid of await findProcessesUsing(stateDir)) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone already
+      }
+    }
+    if (opts.stateDir === undefined) await rm(stateDir, { recursive: true, force: true });
+    if (ownDataDir) await rm(dataDir, { recursive: true, force: true });
     throw new Error(`${(err as Error).message}:\n${logs.slice(-30).join('\n')}`);
   }
   if (!url && !opts.expectExit) {
