@@ -17,6 +17,7 @@ import {
   type WriteResult,
 } from '../vm/machine.js';
 import type { SandboxRegistry } from './registry.js';
+import { clientReason } from './machine-error.js';
 import type { Release } from './serial-queue.js';
 
 export type { ExtractResult, FileEntry, WriteResult } from '../vm/machine.js';
@@ -225,8 +226,8 @@ export class SandboxFiles {
     if (err instanceof FileChannelError && err.reason === 'cancelled') {
       return fail('requestAborted', 'during the file transfer');
     }
-    const why = err instanceof Error ? err.message : String(err);
+    // The raw text (a channel's, a host error's) goes to the log; the client reads its kind.
     this.log.warn({ err, sandbox: id, path }, 'file operation failed');
-    return fail('vmOperationFailed', 'complete the file operation', why);
+    return fail('vmOperationFailed', 'complete the file operation', clientReason(err));
   }
 }

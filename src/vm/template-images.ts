@@ -63,10 +63,23 @@ export class CachedTemplateImages implements TemplateImages {
       this.opts.check?.(loaded);
       return new BuiltImage(loaded);
     } catch (err) {
-      if (err instanceof TemplateBuildError) throw new Error(buildFailure(err));
-      throw err;
+      if (signal.aborted) throw err;
+      const { cacheDir } = this.opts;
+      if (err instanceof TemplateBuildError) {
+        throw new Error(withoutCacheDir(buildFailure(err), cacheDir), { cause: err });
+      }
+      const why = err instanceof Error ? err.message : String(err);
+      throw new Error(withoutCacheDir(`the build failed: ${why}`, cacheDir), { cause: err });
     }
   }
+}
+
+/**
+ * `text` with the cache directory named by its variable: a build's log quotes the files it
+ * made, and messages for clients name no host directory.
+ */
+function withoutCacheDir(text: string, cacheDir: string): string {
+  return cacheDir.length > 1 ? text.replaceAll(cacheDir, '$SERVICE_CACHE_DIR') : text;
 }
 
 /**

@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
-import { pino } from 'pino';
+import { pino, type Logger } from 'pino';
 import { createMetrics } from '../../src/api/metrics.js';
 import { buildServer } from '../../src/api/server.js';
 import { errorCodes } from '../../src/errors.js';
@@ -39,14 +39,17 @@ export function errorBody(res: { statusCode: number; body: string }): {
 }
 
 /** A server with API-key auth over a started manager on the fake hypervisor. */
-export async function startServer(overrides: Partial<ManagerOptions> = {}): Promise<TestServer> {
-  const { manager, hv } = await started(overrides);
+export async function startServer(
+  overrides: Partial<ManagerOptions> = {},
+  log: Logger = pino({ level: 'silent' }),
+): Promise<TestServer> {
+  const { manager, hv } = await started(overrides, log);
   const app = await buildServer({
     manager,
     auth: { kind: 'keys', keys: [API_KEY] },
     maxBodyBytes: 4 * 1024 * 1024,
     maxFileBytes: 1024,
-    logger: pino({ level: 'silent' }),
+    logger: log,
     metrics: createMetrics({ accel: 'tcg', version: 'test' }),
   });
   return {
