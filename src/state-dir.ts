@@ -13,6 +13,7 @@ async function cmdlineOf(pid: number): Promise<string | null> {
   try {
     return (await readFile(`/proc/${pid}/cmdline`, 'utf8')).replace(/\0/g, ' ');
   } catch {
+    // Expected: the process exited since it was listed.
     return null;
   }
 }
