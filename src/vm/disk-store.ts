@@ -331,6 +331,7 @@ function fileBytes(path: string): number {
   try {
     return statSync(path).blocks * 512;
   } catch {
+    // Expected: a file deleted meanwhile takes no space.
     return 0;
   }
 }
