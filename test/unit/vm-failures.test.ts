@@ -7,13 +7,18 @@
  */
 import { afterEach, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { VmError } from '../../src/vm/machine.js';
+import { clientReason } from '../../src/core/machine-error.js';
+import { fail, type HostdError } from '../../src/errors.js';
+import { VmError, type VmErrorKind } from '../../src/vm/machine.js';
 import { plan } from '../helpers/fake-images.js';
 import { capturedLog } from '../helpers/manager.js';
 import { errorBody, startServer, type TestServer } from '../helpers/server.js';
 
 /** What QEMU or the file system said: a host path no client may see. */
 const RAW = '/var/lib/hostd/paused/pause-0123456789abcdef/memory.delta is truncated';
+
+/** What a client reads of a failure of `kind` (the registry's message quotes it). */
+const words = (kind: VmErrorKind): string => new VmError(kind, RAW).clientReason;
 
 /** A failed system call, as Node raises it: its message names the file. */
 function fsError(): Error {
@@ -56,7 +61,8 @@ describe('VM failures', () => {
     s.hv.failNext('pause', new VmError('hypervisor', `cont: ${RAW}`), lost);
     const pause = await post(`/v1/sandboxes/${id}/pause`);
     assert.equal(pause.statusCode, 500);
-    assert.equal(errorBody(pause).code, 'executor_error');
+    const paused = fail('vmOperationFailed', 'pause the sandbox', words('hypervisor'));
+    assert.deepEqual(errorBody(pause), paused.toBody());
     const info = JSON.parse((await s.inject({ url: `/v1/sandboxes/${id}` })).body) as {
       state: string;
       error: string;
@@ -72,46 +78,45 @@ describe('VM failures', () => {
     s.hv.failNext('pause', new VmError('io', RAW));
     const pause = await post(`/v1/sandboxes/${id}/pause`);
     assert.equal(pause.statusCode, 500);
-    assert.match(errorBody(pause).error, /a host file operation failed/);
+    const expected = fail('vmOperationFailed', 'pause the sandbox', words('io'));
+    assert.deepEqual(errorBody(pause), expected.toBody());
     const next = await exec('print still here');
     assert.equal(next.statusCode, 200);
     assert.equal(exitOf(next.body).data, 0);
   });
 
   test('each operation answers the kind of its failure; the log has the raw text', async () => {
-    const cases: [string, () => ReturnType<TestServer['inject']>, () => void, string][] = [
+    const cases: [string, () => ReturnType<TestServer['inject']>, () => void, HostdError][] = [
       [
         'snapshot',
         () => post(`/v1/sandboxes/${id}/snapshot`),
         () => s.hv.failNext('capture', new VmError('io', RAW)),
-        'a host file operation failed',
+        fail('vmOperationFailed', 'snapshot the sandbox', words('io')),
       ],
       [
         'fork (capture)',
         () => post(`/v1/sandboxes/${id}/fork`, { n: 2 }),
         () => s.hv.failNext('capture', new VmError('state_corrupt', RAW)),
-        'the saved state is damaged',
+        fail('vmOperationFailed', 'capture the parent state', words('state_corrupt')),
       ],
       [
-        'fork (a child)',
+        'fork (one child of two)',
         () => post(`/v1/sandboxes/${id}/fork`, { n: 2 }),
         () => s.hv.failNext('restore', new VmError('start_failed', RAW)),
-        'the VM did not start',
+        fail('forkChildrenFailed', 1, 2, words('start_failed')),
       ],
       [
         'a bug of the vm layer (an untyped error)',
         () => post(`/v1/sandboxes/${id}/snapshot`),
         () => s.hv.failNext('capture', fsError()),
-        'an unexpected failure',
+        fail('vmOperationFailed', 'snapshot the sandbox', clientReason(fsError())),
       ],
     ];
-    for (const [what, send, arm, words] of cases) {
+    for (const [what, send, arm, expected] of cases) {
       arm();
       const res = await send();
       assert.equal(res.statusCode, 500, `${what}: ${res.body}`);
-      const body = errorBody(res);
-      assert.equal(body.code, 'executor_error', what);
-      assert.ok(body.error.includes(words), `${what}: ${body.error}`);
+      assert.deepEqual(errorBody(res), expected.toBody(), what);
       assert.ok(loggedFailure(id), `${what}: the raw text is logged with the sandbox id`);
       logged.lines.length = 0;
     }
@@ -122,7 +127,8 @@ describe('VM failures', () => {
     s.hv.failNext('resume', fsError());
     const res = await exec('print 1');
     assert.equal(res.statusCode, 500);
-    assert.equal(errorBody(res).code, 'executor_error');
+    const expected = fail('vmOperationFailed', 'resume the sandbox', clientReason(fsError()));
+    assert.deepEqual(errorBody(res), expected.toBody());
     assert.ok(loggedFailure(id));
     assert.equal((await exec('print back')).statusCode, 200);
   });
@@ -131,17 +137,20 @@ describe('VM failures', () => {
     s.hv.failNext('restore', new VmError('start_failed', RAW));
     const create = await post('/v1/sandboxes', {});
     assert.equal(create.statusCode, 500);
-    assert.match(errorBody(create).error, /the VM did not start/);
+    assert.deepEqual(errorBody(create), fail('vmStartFailed', words('start_failed')).toBody());
     const snap = JSON.parse((await post(`/v1/sandboxes/${id}/snapshot`)).body) as {
       snapshot_id: string;
     };
     s.hv.failNext('restore', fsError());
     const fromSnapshot = await post('/v1/sandboxes', { snapshot: snap.snapshot_id });
     assert.equal(fromSnapshot.statusCode, 500);
-    assert.match(errorBody(fromSnapshot).error, /an unexpected failure/);
-    s.hv.failNext('setEnv', new VmError('guest_refused', RAW, { guestDetail: 'no room' }));
+    const unexpected = fail('vmStartFailed', clientReason(fsError()));
+    assert.deepEqual(errorBody(fromSnapshot), unexpected.toBody());
+    const refusal = new VmError('guest_refused', RAW, { guestDetail: 'no room' });
+    s.hv.failNext('setEnv', refusal);
     const env = await post('/v1/sandboxes', { env: { A: '1' } });
     assert.equal(env.statusCode, 500);
-    assert.match(errorBody(env).error, /the guest refused it: no room/);
+    const refused = fail('vmOperationFailed', 'set the environment', refusal.clientReason);
+    assert.deepEqual(errorBody(env), refused.toBody());
   });
 });
