@@ -30,29 +30,79 @@ function def<A extends unknown[]>(
     : { code, status, message, retryAfterS };
 }
 
-const show = (v: unknown): string => {
-  const s = JSON.stringify(v) ?? String(v);
-  return s.length > 80 ? `${s.slice(0, 77)}...` : s;
-};
+/** Longest rendering of a client's value in a message. */
+const SHOWN_CHARS = 80;
+
+/**
+ * A client's value as a message quotes it: JSON-like, at most SHOWN_CHARS characters whatever
+ * its size or depth. Never `JSON.stringify` a client's value whole: a body nested 200,000 deep
+ * overflows the stack (a 500 for a 400), and a 4 MiB one makes a 4 MiB message.
+ */
+export function show(v: unknown): string {
+  const s = preview(v, 3);
+  return s.length > SHOWN_CHARS ? `${s.slice(0, SHOWN_CHARS - 3)}...` : s;
+}
+
+/** `v` rendered at most `depth` levels deep, stopping once a level passes SHOWN_CHARS. */
+function preview(v: unknown, depth: number): string {
+  if (typeof v === 'string') return JSON.stringify(v.slice(0, SHOWN_CHARS + 1));
+  if (v === null || typeof v !== 'object') return String(v);
+  const isArray = Array.isArray(v);
+  const [open, close] = isArray ? ['[', ']'] : ['{', '}'];
+  if (depth === 0) return `${open}...${close}`;
+  let out = '';
+  const add = (text: string): boolean => {
+    out += `${out ? ',' : ''}${text}`;
+    return out.length <= SHOWN_CHARS;
+  };
+  if (isArray) {
+    for (let i = 0; i < v.length && add(preview(v[i], depth - 1)); i++);
+  } else {
+    for (const k in v) {
+      if (!Object.hasOwn(v, k)) continue;
+      const item = (v as Record<string, unknown>)[k];
+      if (!add(`${preview(k, 0)}:${preview(item, depth - 1)}`)) break;
+    }
+  }
+  return `${open}${out}${close}`;
+}
+
+/**
+ * A name or path the client sent (an id in a URL, a field name, a guest path), as a message
+ * quotes it: as it is when it is short, else cut to SHOWN_CHARS characters.
+ */
+export function clip(s: string, max = SHOWN_CHARS): string {
+  return s.length > max ? `${s.slice(0, max - 3)}...` : s;
+}
 
 export const Errors = {
   // --- 400: the request is wrong -----------------------------------------------------------
   /** A body that must be a JSON object is missing or is something else. */
   bodyNotObject: def('invalid_request', 400, (what: string) => `${what} must be a JSON object`),
-  bodyNotJson: def('invalid_request', 400, (why: string) => `the body is not valid JSON: ${why}`),
+  bodyNotJson: def(
+    'invalid_request',
+    400,
+    (why: string) => `the body is not valid JSON: ${clip(why, 200)}`,
+  ),
+  /** Nesting no request needs (every body is at most three levels deep), refused unread. */
+  bodyTooDeep: def(
+    'invalid_request',
+    400,
+    (max: number) => `the body is nested more than ${max} levels deep`,
+  ),
   bodyNotAllowed: def('invalid_request', 400, (op: string) => `${op} takes no request body`),
   unknownField: def(
     'invalid_request',
     400,
     (field: string, allowed: readonly string[]) =>
-      `unknown field "${field}" (allowed: ${allowed.join(', ')})`,
+      `unknown field ${show(field)} (allowed: ${allowed.join(', ')})`,
   ),
   /** A field (or query parameter) with a value outside what it accepts. */
   invalidField: def(
     'invalid_request',
     400,
     (field: string, expected: string, got: unknown) =>
-      `${field} must be ${expected}, got ${show(got)}`,
+      `${clip(field)} must be ${expected}, got ${show(got)}`,
   ),
   conflictingFields: def(
     'invalid_request',
@@ -60,7 +110,11 @@ export const Errors = {
     (a: string, b: string) => `give either ${a} or ${b}, not both`,
   ),
   /** A malformed request the HTTP framework rejected before any handler ran. */
-  malformedRequest: def('invalid_request', 400, (why: string) => `malformed request: ${why}`),
+  malformedRequest: def(
+    'invalid_request',
+    400,
+    (why: string) => `malformed request: ${clip(why, 200)}`,
+  ),
   mergeIntoSelf: def('merge_into_self', 400, () => 'cannot merge a sandbox into itself'),
   /** A `network.allow_out` rule that does not parse; the message names it and why. */
   invalidEgressRule: def('invalid_request', 400, (why: string) => why),
@@ -68,7 +122,7 @@ export const Errors = {
   invalidArchive: def(
     'invalid_archive',
     400,
-    (path: string, why: string) => `not a valid tar archive for ${path}: ${why}`,
+    (path: string, why: string) => `not a valid tar archive for ${clip(path)}: ${clip(why, 200)}`,
   ),
   /** A path for the files API that is not absolute, or holds NUL or `..` components. */
   invalidPath: def(
@@ -79,9 +133,9 @@ export const Errors = {
   isADirectory: def(
     'is_a_directory',
     400,
-    (path: string, hint: string) => `${path} is a directory${hint}`,
+    (path: string, hint: string) => `${clip(path)} is a directory${hint}`,
   ),
-  notADirectory: def('not_a_directory', 400, (path: string) => `${path} is not a directory`),
+  notADirectory: def('not_a_directory', 400, (path: string) => `${clip(path)} is not a directory`),
   /**
    * The file's kind or filesystem does not serve the operation: /proc/self/mem (EIO), a /sys
    * attribute (EINVAL), a device without its driver (ENXIO). `why` is hostd's own phrase.
@@ -89,7 +143,7 @@ export const Errors = {
   unsupportedFile: def(
     'unsupported_file',
     400,
-    (path: string, why: string) => `${path} cannot be read or written that way: ${why}`,
+    (path: string, why: string) => `${clip(path)} cannot be read or written that way: ${why}`,
   ),
 
   // --- 403 ---------------------------------------------------------------------------------
@@ -97,7 +151,7 @@ export const Errors = {
   permissionDenied: def(
     'permission_denied',
     403,
-    (path: string, why: string) => `permission denied on ${path}: ${why}`,
+    (path: string, why: string) => `permission denied on ${clip(path)}: ${clip(why, 200)}`,
   ),
 
   // --- 401 ---------------------------------------------------------------------------------
@@ -107,7 +161,7 @@ export const Errors = {
 
   // --- 404 / 410 ---------------------------------------------------------------------------
   /** Never existed, deleted, merged away, or malformed. */
-  sandboxNotFound: def('sandbox_not_found', 404, (id: string) => `sandbox ${id} not found`),
+  sandboxNotFound: def('sandbox_not_found', 404, (id: string) => `sandbox ${clip(id)} not found`),
   sandboxDeleted: def('sandbox_not_found', 404, (id: string) => `sandbox ${id} was deleted`),
   sandboxMergedAway: def(
     'sandbox_not_found',
@@ -124,17 +178,29 @@ export const Errors = {
     'template_not_found',
     404,
     (name: string, known: readonly string[]) =>
-      `template "${name}" does not exist (known: ${known.join(', ') || 'none'})`,
+      `template ${show(name)} does not exist (known: ${known.join(', ') || 'none'})`,
   ),
-  snapshotNotFound: def('snapshot_not_found', 404, (id: string) => `snapshot ${id} not found`),
-  fileNotFound: def('file_not_found', 404, (path: string) => `${path} does not exist`),
+  snapshotNotFound: def(
+    'snapshot_not_found',
+    404,
+    (id: string) => `snapshot ${clip(id)} not found`,
+  ),
+  fileNotFound: def('file_not_found', 404, (path: string) => `${clip(path)} does not exist`),
   routeNotFound: def(
     'route_not_found',
     404,
-    (method: string, path: string) => `no route for ${method} ${path}`,
+    (method: string, path: string) => `no route for ${clip(method)} ${clip(path)}`,
   ),
 
-  // --- 413 / 415 ---------------------------------------------------------------------------
+  // --- 408 ---------------------------------------------------------------------------------
+  /** The request's headers did not all arrive in time (Node's `headersTimeout`). */
+  requestTimeout: def(
+    'request_timeout',
+    408,
+    () => 'the request did not arrive in time; the connection is closed',
+  ),
+
+  // --- 413 / 415 / 431 ---------------------------------------------------------------------
   bodyTooLarge: def(
     'body_too_large',
     413,
@@ -156,6 +222,14 @@ export const Errors = {
     'unsupported_media_type',
     415,
     (expected: string) => `Content-Type must be ${expected}`,
+  ),
+
+  /** Request line and headers over Node's limit (16 KiB): an absurdly long URL, mostly. */
+  headersTooLarge: def(
+    'headers_too_large',
+    431,
+    (limitBytes: number) =>
+      `the request line and headers are over the limit of ${limitBytes} bytes`,
   ),
 
   // --- 429 ---------------------------------------------------------------------------------
@@ -204,7 +278,15 @@ export const Errors = {
     500,
     (name: string, why: string) => `template "${name}" failed to build: ${why}`,
   ),
-  internal: def('internal_error', 500, (why: string) => `internal error: ${why}`),
+  /**
+   * A bug in hostd. What went wrong is logged with the request id: the raw text can name host
+   * paths (an fs error's) and is not the client's business.
+   */
+  internal: def(
+    'internal_error',
+    500,
+    (requestId: string) => `internal error; hostd's log has the details (request ${requestId})`,
+  ),
 
   // --- 503 ---------------------------------------------------------------------------------
   insufficientResources: def('insufficient_resources', 503, (why: string) => why, 5),
@@ -295,9 +377,11 @@ export function isError(err: unknown, name: ErrorName): err is HostdError {
   return err instanceof HostdError && err.entry === name;
 }
 
-/** Wraps anything thrown into a HostdError, keeping HostdErrors as they are. */
-export function toHostdError(err: unknown): HostdError {
+/**
+ * Wraps anything thrown into a HostdError, keeping HostdErrors as they are; anything else is a
+ * bug, `internal`, whose message names only `requestId` (log `err` with it).
+ */
+export function toHostdError(err: unknown, requestId: string): HostdError {
   if (err instanceof HostdError) return err;
-  const message = err instanceof Error ? err.message : String(err);
-  return failWith(err, 'internal', message);
+  return failWith(err, 'internal', requestId);
 }

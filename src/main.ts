@@ -4,6 +4,7 @@
  */
 import { pino } from 'pino';
 import { ConfigError, isLoopback, loadConfig, type Config } from './config.js';
+import { exitOnUncaught } from './fail-fast.js';
 import { authMode } from './api/auth.js';
 import { createMetrics } from './api/metrics.js';
 import { buildServer } from './api/server.js';
@@ -20,7 +21,14 @@ import { planTemplates, UnknownRecipeError } from './core/template-plan.js';
 import { capstoneStandIn } from './vm/host/capstone-stand-in.js';
 import { noHugePagesLauncher } from './vm/host/huge-pages.js';
 import { enableKsm } from './vm/host/ksm.js';
-import { claimDataDir, claimStateDir, releaseDataDir, releaseStateDir } from './state-dir.js';
+import {
+  claimDataDir,
+  claimStateDir,
+  DirectoryInUseError,
+  ensureDirsFree,
+  releaseDataDir,
+  releaseStateDir,
+} from './state-dir.js';
 import { canRead, launcher, lookupUser, type VmUser } from './vm/host/vm-user.js';
 import { writeFile } from 'node:fs/promises';
 import { networkInterfaces } from 'node:os';
@@ -70,12 +78,11 @@ async function main(): Promise<void> {
     }
     log.info({ user: vmUser.name, uid: vmUser.uid }, 'QEMU runs as an unprivileged user');
   }
-  // A bug reached from one sandbox's traffic must not take every other sandbox down with
-  // hostd (QEMUs die with it): log it loudly and keep serving.
-  process.on('uncaughtException', (err) => log.fatal({ err }, 'uncaught exception; still serving'));
-  process.on('unhandledRejection', (err) =>
-    log.fatal({ err }, 'unhandled rejection; still serving'),
-  );
+  // A bug leaves hostd in an unknown state: it logs and exits (src/fail-fast.ts); its VMs run
+  // on, and the next start re-adopts them.
+  exitOnUncaught(log);
+  // Both checked before either is touched: a refused start leaves a running hostd as it was.
+  await ensureDirsFree(config.stateDir, config.dataDir);
   await claimStateDir(config.stateDir, vmUser?.gid);
   await claimDataDir(config.dataDir, vmUser?.gid);
   const accel = chooseAccel(config.accel);
@@ -103,7 +110,7 @@ async function main(): Promise<void> {
       log.info({ template: image.manifest.name, dir: image.dir, key: image.key }, 'template image');
       if (vmUser && !canRead(vmUser, [image.kernel, image.initrd, image.rootfs])) {
         throw new Error(
-          `QEMU's account ${vmUser.name} cannot read the image; build it under a readable cache (SERVICE_CACHE_DIR=/var/cache/hostd, the default for root)`,
+          `QEMU's account ${vmUser.name} cannot read the image; build it under a cache directory that account can read (SERVICE_CACHE_DIR; root's default is one)`,
         );
       }
     },
@@ -201,7 +208,9 @@ async function main(): Promise<void> {
     (stopping ??= (async () => {
       log.info({ signal }, 'shutting down: destroying all VMs');
       await manager.shutdown();
-      await app.close().catch(() => undefined);
+      await app
+        .close()
+        .catch((err: unknown) => log.warn({ err }, 'closing the HTTP server failed'));
       await releaseStateDir(config.stateDir);
       await releaseDataDir(config.dataDir);
       log.info('stopped');
@@ -229,8 +238,9 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
-  if (err instanceof ConfigError) process.stderr.write(`hostd: ${err.message}\n`);
-  else process.stderr.write(`hostd: fatal: ${(err as Error)?.stack ?? String(err)}\n`);
+  if (err instanceof ConfigError || err instanceof DirectoryInUseError) {
+    process.stderr.write(`hostd: ${err.message}\n`);
+  } else process.stderr.write(`hostd: fatal: ${(err as Error)?.stack ?? String(err)}\n`);
   process.exit(1);
 });
 

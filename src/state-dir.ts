@@ -13,6 +13,7 @@ async function cmdlineOf(pid: number): Promise<string | null> {
   try {
     return (await readFile(`/proc/${pid}/cmdline`, 'utf8')).replace(/\0/g, ' ');
   } catch {
+    // Expected: the process exited since it was listed.
     return null;
   }
 }
@@ -30,14 +31,33 @@ export async function findProcessesUsing(dir: string): Promise<number[]> {
   return pids;
 }
 
+/** Another live hostd holds a directory: this one must not start, nor touch it. */
+export class DirectoryInUseError extends Error {
+  constructor(dir: string, holder: number, variable: string) {
+    super(`another hostd (pid ${holder}) is using ${dir}; stop it or set ${variable}`);
+    this.name = 'DirectoryInUseError';
+  }
+}
+
 /**
- * Claims the runtime directory `dir` for this process. Fails when another live hostd holds it.
- * The VM folders an earlier run left stay for re-adoption; everything else of that run goes.
+ * Throws DirectoryInUseError when another live hostd holds either directory. Call before
+ * claiming either: a refused start must change nothing of a running hostd's directories (a
+ * chmod of its state directory locked its QEMUs out of their own folders).
+ */
+export async function ensureDirsFree(stateDir: string, dataDir: string): Promise<void> {
+  await ensureNoOtherHostd(stateDir, 'SERVICE_STATE_DIR');
+  await ensureNoOtherHostd(dataDir, 'SERVICE_DATA_DIR');
+}
+
+/**
+ * Claims the runtime directory `dir` for this process. Fails when another live hostd holds it,
+ * before changing anything. The VM folders an earlier run left stay for re-adoption;
+ * everything else of that run goes.
  */
 export async function claimStateDir(dir: string, vmGroup?: number): Promise<void> {
+  await ensureNoOtherHostd(dir, 'SERVICE_STATE_DIR');
   await mkdir(dir, { recursive: true, mode: 0o700 });
   await chmod(dir, 0o700);
-  await ensureNoOtherHostd(dir, 'SERVICE_STATE_DIR');
   for (const entry of await readdir(dir)) {
     if (entry !== 'vms') await rm(join(dir, entry), { recursive: true, force: true });
   }
@@ -58,8 +78,8 @@ export async function claimStateDir(dir: string, vmGroup?: number): Promise<void
  * here; what no record needs any more is collected once the records are read.
  */
 export async function claimDataDir(dir: string, vmGroup?: number): Promise<void> {
-  await mkdir(dir, { recursive: true, mode: 0o700 });
   await ensureNoOtherHostd(dir, 'SERVICE_DATA_DIR');
+  await mkdir(dir, { recursive: true, mode: 0o700 });
   await writeFile(join(dir, 'hostd.pid'), `${process.pid}\n`, { mode: 0o600 });
   // QEMU's account may pass through to the images it maps, never list or change this folder.
   await chown(dir, 0, vmGroup ?? 0);
@@ -67,12 +87,17 @@ export async function claimDataDir(dir: string, vmGroup?: number): Promise<void>
 }
 
 async function ensureNoOtherHostd(dir: string, variable: string): Promise<void> {
-  const holder = Number((await readFile(join(dir, 'hostd.pid'), 'utf8').catch(() => '')).trim());
+  let pidFile = '';
+  try {
+    pidFile = await readFile(join(dir, 'hostd.pid'), 'utf8');
+  } catch (err) {
+    // No lock file (a new or cleanly released directory): nobody holds it.
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+  const holder = Number(pidFile.trim());
   if (!holder || holder === process.pid) return;
   const cmd = await cmdlineOf(holder);
-  if (cmd && /node|hostd/.test(cmd)) {
-    throw new Error(`another hostd (pid ${holder}) is using ${dir}; stop it or set ${variable}`);
-  }
+  if (cmd && /node|hostd/.test(cmd)) throw new DirectoryInUseError(dir, holder, variable);
 }
 
 /** Lets go of the data directory's lock; its content stays. */

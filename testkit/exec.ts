@@ -5,6 +5,7 @@
  * held cell runs until the test releases it, whatever the load on the host.
  */
 import type { Api } from './hostd.js';
+import { assertNoHostDetails } from './host-details.js';
 
 /** One NDJSON event of an exec response (docs/api.md, Exec). */
 export interface ExecEvent {
@@ -15,11 +16,26 @@ export interface ExecEvent {
   error?: string;
 }
 
-const parseLines = (text: string): ExecEvent[] =>
-  text
+/**
+ * The events of NDJSON `text`. What hostd itself says in them (an `exit` event's `error`, its
+ * `hostd: ...` stderr lines) is checked for host details, like every error answer.
+ */
+function parseLines(api: Api, text: string): ExecEvent[] {
+  const events = text
     .split('\n')
     .filter((l) => l !== '')
     .map((l) => JSON.parse(l) as ExecEvent);
+  for (const e of events) {
+    const hostd =
+      e.type === 'exit'
+        ? e.error
+        : e.type === 'stderr' && typeof e.data === 'string' && e.data.startsWith('hostd: ')
+          ? e.data
+          : undefined;
+    if (hostd !== undefined) assertNoHostDetails(`an exec's ${e.type} event`, hostd, api.hostDirs);
+  }
+  return events;
+}
 
 /** Runs an exec to its end and returns its events; throws unless the answer is a 200 stream. */
 export async function execEvents(
@@ -31,7 +47,7 @@ export async function execEvents(
   const res = await api.request('POST', `/v1/sandboxes/${id}/exec`, { code, ...extra });
   const text = await res.text();
   if (res.status !== 200) throw new Error(`exec returned ${res.status}: ${text}`);
-  return parseLines(text);
+  return parseLines(api, text);
 }
 
 /** stdout, stderr joined (one line each) and the exit code of an exec. */
@@ -104,7 +120,7 @@ export async function openExec(
       }
       const lines = buf.split('\n');
       buf = ended ? '' : lines.pop()!;
-      ready.push(...parseLines(lines.join('\n')));
+      ready.push(...parseLines(api, lines.join('\n')));
     }
     return ready.shift() ?? null;
   };

@@ -5,6 +5,7 @@
 import { readFile } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import type { Api } from './hostd.js';
+import { assertNoHostDetails } from './host-details.js';
 
 export interface FileEntry {
   name: string;
@@ -41,14 +42,22 @@ export async function upload(
       ...(streamed ? { duplex: 'half' } : {}),
     } as RequestInit,
   );
-  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+  const text = await res.text();
+  if (res.status >= 300) assertNoHostDetails(`upload to ${path}`, text, api.hostDirs, [path]);
+  return { status: res.status, body: JSON.parse(text) as Record<string, unknown> };
 }
 
 /** GET the file (or with `tar`, the directory as a tar stream) as a Response to read. */
-export function download(api: Api, id: string, path: string, tar = false): Promise<Response> {
-  return fetch(`${api.url}/v1/sandboxes/${id}/files?${q(path)}${tar ? '&format=tar' : ''}`, {
-    headers: api.headers,
-  });
+export async function download(api: Api, id: string, path: string, tar = false): Promise<Response> {
+  const res = await fetch(
+    `${api.url}/v1/sandboxes/${id}/files?${q(path)}${tar ? '&format=tar' : ''}`,
+    { headers: api.headers },
+  );
+  if (res.status >= 300) {
+    const text = await res.clone().text();
+    assertNoHostDetails(`download of ${path}`, text, api.hostDirs, [path]);
+  }
+  return res;
 }
 
 /** The file's bytes; throws with the error body when the answer is not 200. */

@@ -13,17 +13,24 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { eventually } from './eventually.js';
+import { assertNoHostDetails, clientValues, errorTexts } from './host-details.js';
+import { ROOT } from './root.js';
 import { findProcessesUsing } from '../src/state-dir.js';
 
-export const ROOT = resolve(import.meta.dirname, '..', '..');
+export { ROOT };
 
 /** A client of hostd's HTTP API: a hostd this process started, or one reached by URL. */
 export interface Api {
   url: string;
   /** The Authorization header the helpers send, if any (for clients of their own). */
   headers: Record<string, string>;
+  /**
+   * hostd's state, data and cache directories: no answer may name them (testkit/host-details.ts
+   * checks every error answer the helpers read).
+   */
+  hostDirs: readonly string[];
   request(
     method: string,
     path: string,
@@ -60,16 +67,20 @@ function encodeBody(body: unknown): BodyInit | undefined {
   return JSON.stringify(body);
 }
 
-/** An API client for the hostd at `url`, sending `Bearer apiKey` when given. */
-export function connect(url: string, apiKey?: string): Api {
+/**
+ * An API client for the hostd at `url`, sending `Bearer apiKey` when given. Every error answer
+ * it reads is checked for host details (`hostDirs` and the usual host places): the request that
+ * got one throws.
+ */
+export function connect(url: string, apiKey?: string, hostDirs: readonly string[] = []): Api {
   const headers: Record<string, string> = apiKey ? { authorization: `Bearer ${apiKey}` } : {};
-  const request = (
+  const request = async (
     method: string,
     path: string,
     body?: unknown,
     extra: Record<string, string> = {},
-  ): Promise<Response> =>
-    fetch(url + path, {
+  ): Promise<Response> => {
+    const res = await fetch(url + path, {
       method,
       headers: {
         ...headers,
@@ -78,14 +89,27 @@ export function connect(url: string, apiKey?: string): Api {
       },
       body: encodeBody(body),
     });
+    if (res.status >= 300) {
+      const text = await res.clone().text();
+      const where = `${method} ${path.slice(0, 100)} (${res.status})`;
+      assertNoHostDetails(where, text, hostDirs, clientValues(path));
+    }
+    return res;
+  };
   return {
     url,
     headers,
+    hostDirs,
     request,
     async json<T>(method: string, path: string, body?: unknown) {
       const res = await request(method, path, body);
       const text = await res.text();
-      return { status: res.status, body: (text ? JSON.parse(text) : undefined) as T };
+      const parsed = (text ? JSON.parse(text) : undefined) as T;
+      // A 2xx body's `error` fields (a failed sandbox, a template that did not build).
+      for (const e of errorTexts(parsed)) {
+        assertNoHostDetails(`the error field of ${method} ${path.slice(0, 100)}`, e, hostDirs);
+      }
+      return { status: res.status, body: parsed };
     },
   };
 }
@@ -185,6 +209,17 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
     );
   } catch (err) {
     await signalHostd('SIGKILL');
+    // VMs outlive a killed hostd (they are re-adopted at its next start): none is left here.
+    await exited;
+    for (const pid of await findProcessesUsing(stateDir)) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone already
+      }
+    }
+    if (opts.stateDir === undefined) await rm(stateDir, { recursive: true, force: true });
+    if (ownDataDir) await rm(dataDir, { recursive: true, force: true });
     throw new Error(`${(err as Error).message}:\n${logs.slice(-30).join('\n')}`);
   }
   if (!url && !opts.expectExit) {
@@ -192,8 +227,13 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
       `hostd exited with code ${exitCode} during start-up:\n${logs.slice(-30).join('\n')}`,
     );
   }
+  const cacheDir = opts.env?.SERVICE_CACHE_DIR ?? process.env.SERVICE_CACHE_DIR ?? '';
   return {
-    ...connect(url, opts.apiKey),
+    ...connect(
+      url,
+      opts.apiKey,
+      [stateDir, dataDir, cacheDir].filter((d) => d !== ''),
+    ),
     stateDir,
     dataDir,
     proc,

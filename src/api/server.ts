@@ -3,6 +3,7 @@
  * per concept in api/routes/). Every non-2xx response is `{"error", "code"}` from the error
  * registry, including fastify's own failures (bad JSON, body too large, unknown route).
  */
+import { maxHeaderSize } from 'node:http';
 import Fastify, {
   LogController,
   type FastifyBaseLogger,
@@ -11,9 +12,15 @@ import Fastify, {
   type FastifyRequest,
 } from 'fastify';
 import type { Logger } from 'pino';
-import { HostdError, fail, isError, toHostdError } from '../errors.js';
+import { HostdError, fail, isError } from '../errors.js';
 import type { SandboxManager } from '../core/sandbox-manager.js';
 import { makeAuthChecker, type AuthMode } from './auth.js';
+import {
+  answerClientError,
+  classifyFrameworkError,
+  escapeBadPercents,
+  parseJsonBody,
+} from './http-errors.js';
 import type { Metrics } from './metrics.js';
 import { registerConsoleRoutes } from './routes/console.js';
 import { registerExecRoutes } from './routes/exec.js';
@@ -35,21 +42,6 @@ export interface ServerOptions {
   metrics: Metrics;
   /** The MCP endpoint's session handling (SERVICE_MCP_*); defaults when absent. */
   mcp?: Omit<McpRouteOptions, 'logger'>;
-}
-
-/** Fastify's own error codes that are the client's fault, mapped onto registry kinds. */
-function classifyFrameworkError(
-  err: { statusCode?: number; code?: string; message: string },
-  maxBody: number,
-): HostdError {
-  if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') return fail('bodyTooLarge', null, maxBody);
-  if (err.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
-    return fail('unsupportedMediaType', 'application/json');
-  }
-  if (err.statusCode !== undefined && err.statusCode >= 400 && err.statusCode < 500) {
-    return fail('malformedRequest', err.message);
-  }
-  return toHostdError(err);
 }
 
 /** `{"error", "code"}` with the entry's status, and `Retry-After` when a retry can work. */
@@ -77,8 +69,13 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     bodyLimit: opts.maxBodyBytes,
     // One log line per request would drown the sandbox lifecycle logs at exec rates.
     logController: new LogController({ disableRequestLogging: true }),
-    // Sandbox ids are validated by the manager; this only stops absurd URLs early.
-    routerOptions: { maxParamLength: 200 },
+    // Ids are validated by the manager, which answers a malformed one as not found: the
+    // router takes any segment that fits in a request line, and any percent-escape.
+    routerOptions: { maxParamLength: maxHeaderSize },
+    rewriteUrl: (req) => escapeBadPercents(req.url ?? '/'),
+    frameworkErrors: (error, req, reply) =>
+      sendError(reply, classifyFrameworkError(error, opts.maxBodyBytes, req.id)),
+    clientErrorHandler: answerClientError,
     return503OnClosing: false,
     // On shutdown, close exec streams whose clients stopped reading instead of waiting forever.
     forceCloseConnections: true,
@@ -87,13 +84,13 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   // JSON bodies; an empty body is "no body" (POST /v1/sandboxes with nothing is `{}`).
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (_req, raw, done) => {
-    const text = (raw as string).trim();
-    if (text === '') return done(null, undefined);
+    let body: unknown;
     try {
-      done(null, JSON.parse(text));
+      body = parseJsonBody(raw as string);
     } catch (err) {
-      done(fail('bodyNotJson', (err as Error).message), undefined);
+      return done(err as HostdError, undefined);
     }
+    done(null, body);
   });
 
   const checkAuth = makeAuthChecker(opts.auth);
@@ -120,11 +117,12 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   });
 
   app.setErrorHandler((error, req, reply) => {
-    const err =
-      error instanceof HostdError
-        ? error
-        : classifyFrameworkError(error as Error & { statusCode?: number }, opts.maxBodyBytes);
-    if (isError(err, 'internal')) req.log.error({ err: error }, 'internal error');
+    const err = classifyFrameworkError(
+      error as Error & { statusCode?: number },
+      opts.maxBodyBytes,
+      req.id,
+    );
+    if (isError(err, 'internal')) req.log.error({ err: error, reqId: req.id }, 'internal error');
     return sendError(reply, err);
   });
   app.setNotFoundHandler((req, reply) =>

@@ -11,6 +11,7 @@
  * port. hostd's API port on the host is never reachable, whatever the rules say.
  */
 import { domainToASCII } from 'node:url';
+import { show } from '../errors.js';
 import {
   type EgressAddressVerdict,
   type EgressGate,
@@ -52,7 +53,7 @@ export class EgressRuleError extends Error {
     readonly rule: unknown,
     readonly reason: string,
   ) {
-    super(`network.allow_out[${index}] ${JSON.stringify(rule) ?? String(rule)}: ${reason}`);
+    super(`network.allow_out[${index}] ${show(rule)}: ${reason}`);
     this.name = 'EgressRuleError';
   }
 }

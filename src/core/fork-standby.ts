@@ -31,6 +31,8 @@ export class ForkStandby {
     private readonly maxStandby: number,
     /** Why the host cannot afford `vms` more VMs and `imageMib` of image now, or null. */
     private readonly shortage: (vms: number, imageMib: number) => string | null,
+    /** Told why making a target failed (a speed-up lost: the next fork does the work itself). */
+    private readonly onFailure: (err: unknown) => void = () => undefined,
   ) {}
 
   /** Keeps a fork target ready for forks of machines restored from `base`, from now on. */
@@ -89,7 +91,8 @@ export class ForkStandby {
       return;
     }
     entry.making = this.fill(entry)
-      .catch(() => undefined) // a speed-up that failed: the next fork does the work itself
+      // A speed-up that failed: the next fork does the work itself, and the log says why.
+      .catch((err: unknown) => this.onFailure(err))
       .finally(() => {
         entry.making = null;
         if (entry.again) {

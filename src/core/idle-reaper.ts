@@ -10,6 +10,8 @@ export interface ReaperActions {
   idle(sandbox: Sandbox): Promise<void>;
   /** A paused sandbox past its time to live. */
   expired(sandbox: Sandbox): Promise<void>;
+  /** `idle` or `expired` failed; the sweep goes on with the next sandbox. */
+  failed(sandbox: Sandbox, err: unknown): void;
 }
 
 export class IdleReaper {
@@ -47,7 +49,9 @@ export class IdleReaper {
       const idle =
         !s.paused && this.idleTimeoutS > 0 && s.lastUsedAt < now - this.idleTimeoutS * 1000;
       if (!expired && !idle) continue;
-      await (expired ? this.actions.expired(s) : this.actions.idle(s)).catch(() => undefined);
+      await (expired ? this.actions.expired(s) : this.actions.idle(s)).catch((err: unknown) =>
+        this.actions.failed(s, err),
+      );
       handled++;
     }
     return handled;

@@ -9,7 +9,7 @@
  * deadlock.
  */
 import type { Logger } from 'pino';
-import { fail, failWith, HostdError } from '../errors.js';
+import { fail, failWith } from '../errors.js';
 import type { FrozenState, Hypervisor, Machine } from '../vm/machine.js';
 import type { SandboxNetwork } from './network.js';
 import type { Admission } from './admission.js';
@@ -17,6 +17,7 @@ import type { ForkStandby } from './fork-standby.js';
 import type { SandboxRegistry } from './registry.js';
 import type { Sandbox, SandboxInfo } from './sandbox.js';
 import type { RunningSandbox } from './registry.js';
+import { asMachineError, clientReason, logMachineFailure } from './machine-error.js';
 
 export const MAX_FORK = 32;
 
@@ -52,7 +53,7 @@ export class Lineage {
         const short = target ? null : admission.shortage(0, machine.captureCostMib());
         if (short) throw fail('insufficientResources', short);
         const state = await this.capture(sandbox, machine, n, target);
-        const children = await this.restoreAll(state, n, sandbox.allowOut);
+        const children = await this.restoreAll(state, n, sandbox);
         const adopted = children.map((m) =>
           registry.adopt(m, {
             template: sandbox.template,
@@ -116,7 +117,13 @@ export class Lineage {
       return await machine.capture(n, target);
     } catch (err) {
       if (!this.deps.registry.holds(sandbox)) throw fail('sandboxDeleted', sandbox.id);
-      throw asMachineError(err, this.deps.log, 'vmOperationFailed', 'capture the parent state');
+      throw asMachineError(
+        err,
+        this.deps.log,
+        { sandbox: sandbox.id },
+        'vmOperationFailed',
+        'capture the parent state',
+      );
     }
   }
 
@@ -124,11 +131,8 @@ export class Lineage {
    * Restores `n` machines from `state` with the parent's network rules, or none: on any failure
    * the others are destroyed.
    */
-  private async restoreAll(
-    state: FrozenState,
-    n: number,
-    allowOut: readonly string[],
-  ): Promise<Machine[]> {
+  private async restoreAll(state: FrozenState, n: number, parent: Sandbox): Promise<Machine[]> {
+    const { allowOut } = parent;
     const { hypervisor, stopping, log, network } = this.deps;
     const restoreOne = async (): Promise<Machine> => {
       const machine = await hypervisor.restore(state);
@@ -150,30 +154,10 @@ export class Lineage {
     if (failure || stopping()) {
       await Promise.all(machines.map((m) => m.destroy()));
       if (stopping()) throw fail('shuttingDown');
-      const why =
-        failure!.reason instanceof Error ? failure!.reason.message : String(failure!.reason);
-      logTail(failure!.reason, log);
+      logMachineFailure(log, failure!.reason, { sandbox: parent.id }, 'start a fork child');
+      const why = clientReason(failure!.reason);
       throw failWith(failure!.reason, 'forkChildrenFailed', n - machines.length, n, why);
     }
     return machines;
   }
-}
-
-/** A machine-layer failure as registry entry `vmStartFailed` or `vmOperationFailed`. */
-export function asMachineError(
-  err: unknown,
-  log: Logger,
-  ...entry: ['vmStartFailed'] | ['vmOperationFailed', string]
-): HostdError {
-  if (err instanceof HostdError) return err;
-  logTail(err, log);
-  const why = err instanceof Error ? err.message : String(err);
-  return entry[0] === 'vmStartFailed'
-    ? failWith(err, 'vmStartFailed', why)
-    : failWith(err, 'vmOperationFailed', entry[1], why);
-}
-
-function logTail(err: unknown, log: Logger): void {
-  const tail = (err as { consoleTail?: string } | null)?.consoleTail;
-  if (tail) log.error({ tail }, 'VM failure log tail');
 }

@@ -5,6 +5,7 @@
  */
 import type { Logger } from 'pino';
 import { fail } from '../errors.js';
+import { clientReason, logMachineFailure } from './machine-error.js';
 import type { Machine, NetworkPolicy } from '../vm/machine.js';
 import {
   EgressRuleError,
@@ -50,8 +51,8 @@ export class SandboxNetwork {
     const applied = machine.setNetwork(this.policy(allowOut));
     if (allowOut.length > 0) {
       await applied.catch((err: unknown) => {
-        const why = err instanceof Error ? err.message : String(err);
-        throw fail('vmOperationFailed', 'set up the network', why);
+        logMachineFailure(this.log, err, { vm: machine.id }, 'set up the network');
+        throw fail('vmOperationFailed', 'set up the network', clientReason(err));
       });
       return;
     }

@@ -307,7 +307,8 @@ export async function loadRecipe(file: string): Promise<Recipe> {
       path,
       basename(path).replace(/\.toml$/, ''),
       null,
-      `cannot be read: ${(err as Error).message}`,
+      // The code, not the message: the message names the file's path, which clients see.
+      `cannot be read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`,
     );
   }
   return parseRecipe(text, path);

@@ -10,6 +10,7 @@ import { fail, type HostdError } from '../errors.js';
 import type { Hypervisor, Machine } from '../vm/machine.js';
 import { isSandboxId, newSandboxId } from './ids.js';
 import { memoryRecords, type RecordStore, type SandboxRecord } from './journal.js';
+import { asMachineError } from './machine-error.js';
 import { Sandbox, type SandboxOrigin } from './sandbox.js';
 import type { Release } from './serial-queue.js';
 
@@ -183,9 +184,8 @@ export class SandboxRegistry {
     try {
       machine = await this.hypervisor.resume(paused);
     } catch (err) {
-      this.log.error({ err, sandbox: sandbox.id }, 'resume failed');
-      const why = err instanceof Error ? err.message : String(err);
-      throw fail('vmOperationFailed', 'resume the sandbox', why);
+      const context = { sandbox: sandbox.id };
+      throw asMachineError(err, this.log, context, 'vmOperationFailed', 'resume the sandbox');
     }
     try {
       await this.bindNetwork(machine, sandbox.allowOut);
@@ -205,9 +205,10 @@ export class SandboxRegistry {
     if (sandbox.machine !== machine || sandbox.brokenReason) return;
     sandbox.brokenReason = why;
     this.log.warn({ sandbox: sandbox.id, vm: machine.id, why }, 'sandbox VM failed');
-    void machine
-      .logTail()
-      .then((tail) => this.log.warn({ sandbox: sandbox.id, tail }, 'VM log tail'));
+    void machine.logTail().then(
+      (tail) => this.log.warn({ sandbox: sandbox.id, tail }, 'VM log tail'),
+      (err: unknown) => this.log.warn({ sandbox: sandbox.id, err }, 'no VM log tail'),
+    );
     void machine.destroy();
   }
 

@@ -18,6 +18,7 @@ import {
 } from '../vm/machine.js';
 import { clientFileError } from './file-errors.js';
 import type { SandboxRegistry } from './registry.js';
+import { clientReason } from './machine-error.js';
 import type { Release } from './serial-queue.js';
 
 export type { ExtractResult, FileEntry, WriteResult } from '../vm/machine.js';
@@ -232,8 +233,8 @@ export class SandboxFiles {
     if (err instanceof FileChannelError && err.reason === 'cancelled') {
       return fail('requestAborted', 'during the file transfer');
     }
-    const why = err instanceof Error ? err.message : String(err);
+    // The raw text (a channel's, a host error's) goes to the log; the client reads its kind.
     this.log.warn({ err, sandbox: id, path }, 'file operation failed');
-    return fail('vmOperationFailed', 'complete the file operation', why);
+    return fail('vmOperationFailed', 'complete the file operation', clientReason(err));
   }
 }

@@ -14,7 +14,8 @@ import { ForkStandby } from './fork-standby.js';
 import type { HostFree } from './host-resources.js';
 import { IdleReaper } from './idle-reaper.js';
 import type { RecordStore, SandboxRecord, SnapshotRecord } from './journal.js';
-import { asMachineError, Lineage } from './lineage.js';
+import { Lineage } from './lineage.js';
+import { asMachineError, clientReason } from './machine-error.js';
 import { TemplatePool, type PoolStats, type RefillPauses } from './pool.js';
 import { SandboxRegistry } from './registry.js';
 import { Sandbox, type SandboxInfo } from './sandbox.js';
@@ -139,8 +140,11 @@ export class SandboxManager {
       options.hostFree,
       () => this.registry.running,
     );
-    this.standby = new ForkStandby(hypervisor, options.forkStandbyMax, (vms, mib) =>
-      this.admission.shortage(vms, mib),
+    this.standby = new ForkStandby(
+      hypervisor,
+      options.forkStandbyMax,
+      (vms, mib) => this.admission.shortage(vms, mib),
+      (err) => log.warn({ err }, 'could not prepare a fork ahead; the next fork copies its image'),
     );
     this.lineage = new Lineage({
       registry: this.registry,
@@ -182,6 +186,9 @@ export class SandboxManager {
           log.info({ sandbox: s.id }, 'deleting a sandbox paused for too long');
           await this.delete(s.id);
         },
+        // A sandbox deleted meanwhile, hostd stopping, or a VM failure (logged and, when the
+        // machine is lost, the sandbox failed): the next sweep tries again if it still applies.
+        failed: (s, err) => log.warn({ sandbox: s.id, err }, 'idle sandbox could not be reaped'),
       },
     );
   }
@@ -272,7 +279,7 @@ export class SandboxManager {
     try {
       taken = await pool.take();
     } catch (err) {
-      throw asMachineError(err, this.log, 'vmStartFailed');
+      throw asMachineError(err, this.log, { template: name }, 'vmStartFailed');
     } finally {
       admitted();
     }
@@ -310,7 +317,7 @@ export class SandboxManager {
       );
     } catch (err) {
       release();
-      throw asMachineError(err, this.log, 'vmOperationFailed', 'start the exec');
+      throw asMachineError(err, this.log, { sandbox: id }, 'vmOperationFailed', 'start the exec');
     }
     this.observer.execStarted?.();
     sandbox.currentRun = run;
@@ -343,7 +350,13 @@ export class SandboxManager {
       this.ensureStorage(sandbox.machine.captureCostMib());
       const state = await sandbox.machine.capture(1, null).catch((err: unknown) => {
         if (!this.registry.holds(sandbox)) throw fail('sandboxDeleted', id);
-        throw asMachineError(err, this.log, 'vmOperationFailed', 'snapshot the sandbox');
+        throw asMachineError(
+          err,
+          this.log,
+          { sandbox: id },
+          'vmOperationFailed',
+          'snapshot the sandbox',
+        );
       });
       await state.discardPrepared();
       const size = this.hypervisor.stateSizeBytes(state);
@@ -379,7 +392,13 @@ export class SandboxManager {
       if (!machine) return sandbox.info();
       this.ensureStorage(0);
       const paused = await machine.pause().catch((err: unknown) => {
-        throw asMachineError(err, this.log, 'vmOperationFailed', 'pause the sandbox');
+        throw asMachineError(
+          err,
+          this.log,
+          { sandbox: id },
+          'vmOperationFailed',
+          'pause the sandbox',
+        );
       });
       this.registry.markPaused(sandbox, paused);
       this.log.info({ sandbox: id, bytes: paused.sizeBytes }, 'sandbox paused');
@@ -463,7 +482,13 @@ export class SandboxManager {
       await this.network.bind(machine, allowOut);
       if (env && Object.keys(env).length > 0) {
         await machine.setEnv(env).catch((err: unknown) => {
-          throw asMachineError(err, this.log, 'vmOperationFailed', 'set the environment');
+          throw asMachineError(
+            err,
+            this.log,
+            { vm: machine.id },
+            'vmOperationFailed',
+            'set the environment',
+          );
         });
       }
     } catch (err) {
@@ -483,7 +508,7 @@ export class SandboxManager {
     try {
       const machine = await this.hypervisor.restore(state).catch((err: unknown) => {
         this.observer.vmStartFailed?.();
-        throw asMachineError(err, this.log, 'vmStartFailed');
+        throw asMachineError(err, this.log, { template, snapshot: snapshotId }, 'vmStartFailed');
       });
       await this.prepare(machine, env, allowOut);
       return this.registry.adopt(machine, { template, parentId: null, snapshotId, allowOut });
@@ -535,13 +560,15 @@ export class SandboxManager {
           });
           adopted++;
         } else {
-          throw new Error('its record names no VM');
+          this.registry.markLost(record, 'its record names no VM');
+          continue;
         }
         this.registry.readmit(sandbox);
       } catch (err) {
-        const why = err instanceof Error ? err.message : String(err);
+        // What the client reads (410 sandbox_lost) is the kind; the log has the raw text.
+        const why = clientReason(err);
         this.registry.markLost(record, why);
-        this.log.warn({ sandbox: record.id, why }, 'sandbox lost while hostd was down');
+        this.log.warn({ sandbox: record.id, err, why }, 'sandbox lost while hostd was down');
       }
     }
     const swept = await this.hypervisor.sweep();
@@ -553,6 +580,8 @@ export class SandboxManager {
     const worker = async (): Promise<void> => {
       for (let s = todo.shift(); s; s = todo.shift()) {
         const sandbox = s;
+        // Expected: a sandbox deleted (or merged away) since the list was made closes its
+        // queue, and there is nothing left to pause.
         const release = await sandbox.acquireAll().catch(() => null);
         if (!release) continue;
         try {

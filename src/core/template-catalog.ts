@@ -8,6 +8,7 @@
 import type { Logger } from 'pino';
 import { fail } from '../errors.js';
 import type { FrozenState, TemplateImage, TemplateImages } from '../vm/machine.js';
+import { clientReason, logMachineFailure } from './machine-error.js';
 import type { TemplatePool } from './pool.js';
 import { RECIPE_DEFAULTS, RecipeError, type Recipe } from './recipe.js';
 import type { TemplatePlan } from './template-plan.js';
@@ -172,6 +173,9 @@ export class TemplateCatalog {
       image = await this.images.build(entry.plan.recipe as Recipe, this.stop.signal);
     } catch (err) {
       if (this.stop.signal.aborted) return;
+      // The image layer's message is for clients (the step and the end of its log, without
+      // host paths: TemplateImages.build); the log gets the error whole.
+      this.log.error({ template: name, err }, 'template build failed');
       this.failed(entry, err instanceof Error ? err.message : String(err));
       return;
     }
@@ -187,7 +191,8 @@ export class TemplateCatalog {
       state = await pool.init();
     } catch (err) {
       await pool.close();
-      this.failed(entry, `its VM failed to boot: ${err instanceof Error ? err.message : err}`);
+      logMachineFailure(this.log, err, { template: entry.plan.name }, 'boot the template');
+      this.failed(entry, `its VM failed to boot: ${clientReason(err)}`);
       return;
     }
     if (this.stop.signal.aborted) {

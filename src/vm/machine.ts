@@ -7,6 +7,12 @@
  * The model: every running machine is a restore of an immutable `FrozenState` (a template's
  * frozen boot, or a fork point). A fork captures a running machine into a new FrozenState and
  * restores its children from it.
+ *
+ * Failures: every asynchronous method of `Hypervisor` and `Machine` rejects with a `VmError`
+ * (vm/vm-error.ts): a kind from a small set (`died`, `agent_unresponsive`, `io`, ...) in a
+ * client's terms, the operation, and the raw text and console tail for hostd's log only.
+ * `deathReason` and the reasons given to `onDeath` and `ExecSink.onLost` are words of the vm
+ * layer that a client may read (they never name host files).
  */
 import type { EgressGate } from './channels/egress-gate.js';
 import type { FileChannel } from './channels/file-channel.js';
@@ -24,6 +30,7 @@ export {
   type WriteResult,
 } from './channels/file-channel.js';
 import type { TemplateSpec } from './image/image-builder.js';
+export { VmError, type VmErrorKind, type VmOperation } from './vm-error.js';
 
 export type Language = 'python' | 'bash';
 export type OutputStream = 'stdout' | 'stderr';
@@ -251,7 +258,9 @@ export interface TemplateImages {
   find(recipe: TemplateSpec): Promise<TemplateImage | null>;
   /**
    * Builds `recipe` (minutes for a large one). Rejects with an Error whose message says why,
-   * for a client to read: the failing step and the end of its log. `signal` stops the build.
+   * for a client to read: the failing step and the end of its log, with no host directory in
+   * it (the cache directory reads `$SERVICE_CACHE_DIR`); its `cause` is the whole error, for the
+   * log. `signal` stops the build.
    */
   build(recipe: TemplateSpec, signal: AbortSignal): Promise<TemplateImage>;
   /**

@@ -13,6 +13,9 @@
  *   `deaf`     as hang, but a cancel does not end it either (a slow or wedged guest): the
  *              test ends it with `finish`; the guest answers pings while `answersPings`
  *   `die`      the machine dies while running it
+ *
+ * Failures are VmErrors, as the port says (src/vm/machine.ts); `failNext` injects one into a
+ * step, with the raw text a test chooses (a host path, to check that clients never see it).
  */
 import type {
   CancelReason,
@@ -31,6 +34,7 @@ import type {
   StateDescriptor,
   TemplateImage,
 } from '../../src/vm/machine.js';
+import { VmError } from '../../src/vm/machine.js';
 import { FakeFiles } from './fake-files.js';
 
 let ids = 0;
@@ -86,7 +90,7 @@ export class FakeMachine implements Machine {
   }
 
   async setNetwork(policy: NetworkPolicy): Promise<void> {
-    if (!this.alive) throw new Error(this.deathReason);
+    if (!this.alive) throw new VmError('died', this.deathReason);
     this.network = policy;
     this.networkResets++;
   }
@@ -176,6 +180,7 @@ export class FakeMachine implements Machine {
   env: Readonly<Record<string, string>> = {};
 
   async setEnv(env: Readonly<Record<string, string>>): Promise<void> {
+    this.hv.fault('setEnv', this);
     this.env = env;
   }
 
@@ -188,12 +193,13 @@ export class FakeMachine implements Machine {
   }
 
   async warmUp(): Promise<void> {
-    if (!this.alive) throw new Error(this.deathReason);
+    if (!this.alive) throw new VmError('died', this.deathReason);
   }
 
   async capture(children: number, target: ForkTarget | null): Promise<FrozenState> {
     await this.hv.gate('capture');
-    if (!this.alive) throw new Error(`cannot capture: ${this.deathReason}`);
+    this.hv.fault('capture', this);
+    if (!this.alive) throw new VmError('died', `cannot capture: ${this.deathReason}`);
     this.hv.captures.push({ machine: this.id, children, target: target !== null });
     if (target) await target.discard();
     return new FakeState(`fork-${++ids}`, new Map(this.memory), this.origin.template).retain();
@@ -205,7 +211,8 @@ export class FakeMachine implements Machine {
 
   async pause(): Promise<PausedMachine> {
     await this.hv.gate('pause');
-    if (!this.alive) throw new Error(`cannot pause: ${this.deathReason}`);
+    this.hv.fault('pause', this);
+    if (!this.alive) throw new VmError('died', `cannot pause: ${this.deathReason}`);
     const paused = new FakePaused(this.hv, new Map(this.memory), this.origin.retain());
     await this.destroy('the sandbox was paused');
     return paused;
@@ -289,6 +296,8 @@ class FakeTarget implements ForkTarget {
 }
 
 type Step = 'restore' | 'capture' | 'boot' | 'pause' | 'resume' | 'file';
+/** Steps `failNext` can make fail. */
+export type FaultStep = 'restore' | 'resume' | 'capture' | 'pause' | 'setEnv' | 'adopt';
 
 export class FakeHypervisor implements Hypervisor {
   readonly machineOverheadMib = 50;
@@ -310,16 +319,19 @@ export class FakeHypervisor implements Hypervisor {
     image: TemplateImage,
   ): Promise<FrozenState> {
     await this.gate('boot');
-    if (this.failingBoots.has(template)) throw new Error('the VM failed to boot (fake)');
+    if (this.failingBoots.has(template)) {
+      throw new VmError('start_failed', 'the VM failed to boot (fake)', { operation: 'boot' });
+    }
     this.boots.push({ template, key: image.key });
     return new FakeState(`template-${template}`, new Map(), template).retain();
   }
 
   async restore(state: FrozenState): Promise<FakeMachine> {
     await this.gate('restore');
+    this.fault('restore', null);
     if (this.failNextRestores > 0) {
       this.failNextRestores--;
-      throw new Error('the VM failed to start (fake)');
+      throw new VmError('start_failed', 'the VM failed to start (fake)', { operation: 'restore' });
     }
     const m = new FakeMachine(this, state as FakeState);
     this.machines.push(m);
@@ -331,10 +343,11 @@ export class FakeHypervisor implements Hypervisor {
 
   async resume(paused: PausedMachine): Promise<FakeMachine> {
     await this.gate('resume');
+    this.fault('resume', null);
     const p = paused as FakePaused;
     if (this.failNextRestores > 0) {
       this.failNextRestores--;
-      throw new Error('the VM failed to start (fake)');
+      throw new VmError('start_failed', 'the VM failed to start (fake)', { operation: 'resume' });
     }
     const m = new FakeMachine(this, p.origin);
     for (const [k, v] of p.memory) m.memory.set(k, v);
@@ -345,7 +358,7 @@ export class FakeHypervisor implements Hypervisor {
 
   async openPaused(descriptor: PausedDescriptor): Promise<PausedMachine> {
     const p = this.pausedOnDisk.get(descriptor.id);
-    if (!p) throw new Error(`no paused machine ${descriptor.id}`);
+    if (!p) throw new VmError('state_corrupt', `no paused machine ${descriptor.id}`);
     return p;
   }
 
@@ -353,8 +366,9 @@ export class FakeHypervisor implements Hypervisor {
   private readonly adopted = new Set<string>();
 
   async adopt(descriptor: MachineDescriptor): Promise<FakeMachine> {
+    this.fault('adopt', null);
     const m = this.machines.find((x) => x.id === descriptor.id && x.alive);
-    if (!m) throw new Error(`the VM ${descriptor.id} is not running any more`);
+    if (!m) throw new VmError('died', `the VM ${descriptor.id} is not running any more`);
     m.takeOver();
     this.adopted.add(m.id);
     return m;
@@ -392,12 +406,33 @@ export class FakeHypervisor implements Hypervisor {
 
   async openState(descriptor: StateDescriptor): Promise<FrozenState> {
     const state = this.disk.get(descriptor.id);
-    if (!state) throw new Error(`no state ${descriptor.id}`);
+    if (!state) throw new VmError('state_corrupt', `no state ${descriptor.id}`);
     return state;
   }
 
   async collectGarbage(): Promise<number> {
     return 0;
+  }
+
+  private readonly faults = new Map<FaultStep, { error: unknown; dies: string | undefined }[]>();
+
+  /**
+   * The next `step` throws `error` (any value: a VmError as the port promises, or a raw Error
+   * to check core's handling of a bug). With `dies`, its machine dies first with that reason:
+   * a QEMU that will not run its guest again after a failed pause.
+   */
+  failNext(step: FaultStep, error: unknown, dies?: string): void {
+    const list = this.faults.get(step) ?? [];
+    list.push({ error, dies });
+    this.faults.set(step, list);
+  }
+
+  /** Throws the fault injected into `step`, if any (killing `machine` first when it says so). */
+  fault(step: FaultStep, machine: FakeMachine | null): void {
+    const next = this.faults.get(step)?.shift();
+    if (!next) return;
+    if (next.dies !== undefined) machine?.die(next.dies);
+    throw next.error;
   }
 
   /** Makes every later `step` wait until `release(step)`. */

@@ -2,7 +2,8 @@
  * A SandboxManager on the fake hypervisor, as core's unit tests set it up, and the two ways
  * they drive an exec: to its end, or held running until the test lets it go.
  */
-import { pino } from 'pino';
+import { Writable } from 'node:stream';
+import { pino, type Logger } from 'pino';
 import type { ExecEvent } from '../../src/core/exec-run.js';
 import { SandboxManager, type ManagerOptions } from '../../src/core/sandbox-manager.js';
 import { FakeHypervisor } from './fake-hypervisor.js';
@@ -30,27 +31,41 @@ export function setupOptions(free = { ...PLENTY }): ManagerOptions {
   };
 }
 
-export function setup(overrides: Partial<ManagerOptions> = {}): {
+export function setup(
+  overrides: Partial<ManagerOptions> = {},
+  log: Logger = pino({ level: 'silent' }),
+): {
   manager: SandboxManager;
   hv: FakeHypervisor;
   free: { memAvailableMib: number; dataDirFreeMib: number };
 } {
   const hv = new FakeHypervisor();
   const free = { ...PLENTY };
-  const manager = new SandboxManager(
-    { ...setupOptions(free), ...overrides },
-    hv,
-    pino({ level: 'silent' }),
-  );
+  const manager = new SandboxManager({ ...setupOptions(free), ...overrides }, hv, log);
   return { manager, hv, free };
 }
 
 export async function started(
   overrides: Partial<ManagerOptions> = {},
+  log?: Logger,
 ): Promise<ReturnType<typeof setup>> {
-  const s = setup(overrides);
+  const s = setup(overrides, log);
   await s.manager.start();
   return s;
+}
+
+/** A logger that keeps its lines, parsed, for a test to read what hostd logged. */
+export function capturedLog(): { log: Logger; lines: Record<string, unknown>[] } {
+  const lines: Record<string, unknown>[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      for (const l of chunk.toString('utf8').split('\n')) {
+        if (l) lines.push(JSON.parse(l) as Record<string, unknown>);
+      }
+      done();
+    },
+  });
+  return { log: pino({ level: 'debug' }, sink), lines };
 }
 
 /** Runs one exec to its end and returns its events. */

@@ -4,7 +4,8 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync, truncateSync } from 'node:fs';
+import { join } from 'node:path';
 import {
   processGone,
   sandboxQemuPid,
@@ -17,7 +18,9 @@ import { download, listDir, statPath } from '../../testkit/files.js';
 import { withBusyHost } from '../../testkit/host-load.js';
 import { openExec, run, type ExecEvent } from '../../testkit/exec.js';
 import { poolHolds } from '../../testkit/metrics.js';
-import { untilSandbox, withSandbox, withSandboxes } from '../../testkit/sandboxes.js';
+import { sandboxInfo, untilSandbox, withSandbox, withSandboxes } from '../../testkit/sandboxes.js';
+import { fail } from '../../src/errors.js';
+import { VmError } from '../../src/vm/machine.js';
 import { findProcessesUsing } from '../../src/state-dir.js';
 
 let hostd: Hostd;
@@ -278,6 +281,26 @@ describe('faults on the host', () => {
       assert.equal((await run(hostd, bystander, 'print(2)')).stdout, '2\n');
       assert.equal((await hostd.request('DELETE', `/v1/sandboxes/${victim}`)).status, 204);
       await poolHolds(hostd, 'python', 1);
+    });
+  });
+
+  test("a paused sandbox whose saved memory was cut short: 500 with the failure's kind, no host path", async () => {
+    await withSandboxes(hostd, async ({ create }) => {
+      const id = await create();
+      await run(hostd, id, 'x = 1');
+      assert.equal((await hostd.request('POST', `/v1/sandboxes/${id}/pause`)).status, 200);
+      const record = JSON.parse(
+        readFileSync(join(hostd.dataDir, 'sandboxes', `${id}.json`), 'utf8'),
+      ) as { paused: { id: string } };
+      const delta = join(hostd.dataDir, 'paused', record.paused.id, 'memory.delta');
+      truncateSync(delta, Math.floor(statSync(delta).size / 2));
+      // connect() fails the request if the answer names the file or any host directory.
+      const res = await hostd.json<ErrorBody>('POST', `/v1/sandboxes/${id}/exec`, { code: '1' });
+      assert.equal(res.status, 500);
+      const damaged = new VmError('state_corrupt', '').clientReason;
+      assert.deepEqual(res.body, fail('vmOperationFailed', 'resume the sandbox', damaged).toBody());
+      assert.equal((await sandboxInfo(hostd, id)).state, 'paused', 'its files are kept');
+      assert.equal((await hostd.request('DELETE', `/v1/sandboxes/${id}`)).status, 204);
     });
   });
 

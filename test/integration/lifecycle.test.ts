@@ -5,7 +5,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import {
   nothingLeft,
   sandboxQemuPid,
@@ -85,14 +85,27 @@ test('after SIGKILL the VMs run on; the next start re-adopts them with their sta
   assert.deepEqual(await nothingLeft(first.stateDir), { qemu: 0, dirExists: false });
 });
 
-test('a second hostd refuses a state directory that a live hostd holds', async () => {
-  const first = await startHostd({ env: { SERVICE_POOL_SIZE: '0' } });
+test('a second hostd refuses the directories a live hostd holds, and leaves them as they were', async () => {
+  const first = await startHostd({
+    env: { SERVICE_POOL_SIZE: '1', SERVICE_TEMPLATES: 'python-slim' },
+    dataDir: await mkdtemp('/var/tmp/hostd-test-data-'),
+  });
   try {
-    const second = await startHostd({ stateDir: first.stateDir, expectExit: true });
-    const code = await second.stop();
-    assert.notEqual(code, 0, 'the second hostd refused to start');
-    assert.equal((await first.request('GET', '/v1/healthz')).status, 200);
+    const modes = async (): Promise<number[]> =>
+      Promise.all([first.stateDir, first.dataDir].map(async (d) => (await stat(d)).mode));
+    const before = await modes();
+    // The same two directories, then only the data directory (with a state directory of its own).
+    for (const stateDir of [first.stateDir, await mkdtemp('/dev/shm/hostd-test-')]) {
+      const second = await startHostd({ stateDir, dataDir: first.dataDir, expectExit: true });
+      assert.equal(await second.stop(), 1, 'the second hostd refused to start');
+      if (stateDir !== first.stateDir) await rm(stateDir, { recursive: true, force: true });
+    }
+    assert.deepEqual(await modes(), before, 'the refused starts changed no permission');
+    // QEMU (hostd-vm when hostd runs as root) still reaches the first hostd's directories.
+    const id = await createSandbox(first);
+    assert.equal((await run(first, id, 'print(6 * 7)')).stdout, '42\n');
   } finally {
     await first.stop();
+    await rm(first.dataDir, { recursive: true, force: true });
   }
 });

@@ -9,9 +9,9 @@ codes are the TypeScript SDK's.
 ``missing_api_key``, ``invalid_api_key``                        AuthenticationError          HostdError
 ``invalid_request``, ``merge_into_self``, ``invalid_path``,     InvalidRequestError          HostdError
 ``is_a_directory``, ``not_a_directory``, ``invalid_archive``,
-``unsupported_file``, ``permission_denied`` (403),
+``unsupported_file``, ``permission_denied`` (403), ``request_timeout`` (408),
 ``body_too_large``, ``file_too_large``,
-``unsupported_media_type``
+``unsupported_media_type``, ``headers_too_large`` (431)
 ``sandbox_not_found``                                           SandboxNotFoundError         NotFoundError
 ``sandbox_lost`` (410)                                          SandboxLostError             NotFoundError
 ``template_not_found``                                          TemplateNotFoundError        NotFoundError
@@ -247,6 +247,9 @@ _CLASS_BY_CODE: Dict[str, Type[HostdError]] = {
     "body_too_large": InvalidRequestError,
     "file_too_large": InvalidRequestError,
     "unsupported_media_type": InvalidRequestError,
+    "headers_too_large": InvalidRequestError,
+    # hostd's 408 (the request's headers came too slowly), not the SDK's own RequestTimeoutError.
+    "request_timeout": InvalidRequestError,
     "sandbox_not_found": SandboxNotFoundError,
     "sandbox_lost": SandboxLostError,
     "template_not_found": TemplateNotFoundError,

@@ -68,6 +68,8 @@ BY_CODE = {
     "body_too_large": InvalidRequestError,
     "file_too_large": InvalidRequestError,
     "unsupported_media_type": InvalidRequestError,
+    "headers_too_large": InvalidRequestError,
+    "request_timeout": InvalidRequestError,
     "limit_reached": RateLimitError,
     "client_closed_request": InvalidRequestError,
     "executor_error": ExecutorError,

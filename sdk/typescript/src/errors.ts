@@ -6,7 +6,7 @@
  * | `code` (docs/api.md)                          | Class                      | Extends                   |
  * |-----------------------------------------------|----------------------------|---------------------------|
  * | `missing_api_key`, `invalid_api_key`          | AuthenticationError        | HostdError                |
- * | `invalid_request`, `merge_into_self`, `invalid_path`, `is_a_directory`, `not_a_directory`, `invalid_archive`, `unsupported_file`, `permission_denied` (403), `body_too_large`, `file_too_large`, `unsupported_media_type` | InvalidRequestError | HostdError |
+ * | `invalid_request`, `merge_into_self`, `invalid_path`, `is_a_directory`, `not_a_directory`, `invalid_archive`, `unsupported_file`, `permission_denied` (403), `request_timeout` (408), `body_too_large`, `file_too_large`, `unsupported_media_type`, `headers_too_large` (431) | InvalidRequestError | HostdError |
  * | `sandbox_not_found`                           | SandboxNotFoundError       | NotFoundError             |
  * | `sandbox_lost` (410)                          | SandboxLostError           | NotFoundError             |
  * | `template_not_found`                          | TemplateNotFoundError      | NotFoundError             |
@@ -50,6 +50,7 @@ export type KnownErrorCode =
   | 'body_too_large'
   | 'file_too_large'
   | 'unsupported_media_type'
+  | 'headers_too_large'
   | 'not_found'
   | 'sandbox_not_found'
   | 'sandbox_lost'
@@ -295,6 +296,9 @@ const CLASS_BY_CODE: Readonly<Record<string, ErrorClass>> = {
   body_too_large: InvalidRequestError,
   file_too_large: InvalidRequestError,
   unsupported_media_type: InvalidRequestError,
+  headers_too_large: InvalidRequestError,
+  // hostd's 408 (the request's headers came too slowly), not the SDK's own RequestTimeoutError.
+  request_timeout: InvalidRequestError,
   sandbox_not_found: SandboxNotFoundError,
   sandbox_lost: SandboxLostError,
   template_not_found: TemplateNotFoundError,

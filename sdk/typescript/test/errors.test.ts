@@ -63,6 +63,8 @@ const BY_CODE: Record<string, ErrorClass> = {
   body_too_large: InvalidRequestError,
   file_too_large: InvalidRequestError,
   unsupported_media_type: InvalidRequestError,
+  headers_too_large: InvalidRequestError,
+  request_timeout: InvalidRequestError,
   limit_reached: RateLimitError,
   client_closed_request: InvalidRequestError,
   executor_error: ExecutorError,

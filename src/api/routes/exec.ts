@@ -29,7 +29,8 @@ const HEADERS_AFTER_MS = 20;
 async function streamExec(req: FastifyRequest, reply: FastifyReply, run: ExecRun): Promise<void> {
   reply.hijack();
   const res = reply.raw;
-  res.socket?.setNoDelay(true);
+  // (Optional: the socket of fastify's `inject()`, which tests use, has no such method.)
+  res.socket?.setNoDelay?.(true);
   res.writeHead(200, {
     'content-type': 'application/x-ndjson',
     'cache-control': 'no-store',

@@ -286,6 +286,9 @@ export class NetChannel extends EventEmitter {
     this.repairTimer = setTimeout(() => {
       this.repairTimer = null;
       this.lastRepair = Date.now();
+      // Expected: the channel closed (the VM is gone) or a newer sync (setNetwork) superseded
+      // this one. A relay that does not answer leaves the guest without connections until the
+      // next sync: its network fails, its sandbox does not.
       this.sync(this.ports).catch(() => undefined);
     }, wait);
   }

@@ -24,6 +24,7 @@ function gcFunction(): GcFunction | null {
       setFlagsFromString('--expose-gc');
       collect = runInNewContext('gc') as GcFunction;
     } catch {
+      // Expected on a V8 that refuses the flag at run time: collections are then V8's own.
       collect = null;
     }
   }

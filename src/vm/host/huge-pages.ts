@@ -41,6 +41,7 @@ function readThpMode(): string {
     const text = readFileSync('/sys/kernel/mm/transparent_hugepage/enabled', 'utf8');
     return /\[(\w+)\]/.exec(text)?.[1] ?? 'never';
   } catch {
+    // Expected: a kernel built without transparent huge pages has no such file.
     return 'never';
   }
 }

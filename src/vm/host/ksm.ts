@@ -21,6 +21,7 @@ export function enableKsm(
   try {
     current = readFileSync(runFile, 'utf8').trim();
   } catch {
+    // Expected: a kernel without KSM, or a container that hides it.
     return { outcome: 'unavailable' };
   }
   if (current === '1') return { outcome: 'already-on' };

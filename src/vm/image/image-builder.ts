@@ -396,6 +396,7 @@ async function hardLink(from: string, to: string): Promise<void> {
   try {
     await link(from, to);
   } catch {
+    // Expected across file systems (EXDEV) or where links are refused: a copy does the same.
     await copyFile(from, to);
   }
 }

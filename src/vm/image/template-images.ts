@@ -69,10 +69,39 @@ export class CachedTemplateImages implements TemplateImages {
       this.opts.check?.(loaded);
       return new BuiltImage(loaded);
     } catch (err) {
-      if (err instanceof TemplateBuildError) throw new Error(buildFailure(err));
-      throw err;
+      if (signal.aborted) throw err;
+      throw new Error(clientBuildFailure(err, recipe, this.opts.cacheDir), { cause: err });
     }
   }
+}
+
+/** Why a build failed, for API clients (`TemplateImages.build`): no host path in it. */
+export function clientBuildFailure(err: unknown, recipe: TemplateSpec, cacheDir: string): string {
+  const why =
+    err instanceof TemplateBuildError
+      ? buildFailure(err)
+      : `the build failed: ${err instanceof Error ? err.message : String(err)}`;
+  return withoutHostPaths(why, recipe, cacheDir);
+}
+
+/**
+ * `text` with the host paths a build knows named by what they are: the cache directory by its
+ * variable, the recipe's files and wheels by their fields. A build's log quotes the files it
+ * read and made, and messages for clients name no host directory.
+ */
+function withoutHostPaths(text: string, recipe: TemplateSpec, cacheDir: string): string {
+  const names: [string, string][] = [
+    [cacheDir, '$SERVICE_CACHE_DIR'],
+    ...recipe.files.map((f, i): [string, string] => [f.src, `<files[${i}].src>`]),
+    ...(recipe.python.wheels
+      ? [[recipe.python.wheels, '<python.wheels>'] as [string, string]]
+      : []),
+  ];
+  // Longest first: a file's path may start with another's directory.
+  names.sort(([a], [b]) => b.length - a.length);
+  let out = text;
+  for (const [path, name] of names) if (path.length > 1) out = out.replaceAll(path, name);
+  return out;
 }
 
 /**

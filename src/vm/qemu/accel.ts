@@ -24,6 +24,7 @@ export const hostProbe: AccelProbe = {
       accessSync('/dev/kvm', constants.R_OK | constants.W_OK);
       return true;
     } catch {
+      // Expected: no /dev/kvm, or no right to it: TCG.
       return false;
     }
   },
@@ -54,6 +55,7 @@ function safeRead(path: string): string {
   try {
     return readFileSync(path, 'utf8');
   } catch {
+    // Expected where /proc/cpuinfo is hidden: the TSC rate is then unknown.
     return '';
   }
 }

@@ -26,6 +26,8 @@ import { StateStore, templateKey } from './state-store.js';
 import { BuiltImage } from '../image/template-images.js';
 import { STATE_FORMAT } from '../storage/state-format.js';
 import { Vm, type VmContext } from './vm.js';
+import { VmError } from '../vm-error.js';
+import { asVmError } from './as-vm-error.js';
 
 export class QemuHypervisor implements Hypervisor {
   private readonly ctx: VmContext;
@@ -56,12 +58,18 @@ export class QemuHypervisor implements Hypervisor {
     await this.ctx.store.init();
   }
 
-  async bootTemplate(
+  bootTemplate(template: string, shape: MachineShape, image: TemplateImage): Promise<FrozenState> {
+    return asVmError('boot', () => this.boot(template, shape, image));
+  }
+
+  private async boot(
     template: string,
     shape: MachineShape,
     image: TemplateImage,
   ): Promise<FrozenState> {
-    if (!(image instanceof BuiltImage)) throw new Error(`not an image of the cache: ${image.key}`);
+    if (!(image instanceof BuiltImage)) {
+      throw new VmError('unsupported', `not an image of the cache: ${image.key}`);
+    }
     // The spec holds the image's key and files, so the frozen template's cache key does too.
     const spec = this.specFor(template, shape, image.loaded);
     const key = templateKey(spec, this.qemuVersion);
@@ -84,7 +92,7 @@ export class QemuHypervisor implements Hypervisor {
   }
 
   openState(descriptor: StateDescriptor): Promise<FrozenState> {
-    return this.ctx.store.open(descriptor);
+    return asVmError('open_state', () => this.ctx.store.open(descriptor));
   }
 
   collectGarbage(): Promise<number> {
@@ -92,28 +100,34 @@ export class QemuHypervisor implements Hypervisor {
   }
 
   restore(state: FrozenState): Promise<Vm> {
-    return Vm.restore(this.ctx, ours(state));
+    return asVmError('restore', () => Vm.restore(this.ctx, ours(state)));
   }
 
-  async resume(paused: PausedMachine): Promise<Vm> {
-    if (!(paused instanceof QemuPaused)) throw new Error('a paused machine of another hypervisor');
-    const vm = await Vm.resumePaused(this.ctx, paused);
-    await paused.discard();
-    return vm;
+  resume(paused: PausedMachine): Promise<Vm> {
+    return asVmError('resume', async () => {
+      if (!(paused instanceof QemuPaused)) {
+        throw new VmError('unsupported', 'a paused machine of another hypervisor');
+      }
+      const vm = await Vm.resumePaused(this.ctx, paused);
+      await paused.discard();
+      return vm;
+    });
   }
 
   openPaused(descriptor: PausedDescriptor): Promise<QemuPaused> {
-    return this.ctx.store.openPaused(descriptor);
+    return asVmError('open_paused', () => this.ctx.store.openPaused(descriptor));
   }
 
-  async adopt(descriptor: MachineDescriptor): Promise<Vm> {
-    if (descriptor.format !== STATE_FORMAT || !/^vm[0-9a-z]+-[0-9a-z]+$/.test(descriptor.id)) {
-      throw new Error(`not a machine this hostd can adopt: ${descriptor.id}`);
-    }
-    const state = await this.ctx.store.open(descriptor.origin);
-    const vm = await Vm.adopt(this.ctx, descriptor, state);
-    this.adopted.add(descriptor.id);
-    return vm;
+  adopt(descriptor: MachineDescriptor): Promise<Vm> {
+    return asVmError('adopt', async () => {
+      if (descriptor.format !== STATE_FORMAT || !/^vm[0-9a-z]+-[0-9a-z]+$/.test(descriptor.id)) {
+        throw new VmError('state_corrupt', `not a machine this hostd can adopt: ${descriptor.id}`);
+      }
+      const state = await asVmError('open_state', () => this.ctx.store.open(descriptor.origin));
+      const vm = await Vm.adopt(this.ctx, descriptor, state);
+      this.adopted.add(descriptor.id);
+      return vm;
+    });
   }
 
   async sweep(): Promise<number> {
@@ -122,6 +136,7 @@ export class QemuHypervisor implements Hypervisor {
     const keep = (id: string): boolean => this.adopted.has(id) || id.startsWith(mine);
     let swept = 0;
     for (const pid of await findProcessesUsing(vmsDir)) {
+      // Expected: a process that exited since it was listed has no command line (''): skipped.
       const cmd = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
       const id = new RegExp(`${vmsDir}/([^/]+)/`).exec(cmd)?.[1];
       if (id === undefined || keep(id)) continue;
@@ -139,13 +154,14 @@ export class QemuHypervisor implements Hypervisor {
   }
 
   prepareForkTarget(base: FrozenState): Promise<QemuForkTarget> {
-    return QemuForkTarget.prepare(this.ctx, ours(base));
+    return asVmError('prepare_fork', () => QemuForkTarget.prepare(this.ctx, ours(base)));
   }
 
   forkTargetCostMib(base: FrozenState): number {
     try {
       return (statSync(ours(base).image.path).blocks * 512) / 1024 / 1024;
     } catch {
+      // Expected: a state whose image was freed meanwhile; preparing for it fails by itself.
       return 0;
     }
   }
@@ -156,6 +172,7 @@ export class QemuHypervisor implements Hypervisor {
       const disk = s.layer ? this.ctx.store.disks.sizeBytes(s.layer.path) : 0;
       return statSync(s.image.path).blocks * 512 + s.deviceState.length + disk;
     } catch {
+      // Expected: a state freed meanwhile (its snapshot deleted): it takes no space any more.
       return 0;
     }
   }
@@ -177,6 +194,8 @@ function binaryIdentity(command: string): string {
 }
 
 function ours(state: FrozenState): QemuState {
-  if (!(state instanceof QemuState)) throw new Error(`state ${state.id} is not a QEMU state`);
+  if (!(state instanceof QemuState)) {
+    throw new VmError('unsupported', `state ${state.id} is not a QEMU state`);
+  }
   return state;
 }

@@ -18,6 +18,8 @@ import {
 import { ConsoleLog, CONSOLE_CAP_BYTES } from './console-log.js';
 import { readBounded, readTail, truncateIfOver } from '../storage/safe-files.js';
 import { connectWithRetry, sendAll } from '../channels/unix-socket.js';
+import { VmError } from '../vm-error.js';
+import { toVmError } from './as-vm-error.js';
 
 /** Where and how QEMU processes run on this host. */
 export interface QemuHost {
@@ -30,17 +32,6 @@ export interface QemuHost {
   readonly owner?: { uid: number; gid: number };
   /** Added to QEMU's environment (LD_LIBRARY_PATH for vm/host/capstone-stand-in.ts). */
   readonly env?: Readonly<Record<string, string>>;
-}
-
-/** Raised for anything that makes a VM unusable: QEMU failed, died, or the agent is silent. */
-export class VmError extends Error {
-  constructor(
-    message: string,
-    readonly consoleTail = '',
-  ) {
-    super(message);
-    this.name = 'VmError';
-  }
 }
 
 /** Device states are ~8 KB; anything near this is a broken or hostile QEMU. */
@@ -141,9 +132,10 @@ export class QemuProcess extends EventEmitter {
     deadline: number,
   ): Promise<QemuProcess> {
     const p = new QemuProcess(host, id);
+    // Expected: no such process any more (''), which is the "not running" case below.
     const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
     if (!cmdline.includes(`${p.dir}/`)) {
-      throw new VmError(`the VM's QEMU (pid ${pid}) is not running any more`);
+      throw new VmError('died', `the VM's QEMU (pid ${pid}) is not running any more`);
     }
     p.attachedPid = pid;
     await p.connectConsole(deadline, true);
@@ -157,7 +149,7 @@ export class QemuProcess extends EventEmitter {
   }
 
   get qmp(): QmpClient {
-    if (!this.qmpClient) throw new VmError('VM has no QMP connection');
+    if (!this.qmpClient) throw new VmError('died', 'VM has no QMP connection');
     return this.qmpClient;
   }
 
@@ -234,12 +226,14 @@ export class QemuProcess extends EventEmitter {
     this.emit('exit', info);
   }
 
-  /** Kills it and returns `err` as a VmError with the log tail. */
+  /**
+   * Kills it after `err` stopped it from starting; returns `err` as a VmError (`start_failed`
+   * unless it says otherwise) with the log tail.
+   */
   async failed(err: unknown): Promise<VmError> {
     const tail = await this.logTail(20);
     await this.kill();
-    if (err instanceof VmError) return new VmError(err.message, err.consoleTail || tail);
-    return new VmError(err instanceof Error ? err.message : String(err), tail);
+    return toVmError(err, undefined, 'start_failed').in(undefined, tail);
   }
 
   /**
@@ -301,13 +295,20 @@ export class QemuProcess extends EventEmitter {
     this.proc.once('exit', (code, signal) =>
       this.onExit(signal ? `signal ${signal}` : `code ${code}`),
     );
-    this.proc.once('error', () => undefined);
+    // A launcher or QEMU binary that cannot be executed (no pid): its start fails with that at
+    // once, instead of waiting for QMP until the deadline. With a pid, the error is a signal
+    // that could not be sent (`kill`); the exit, when it comes, says the rest.
+    const proc = this.proc;
+    proc.on('error', (err: NodeJS.ErrnoException) => {
+      if (proc.pid === undefined) this.onExit(`could not be run: ${err.code ?? err.message}`);
+    });
     // For operators and tests: which process is this VM (the launcher execs QEMU in place).
     if (this.proc.pid !== undefined) {
+      // Only informational (hostd knows its child): a failure to write it costs nothing else.
       await writeFile(join(this.dir, 'qemu.pid'), `${this.proc.pid}\n`).catch(() => undefined);
     }
     const exitedEarly = this.exitPromise.then(() => {
-      throw new VmError(`QEMU exited during start-up (${this.exitInfo})`);
+      throw new VmError('start_failed', `QEMU exited during start-up (${this.exitInfo})`);
     });
     exitedEarly.catch(() => undefined); // raced below, twice
     // First, before the guest runs: QEMU drops console output while nobody is connected.

@@ -188,6 +188,8 @@ export class VmDisk {
     const added: string[] = [];
     const remove = async (): Promise<void> => {
       for (const n of added.reverse()) {
+        // Undoing a failed capture, whose own error is the one reported. Expected to fail only
+        // on a QEMU that is gone or failing; a node left in it costs an open file until it ends.
         await qmp.execute('blockdev-del', { 'node-name': n }).catch(() => undefined);
       }
       await disks.removeFile(path);
@@ -258,12 +260,15 @@ export class VmDisk {
       });
       await this.disks.recordTop(this.topId, flat);
     } catch (err) {
+      // Undoing the failed flattening (see `remove` in prepareCapture for why this may fail).
       await qmp.execute('blockdev-del', { 'node-name': node }).catch(() => undefined);
       flat.release();
       throw err;
     }
     this.backing = flat;
     // Nothing reads the old layers' nodes now: deleting them, top first, closes their files.
+    // Expected to fail only on a QEMU that is gone or failing: the guest's disk is the flat
+    // layer already, and a node left open costs an open file until the VM ends.
     for (const n of this.layerNodes.splice(0, this.layerNodes.length, node)) {
       await qmp.execute('blockdev-del', { 'node-name': n }).catch(() => undefined);
       if (n === DISK_TOP_NODE || n.startsWith('disk-t')) {

@@ -33,13 +33,16 @@ import { STATE_FORMAT } from '../storage/state-format.js';
 import { MemImage } from '../storage/mem-image.js';
 import { copyWrittenPages, loadWrittenPages, saveWrittenPages } from '../storage/page-delta.js';
 import type { MachineSpec } from './qemu-args.js';
-import { QemuProcess, VmError, type QemuHost } from './qemu-process.js';
+import { whileStopped } from './pause-window.js';
+import { QemuProcess, type QemuHost } from './qemu-process.js';
 import type { QemuState } from './qemu-state.js';
 import type { StateStore } from './state-store.js';
 import { writeDurably } from '../storage/safe-files.js';
 import { connectWithRetry } from '../channels/unix-socket.js';
 import type { QemuPaused } from './qemu-paused.js';
 import { VmDisk, type PendingOverlay } from './vm-disk.js';
+import { VmError } from '../vm-error.js';
+import { asVmError } from './as-vm-error.js';
 
 /** What every VM of one hypervisor shares: where QEMU runs, where states live. */
 export interface VmContext {
@@ -108,6 +111,8 @@ export class Vm implements Machine {
   /** Its writable disk (null when the template has none: files then live in guest RAM). */
   private disk: VmDisk | null = null;
   private destroyed = false;
+  /** Why the machine was given up while QEMU still ran (see `lose`). */
+  private lostReason: string | null = null;
   private deathListener: ((why: string) => void) | null = null;
   private deathReported = false;
 
@@ -256,7 +261,9 @@ export class Vm implements Machine {
   describe(): MachineDescriptor {
     const { state } = this;
     const pid = this.process.pid;
-    if (!state || pid === undefined) throw new VmError('only a running clone can be described');
+    if (!state || pid === undefined) {
+      throw new VmError('unsupported', 'only a running clone can be described');
+    }
     return {
       format: STATE_FORMAT,
       id: this.id,
@@ -290,10 +297,17 @@ export class Vm implements Machine {
   }
 
   get alive(): boolean {
-    return !this.process.exited && !this.destroyed && this.agent !== null && !this.agent.closed;
+    return (
+      !this.process.exited &&
+      !this.destroyed &&
+      this.lostReason === null &&
+      this.agent !== null &&
+      !this.agent.closed
+    );
   }
 
   get deathReason(): string {
+    if (this.lostReason !== null) return this.lostReason;
     if (this.process.exited) return `the VM exited (${this.process.exitDescription})`;
     if (this.agent?.closed) return 'the guest agent connection was lost';
     return 'the VM is not running';
@@ -330,7 +344,15 @@ export class Vm implements Machine {
    * come): done at create, a sync ran beside the first exec and cost it ~75 ms. A clone of the
    * template's quiet relay usually needs no sync at all (syncNetwork).
    */
-  async warmUp(preload: readonly string[]): Promise<void> {
+  warmUp(preload: readonly string[]): Promise<void> {
+    return asVmError(
+      'warm_up',
+      () => this.runWarmUp(preload),
+      () => this.alive,
+    );
+  }
+
+  private async runWarmUp(preload: readonly string[]): Promise<void> {
     // `import pandas as pd` opens most cells: its path is translated here, in a scratch
     // namespace (exec's own dict), so `__main__` stays as clean as the template left it.
     const imports =
@@ -338,7 +360,7 @@ export class Vm implements Machine {
     if (this.net) await this.syncNetwork(this.net, []);
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(
-        () => reject(new VmError('warm-up exec did not finish')),
+        () => reject(new VmError('agent_unresponsive', 'warm-up exec did not finish')),
         WARM_UP_TIMEOUT_MS,
       );
       const done = (err?: Error): void => {
@@ -352,7 +374,7 @@ export class Vm implements Machine {
           {
             onOutput: () => undefined,
             onExit: () => done(),
-            onLost: (reason) => done(new VmError(reason)),
+            onLost: (reason) => done(new VmError('died', reason)),
           },
         );
       } catch (err) {
@@ -362,19 +384,26 @@ export class Vm implements Machine {
   }
 
   get files(): GuestFiles {
-    if (!this.filesChannel) throw new VmError('VM has no files connection');
+    if (!this.filesChannel) throw new VmError('died', 'VM has no files connection');
     return this.filesChannel;
   }
 
-  async setNetwork(policy: NetworkPolicy): Promise<void> {
-    const net = this.net;
-    if (!net) throw new VmError('VM has no network connection');
-    net.gate = policy.gate;
-    const answer = await this.syncNetwork(net, policy.hostPorts);
-    if (answer.failed.length > 0) {
-      const what = answer.failed.map((f) => `${f.port}: ${f.error}`).join(', ');
-      throw new VmError(`the guest could not listen on host.hostd.internal ports (${what})`);
-    }
+  setNetwork(policy: NetworkPolicy): Promise<void> {
+    return asVmError(
+      'set_network',
+      async () => {
+        const net = this.net;
+        if (!net) throw new VmError('died', 'VM has no network connection');
+        net.gate = policy.gate;
+        const answer = await this.syncNetwork(net, policy.hostPorts);
+        if (answer.failed.length > 0) {
+          const what = answer.failed.map((f) => `${f.port}: ${f.error}`).join(', ');
+          const detail = `it could not listen on host.hostd.internal ports (${what})`;
+          throw new VmError('guest_refused', detail, { guestDetail: detail });
+        }
+      },
+      () => this.alive,
+    );
   }
 
   /** Greets the agent (AgentChannel.hello), keeping what it says of its network relay. */
@@ -402,9 +431,19 @@ export class Vm implements Machine {
     return pid === undefined || this.destroyed ? null : anonymousResidentMib(pid);
   }
 
-  async setEnv(env: Readonly<Record<string, string>>): Promise<void> {
-    const answer = await this.requireAgent().request('set_env', { env }, SET_ENV_TIMEOUT_MS);
-    if (typeof answer.error === 'string') throw new VmError(`set_env: ${answer.error}`);
+  setEnv(env: Readonly<Record<string, string>>): Promise<void> {
+    return asVmError(
+      'set_env',
+      async () => {
+        const answer = await this.requireAgent().request('set_env', { env }, SET_ENV_TIMEOUT_MS);
+        if (typeof answer.error === 'string') {
+          throw new VmError('guest_refused', `set_env: ${answer.error}`, {
+            guestDetail: answer.error,
+          });
+        }
+      },
+      () => this.alive,
+    );
   }
 
   /**
@@ -433,15 +472,28 @@ export class Vm implements Machine {
    * milliseconds. The state comes with `target`'s standby QEMUs (maybe more or fewer than
    * `children`); `restore` uses them first and the caller destroys the rest.
    */
-  async capture(children: number, target: ForkTarget | null): Promise<QemuState> {
+  capture(children: number, target: ForkTarget | null): Promise<QemuState> {
     void children; // the standby QEMUs were sized by core's fork standby policy
+    return asVmError(
+      'capture',
+      () => this.captureState(target),
+      () => this.alive,
+    );
+  }
+
+  private async captureState(target: ForkTarget | null): Promise<QemuState> {
     const { base } = this;
     const pid = this.process.pid;
-    if (!base || pid === undefined) throw new VmError('only a running clone can be captured');
-    if (target && !isPreparedCopy(target)) throw new Error('a fork target of another hypervisor');
+    if (!base || pid === undefined) {
+      throw new VmError('unsupported', 'only a running clone can be captured');
+    }
+    if (target && !isPreparedCopy(target)) {
+      throw new VmError('unsupported', 'a fork target of another hypervisor');
+    }
     const { store, host } = this.ctx;
     const path = store.newImagePath('fork');
-    // A target that cannot be taken is only a lost speed-up: copy the base here instead.
+    // Expected: a target whose copy cannot be renamed (its standby QEMUs are then destroyed by
+    // `take`). Only a lost speed-up: the base is copied here instead, as without a target.
     let standby = target ? await target.take(path).catch(() => null) : null;
     if (!standby) {
       standby = [];
@@ -452,19 +504,18 @@ export class Vm implements Machine {
     try {
       // Made while the guest runs; only putting it over the current overlay needs the pause.
       overlay = this.disk ? await this.disk.prepareCapture(qmp) : null;
-      await qmp.execute('stop');
-      let deviceState: Buffer;
-      try {
-        deviceState = await this.process.saveDeviceState();
+      const pending = overlay;
+      const deviceState = await whileStopped(this.runState(), 'always', async () => {
+        const saved = await this.process.saveDeviceState();
         await copyWrittenPages(pid, base.path, this.spec.memoryMib * 1024 * 1024, path);
         // `stop` drained and flushed the disk: the overlay now is the disk of this instant.
-        await overlay?.stack();
-      } finally {
-        await qmp.execute('cont');
-      }
+        await pending?.stack();
+        return saved;
+      });
       let layer = overlay ? await overlay.commit() : null;
       if (this.disk && this.disk.depth > MAX_DISK_CHAIN) {
-        // Only a cost, never a failure: the long chain is just as correct.
+        // Expected: a flattening that fails (disk space, QEMU refusing the reopen) keeps the
+        // old chain (VmDisk.flatten); only a cost, never a failure: it is just as correct.
         layer = (await this.disk.flatten(qmp).catch(() => null)) ?? layer;
       }
       return (await store.addFork(path, this.spec, deviceState, layer, standby)).retain();
@@ -499,7 +550,7 @@ export class Vm implements Machine {
     }
     try {
       const pid = vm.process.pid;
-      if (pid === undefined) throw new VmError('QEMU has no pid');
+      if (pid === undefined) throw new VmError('start_failed', 'QEMU has no pid');
       const bytes = state.spec.memoryMib * 1024 * 1024;
       await loadWrittenPages(pid, state.image.path, bytes, paused.deltaPath);
     } catch (err) {
@@ -510,28 +561,39 @@ export class Vm implements Machine {
     return vm;
   }
 
-  async pause(): Promise<QemuPaused> {
+  pause(): Promise<QemuPaused> {
+    return asVmError(
+      'pause',
+      () => this.writeToDisk(),
+      () => this.alive,
+    );
+  }
+
+  private async writeToDisk(): Promise<QemuPaused> {
     const { base, state } = this;
     const pid = this.process.pid;
-    if (!base || !state || pid === undefined) throw new VmError('only a running clone can pause');
+    if (!base || !state || pid === undefined) {
+      throw new VmError('unsupported', 'only a running clone can pause');
+    }
     const { store } = this.ctx;
     const { id, dir } = await store.newPausedDir();
-    const qmp = this.process.qmp;
-    let deviceState: Buffer;
-    let bytes: number;
     await this.releaseWrittenFiles();
-    await qmp.execute('stop');
-    try {
-      deviceState = await this.process.saveDeviceState();
-      const delta = join(dir, 'memory.delta');
-      bytes = await saveWrittenPages(pid, base.path, this.spec.memoryMib * 1024 * 1024, delta);
-      await writeDurably(join(dir, 'device.state'), deviceState);
-      if (this.disk) await store.disks.recordPaused(dir, this.disk.layer);
-    } catch (err) {
-      await rm(dir, { recursive: true, force: true });
-      await qmp.execute('cont').catch(() => undefined);
-      throw err;
-    }
+    // On failure the guest runs on as before (or, if QEMU will not run it again, the machine
+    // is lost: whileStopped), and nothing is left on disk.
+    const { deviceState, bytes } = await whileStopped(this.runState(), 'on-failure', async () => {
+      try {
+        const saved = await this.process.saveDeviceState();
+        const delta = join(dir, 'memory.delta');
+        const ram = this.spec.memoryMib * 1024 * 1024;
+        const written = await saveWrittenPages(pid, base.path, ram, delta);
+        await writeDurably(join(dir, 'device.state'), saved);
+        if (this.disk) await store.disks.recordPaused(dir, this.disk.layer);
+        return { deviceState: saved, bytes: written };
+      } catch (err) {
+        await rm(dir, { recursive: true, force: true });
+        throw err;
+      }
+    });
     // The stopped VM's overlay moves, whole, into the paused folder, with its layer's reference.
     const disk = this.disk ? await this.disk.moveToPaused(dir) : null;
     // The paused machine takes its own reference to the origin; this VM's goes with it.
@@ -556,7 +618,30 @@ export class Vm implements Machine {
   private async releaseWrittenFiles(): Promise<void> {
     const agent = this.agent;
     if (!agent?.servesPreparePause) return;
+    // Expected: a guest busy past the timeout, or one that refuses. A dead one is not: it
+    // fails the pause's next step (`stop`) with the death as its reason.
     await agent.request('prepare_pause', {}, PREPARE_PAUSE_TIMEOUT_MS).catch(() => undefined);
+  }
+
+  /** QEMU's `stop` and `cont` for a pause window, and what losing the machine does. */
+  private runState(): Parameters<typeof whileStopped>[0] {
+    const qmp = this.process.qmp;
+    return {
+      stop: async () => void (await qmp.execute('stop')),
+      cont: async () => void (await qmp.execute('cont')),
+      lose: (why) => this.lose(why),
+    };
+  }
+
+  /**
+   * Gives the machine up while QEMU still runs (its guest cannot run again): it is killed and
+   * its death reported, so that its sandbox fails at once instead of hanging on a stopped guest.
+   */
+  private lose(why: string): void {
+    if (this.lostReason !== null || this.destroyed) return;
+    this.lostReason = why;
+    this.reportDeath(why);
+    void this.process.kill();
   }
 
   captureCostMib(): number {
@@ -564,6 +649,8 @@ export class Vm implements Machine {
     try {
       return (statSync(this.base.path).blocks * 512) / 1024 / 1024;
     } catch {
+      // Expected: the base image of a machine being destroyed is gone; an estimate of 0 lets
+      // the capture itself fail with the reason.
       return 0;
     }
   }
@@ -630,7 +717,7 @@ export class Vm implements Machine {
   }
 
   private requireAgent(): AgentChannel {
-    if (!this.agent) throw new VmError('VM has no agent connection');
+    if (!this.agent) throw new VmError('died', 'VM has no agent connection');
     return this.agent;
   }
 }

@@ -179,7 +179,10 @@ export class DiskStore {
     const recordPath = join(this.dir, `${id}.json`);
     await writeRecord(recordPath, { backing: backing?.id ?? null });
     await rename(this.topPath(topId), path);
-    // No VM may write it any more; QEMUs read it through the group.
+    // No VM may write it any more; QEMUs read it through the group. Expected to fail only on a
+    // filesystem without ownership: restores of this state then fail to start (their QEMU
+    // cannot read the layer), a clean error, where failing this capture after its new overlay
+    // went on would leave the VM's disk half moved.
     if (this.owner) await chown(path, 0, this.owner.gid).catch(() => undefined);
     return this.add(id, path, backing, [recordPath], false);
   }
@@ -303,6 +306,7 @@ export class DiskStore {
         await rename(tmp, path);
         return path;
       })();
+      // A failure is the caller's (it awaits `made`); only the memo goes, so the next call retries.
       made.catch(() => this.empties.delete(base));
       this.empties.set(base, made);
     }
@@ -327,6 +331,7 @@ function fileBytes(path: string): number {
   try {
     return statSync(path).blocks * 512;
   } catch {
+    // Expected: a file deleted meanwhile takes no space.
     return 0;
   }
 }

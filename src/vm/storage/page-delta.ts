@@ -10,6 +10,7 @@
 import { closeSync, fstatSync, fsyncSync, openSync, readSync, writeSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
+import { VmError } from '../vm-error.js';
 
 const PAGE = 4096;
 // Flags in the high 32-bit half of a pagemap entry (bits 63, 62, 61 of the 64-bit entry).
@@ -31,7 +32,7 @@ export async function findMapping(pid: number, path: string, bytes: number): Pro
     const start = BigInt(`0x${m[1]}`);
     if (name === path && BigInt(`0x${m[2]}`) - start === BigInt(bytes)) return start;
   }
-  throw new Error(`no ${bytes}-byte mapping of ${path} in process ${pid}`);
+  throw new VmError('hypervisor', `no ${bytes}-byte mapping of ${path} in process ${pid}`);
 }
 
 /** The runs [first, count) of consecutive indexes in [0, count) for which `pick` holds. */
@@ -78,7 +79,8 @@ async function forEachWrittenChunk(
   const pagemap = openSync(`/proc/${pid}/pagemap`, 'r');
   try {
     const got = readSync(pagemap, table, 0, table.length, (start / PAGE) * 8);
-    if (got !== table.length) throw new Error(`short read of the pagemap of process ${pid}`);
+    if (got !== table.length)
+      throw new VmError('io', `short read of the pagemap of process ${pid}`);
   } finally {
     closeSync(pagemap);
   }
@@ -93,7 +95,9 @@ async function forEachWrittenChunk(
         const n = Math.min(count - done, chunk.length / PAGE);
         const offset = (first + done) * PAGE;
         const got = readSync(mem, chunk, 0, n * PAGE, start + offset);
-        if (got !== n * PAGE) throw new Error(`short read of guest RAM at page ${first + done}`);
+        if (got !== n * PAGE) {
+          throw new VmError('io', `short read of guest RAM at page ${first + done}`);
+        }
         sink(offset, chunk, n * PAGE);
         copied += n * PAGE;
         sinceYield += n * PAGE;
@@ -271,7 +275,9 @@ export async function loadWrittenPages(
         readExactly(input, chunk, n * PAGE, at, `${deltaPath} is truncated`);
         at += n * PAGE;
         const written = writeSync(mem, chunk, 0, n * PAGE, start + (first + done) * PAGE);
-        if (written !== n * PAGE) throw new Error(`short write of guest RAM at ${first + done}`);
+        if (written !== n * PAGE) {
+          throw new VmError('io', `short write of guest RAM at ${first + done}`);
+        }
         loaded += n * PAGE;
         sinceYield += n * PAGE;
         done += n;
@@ -298,13 +304,14 @@ function readDeltaLayout(
   readExactly(fd, head, HEADER_BYTES, 0, `${path} is truncated`);
   const format = head.readUInt32LE(4);
   if (head.toString('latin1', 0, 4) !== DELTA_MAGIC || (format !== 1 && format !== 2)) {
-    throw new Error(`${path} is not a page delta of format 1 or 2`);
+    throw new VmError('state_corrupt', `${path} is not a page delta of format 1 or 2`);
   }
-  if (head.readUInt32LE(8) !== PAGE) throw new Error(`${path} has another page size`);
+  if (head.readUInt32LE(8) !== PAGE)
+    throw new VmError('state_corrupt', `${path} has another page size`);
   const runCount = head.readUInt32LE(12);
   const size = fstatSync(fd).size;
   const tableAt = format === 1 ? HEADER_BYTES : size - runCount * 8;
-  if (tableAt < HEADER_BYTES) throw new Error(`${path} is truncated`);
+  if (tableAt < HEADER_BYTES) throw new VmError('state_corrupt', `${path} is truncated`);
   const table = Buffer.alloc(runCount * 8);
   readExactly(fd, table, table.length, tableAt, `${path} is truncated`);
   const runs: Array<[number, number]> = [];
@@ -312,17 +319,18 @@ function readDeltaLayout(
   for (let r = 0; r < runCount; r++) {
     const first = table.readUInt32LE(r * 8);
     const count = table.readUInt32LE(r * 8 + 4);
-    if ((first + count) * PAGE > bytes) throw new Error(`${path} runs past guest RAM`);
+    if ((first + count) * PAGE > bytes)
+      throw new VmError('state_corrupt', `${path} runs past guest RAM`);
     runs.push([first, count]);
     pages += count;
   }
   const pagesAt = format === 1 ? HEADER_BYTES + table.length : HEADER_BYTES;
   if (pagesAt + pages * PAGE + (format === 2 ? table.length : 0) !== size) {
-    throw new Error(`${path} is truncated`);
+    throw new VmError('state_corrupt', `${path} is truncated`);
   }
   return { runs, pagesAt };
 }
 
 function readExactly(fd: number, buf: Buffer, length: number, position: number, why: string): void {
-  if (readSync(fd, buf, 0, length, position) !== length) throw new Error(why);
+  if (readSync(fd, buf, 0, length, position) !== length) throw new VmError('state_corrupt', why);
 }

@@ -13,6 +13,7 @@ export async function readTail(path: string, maxBytes: number): Promise<Buffer> 
   try {
     fh = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW);
   } catch {
+    // Expected: no such file yet (a VM that wrote nothing), or a link (O_NOFOLLOW refuses it).
     return Buffer.alloc(0);
   }
   try {
@@ -46,6 +47,7 @@ export async function truncateIfOver(path: string, maxBytes: number): Promise<vo
   try {
     fh = await open(path, constants.O_WRONLY | constants.O_NOFOLLOW);
   } catch {
+    // Expected: no such file yet, or a link (O_NOFOLLOW refuses it): nothing to truncate.
     return;
   }
   try {

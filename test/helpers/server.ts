@@ -1,0 +1,75 @@
+/**
+ * hostd's HTTP server on the fake hypervisor (test/helpers/manager.ts), driven with fastify's
+ * `inject()`: route-level behaviour in milliseconds, no socket, no VM. Every answer is checked
+ * as testkit checks a real hostd's: an error answer is a registry body `{"error", "code"}` with
+ * a registry code, and no answer shows host details (testkit/host-details.ts).
+ */
+import assert from 'node:assert/strict';
+import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
+import { pino, type Logger } from 'pino';
+import { createMetrics } from '../../src/api/metrics.js';
+import { buildServer } from '../../src/api/server.js';
+import { errorCodes } from '../../src/errors.js';
+import type { ManagerOptions, SandboxManager } from '../../src/core/sandbox-manager.js';
+import { assertNoHostDetails, clientValues, errorTexts } from '../../testkit/host-details.js';
+import { started } from './manager.js';
+import type { FakeHypervisor } from './fake-hypervisor.js';
+
+export const API_KEY = 'test-key';
+export const AUTH = { authorization: `Bearer ${API_KEY}` };
+
+export interface TestServer {
+  app: FastifyInstance;
+  manager: SandboxManager;
+  hv: FakeHypervisor;
+  /** `app.inject` with the API key, checking the answer (see above). */
+  inject(opts: InjectOptions & { url: string }): Promise<LightMyRequestResponse>;
+  close(): Promise<void>;
+}
+
+/** The JSON body of an error answer, checked to be a registry error body. */
+export function errorBody(res: { statusCode: number; body: string }): {
+  error: string;
+  code: string;
+} {
+  const body = JSON.parse(res.body) as { error: string; code: string };
+  assert.deepEqual(Object.keys(body).sort(), ['code', 'error'], res.body.slice(0, 300));
+  assert.equal(errorCodes().get(body.code), res.statusCode, `${body.code} has its registry status`);
+  return body;
+}
+
+/** A server with API-key auth over a started manager on the fake hypervisor. */
+export async function startServer(
+  overrides: Partial<ManagerOptions> = {},
+  log: Logger = pino({ level: 'silent' }),
+): Promise<TestServer> {
+  const { manager, hv } = await started(overrides, log);
+  const app = await buildServer({
+    manager,
+    auth: { kind: 'keys', keys: [API_KEY] },
+    maxBodyBytes: 4 * 1024 * 1024,
+    maxFileBytes: 1024,
+    logger: log,
+    metrics: createMetrics({ accel: 'tcg', version: 'test' }),
+  });
+  return {
+    app,
+    manager,
+    hv,
+    async inject(opts) {
+      const res = await app.inject({ ...opts, headers: { ...AUTH, ...opts.headers } });
+      const where = `${opts.method ?? 'GET'} ${opts.url.slice(0, 100)} (${res.statusCode})`;
+      if (res.statusCode >= 300) {
+        errorBody(res);
+        assertNoHostDetails(where, res.body, [], clientValues(opts.url));
+      } else if (res.headers['content-type']?.toString().startsWith('application/json')) {
+        for (const e of errorTexts(JSON.parse(res.body))) assertNoHostDetails(where, e, []);
+      }
+      return res;
+    },
+    async close() {
+      await app.close();
+      await manager.shutdown();
+    },
+  };
+}

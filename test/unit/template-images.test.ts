@@ -1,0 +1,41 @@
+/**
+ * A failed build as API clients read it (GET /v1/templates, 500 template_failed): the step and
+ * the end of its log, with every host path the build knows named by what it is.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { TemplateBuildError } from '../../src/vm/image/build-step.js';
+import { clientBuildFailure } from '../../src/vm/image/template-images.js';
+import { recipe } from '../helpers/fake-images.js';
+import { hostDetailsIn } from '../../testkit/host-details.js';
+
+const CACHE = '/var/cache/hostd';
+
+test('a failed build names the cache directory by its variable and recipe files by their fields', () => {
+  const r = recipe(
+    'withfiles',
+    '[[files]]\nsrc = "data"\ndest = "/opt/data"\n[python]\npackages = ["x"]\nwheels = "wheels"\n',
+  );
+  const log = `${CACHE}/templates/withfiles/.build-1/build.log`;
+  const err = new TemplateBuildError(
+    'withfiles',
+    'setup command 1 of 1: make',
+    log,
+    [`cp: cannot stat '/recipes/data/x': No such file`, `wrote ${CACHE}/templates/y`],
+    'exit status 1',
+  );
+  const said = clientBuildFailure(err, r, CACHE);
+  assert.deepEqual(hostDetailsIn(said, [CACHE, '/recipes']), [], said);
+  assert.ok(said.includes('<files[0].src>/x'), said);
+  assert.ok(said.includes('$SERVICE_CACHE_DIR/templates/y'), said);
+  const missing = new TemplateBuildError(
+    'withfiles',
+    'read the recipe',
+    null,
+    [],
+    'files[0].src: /recipes/data does not exist',
+  );
+  assert.deepEqual(hostDetailsIn(clientBuildFailure(missing, r, CACHE), ['/recipes']), []);
+  const fsError = new Error(`EACCES: permission denied, open '${CACHE}/templates/z'`);
+  assert.deepEqual(hostDetailsIn(clientBuildFailure(fsError, r, CACHE), [CACHE]), []);
+});
