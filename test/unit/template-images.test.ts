@@ -1,11 +1,15 @@
 /**
- * A failed build as API clients read it (GET /v1/templates, 500 template_failed): the step and
- * the end of its log, with every host path the build knows named by what it is.
+ * A failed build as API clients read it (GET /v1/templates, 500 template_failed), and a build's
+ * log as the console reads it: every host path the build knows named by what it is.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import { TemplateBuildError } from '../../src/vm/image/build-step.js';
-import { clientBuildFailure } from '../../src/vm/image/template-images.js';
+import { buildLogPath } from '../../src/vm/image/image-builder.js';
+import { CachedTemplateImages, clientBuildFailure } from '../../src/vm/image/template-images.js';
 import { recipe } from '../helpers/fake-images.js';
 import { hostDetailsIn } from '../../testkit/host-details.js';
 
@@ -38,4 +42,22 @@ test('a failed build names the cache directory by its variable and recipe files 
   assert.deepEqual(hostDetailsIn(clientBuildFailure(missing, r, CACHE), ['/recipes']), []);
   const fsError = new Error(`EACCES: permission denied, open '${CACHE}/templates/z'`);
   assert.deepEqual(hostDetailsIn(clientBuildFailure(fsError, r, CACHE), [CACHE]), []);
+});
+
+test("a build's log, as clients read it, names the cache directory by its variable", async () => {
+  const cacheDir = await mkdtemp(join(tmpdir(), 'hostd-build-log-'));
+  try {
+    const r = recipe('logged');
+    const path = buildLogPath(cacheDir, 'logged');
+    await mkdir(dirname(path), { recursive: true });
+    await writeFile(path, `hostd-build-step: boot image\nwrote ${cacheDir}/templates/logged/x\n`);
+    const images = new CachedTemplateImages({ cacheDir });
+    const said = await images.buildLog(r);
+    assert.ok(said !== null);
+    assert.deepEqual(hostDetailsIn(said, [cacheDir]), [], said);
+    assert.ok(said.includes('$SERVICE_CACHE_DIR/templates/logged/x'), said);
+    assert.equal(await images.buildLog(recipe('never-built')), null);
+  } finally {
+    await rm(cacheDir, { recursive: true, force: true });
+  }
 });

@@ -52,8 +52,11 @@ export class CachedTemplateImages implements TemplateImages {
     return new BuiltImage(loaded);
   }
 
-  buildLog(recipe: TemplateSpec): Promise<string | null> {
-    return readLogTail(buildLogPath(this.opts.cacheDir, recipe.name), LOG_TAIL_BYTES);
+  /** The log's end as a client may read it: the host paths it quotes named by what they are. */
+  async buildLog(recipe: TemplateSpec): Promise<string | null> {
+    const { cacheDir } = this.opts;
+    const tail = await readLogTail(buildLogPath(cacheDir, recipe.name), LOG_TAIL_BYTES);
+    return tail === null ? null : withoutHostPaths(tail, recipe, cacheDir);
   }
 
   async build(recipe: TemplateSpec, signal: AbortSignal): Promise<BuiltImage> {
