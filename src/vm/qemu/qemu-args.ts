@@ -180,7 +180,7 @@ export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): strin
       : []),
     // Disks are part of the machine: a clone has them too (its device state refers to them).
     ...diskArgs(spec.image, paths.writableDisk),
-    // hostd writes the console log itself (vm/console-log.ts), so that it never passes its
+    // hostd writes the console log itself (vm/qemu/console-log.ts), so that it never passes its
     // cap; without hostd connected, QEMU drops the output.
     '-chardev',
     `socket,id=console,path=${paths.consoleSocket},server=on,wait=off`,

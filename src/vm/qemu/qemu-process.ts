@@ -63,7 +63,7 @@ export class QemuProcess extends EventEmitter {
   /** The pid of an attached QEMU, which is not this process's child. */
   private attachedPid: number | null = null;
   private qmpClient: QmpClient | null = null;
-  /** The console log hostd writes (vm/console-log.ts). */
+  /** The console log hostd writes (vm/qemu/console-log.ts). */
   private consoleLog: ConsoleLog | null = null;
   /** A QEMU of an earlier hostd version writes the log itself: it is truncated every 10 s. */
   private consoleCap: NodeJS.Timeout | undefined;
