@@ -211,6 +211,8 @@ test('the built-in templates: python (the default, first) with the data stack pr
   );
   const python = recipes[0]!;
   assert.deepEqual(python.preload, ['numpy', 'pandas', 'matplotlib.pyplot']);
+  assert.match(python.warmup, /savefig/);
+  assert.match(python.warmup, /groupby/);
   assert.equal(python.env.MPLBACKEND, 'Agg');
   for (const p of [
     'python3-numpy',
