@@ -9,14 +9,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from cpu_quirks import emulation_env  # noqa: E402
 
 TCG = "console=ttyS0 quiet tsc_early_khz=2100000\n"
-# /proc/cpuinfo's flags in a guest on `-cpu qemu64,+rdrand,+arat` and on `-cpu max` (QEMU 7.2).
-QEMU64 = "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx " \
-         "fxsr sse sse2 syscall nx lm rep_good nopl cpuid pni cx16 hypervisor lahf_lm svm " \
-         "rdrand arat"
-MAX = "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx " \
-      "fxsr sse sse2 ss syscall nx mmxext pdpe1gb rdtscp lm 3dnowext 3dnow rep_good nopl " \
-      "cpuid pni pclmulqdq ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt aes xsave avx f16c " \
-      "rdrand hypervisor lahf_lm svm abm sse4a fsgsbase bmi1 avx2 smep bmi2 erms arat"
+# /proc/cpuinfo's flags in a guest on `-cpu max` (QEMU 7.2, read in a sandbox), and qemu64's
+# (abridged: no 3DNow!, nothing past SSE3).
+MAX = ("fpu de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush acpi mmx fxsr "
+       "sse sse2 ss syscall nx mmxext pdpe1gb rdtscp lm 3dnowext 3dnow rep_good nopl cpuid "
+       "extd_apicid pni pclmulqdq monitor ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt aes xsave avx "
+       "f16c rdrand hypervisor lahf_lm svm cr8_legacy abm sse4a 3dnowprefetch vmmcall fsgsbase "
+       "bmi1 avx2 smep bmi2 erms mpx adx smap clflushopt clwb xsaveopt xgetbv1 arat npt vgif umip "
+       "pku ospke vaes")
+QEMU64 = ("fpu de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse "
+          "sse2 syscall nx lm rep_good nopl cpuid pni cx16 hypervisor lahf_lm svm rdrand arat")
 
 
 class EmulationEnvironment(unittest.TestCase):
