@@ -17,8 +17,9 @@ MAX = ("fpu de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clfl
        "f16c rdrand hypervisor lahf_lm svm cr8_legacy abm sse4a 3dnowprefetch vmmcall fsgsbase "
        "bmi1 avx2 smep bmi2 erms mpx adx smap clflushopt clwb xsaveopt xgetbv1 arat npt vgif umip "
        "pku ospke vaes")
-QEMU64 = ("fpu de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse "
-          "sse2 syscall nx lm rep_good nopl cpuid pni cx16 hypervisor lahf_lm svm rdrand arat")
+QEMU64 = ("fpu de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx "
+          "fxsr sse sse2 syscall nx lm rep_good nopl cpuid pni cx16 hypervisor lahf_lm svm "
+          "rdrand arat")
 
 
 class EmulationEnvironment(unittest.TestCase):
