@@ -48,6 +48,7 @@ import { densityFigures } from './density.js';
 import { COMPUTE_FIGURES, computeFigures } from './compute.js';
 import { featureFigures } from './features.js';
 import { guarded } from './skip.js';
+import { DEFAULT_TCG_TB_MIB } from '../src/config.js';
 import { loadAverage, machineInfo } from './proc-stats.js';
 import { exec, execHttp, now, pct, type Results } from './util.js';
 
@@ -172,9 +173,6 @@ const parts = new Set(
     .map((p) => p.trim()),
 );
 
-/** hostd's default SERVICE_TCG_TB_MIB (src/config.ts), to find the buffer in smaps. */
-const DEFAULT_TB_MIB = 16;
-
 async function main(): Promise<void> {
   const started = now();
   const results: Results = {};
@@ -272,7 +270,7 @@ async function main(): Promise<void> {
       const density = await densityFigures(client, hostd, {
         n,
         poolSize: 4,
-        tbMib: Number(process.env.SERVICE_TCG_TB_MIB ?? 0) || DEFAULT_TB_MIB,
+        tbMib: Number(process.env.SERVICE_TCG_TB_MIB ?? 0) || DEFAULT_TCG_TB_MIB,
         idleSeconds: 15,
         ksmSettleMaxSeconds: 90,
       });

@@ -134,6 +134,14 @@ function choice<T extends string>(env: Env, name: string, allowed: readonly T[],
   return raw as T;
 }
 
+/**
+ * The translation buffer of a restored VM under TCG. An idle sandbox touches ~11.6 MiB of it
+ * whatever its size; at 16 the data stack (a chart, a groupby) overflowed it, and each flush
+ * retranslated everything: the same cells took up to 3 times the CPU (docs/architecture.md,
+ * "Compute under TCG").
+ */
+export const DEFAULT_TCG_TB_MIB = 32;
+
 /** SERVICE_TCG_CPU: a QEMU CPU model with optional `,+flag`/`,-flag`/`,key=value` parts. */
 function tcgCpuVar(env: Env): string | null {
   const raw = env.SERVICE_TCG_CPU?.trim();
@@ -221,7 +229,7 @@ export function loadConfig(env: Env = process.env): Config {
     cacheDir: defaultCacheDir(env),
     templateDir: env.SERVICE_TEMPLATE_DIR || '',
     accel,
-    tcgTbMib: intVar(env, 'SERVICE_TCG_TB_MIB', 16, 4, 1024),
+    tcgTbMib: intVar(env, 'SERVICE_TCG_TB_MIB', DEFAULT_TCG_TB_MIB, 4, 1024),
     tcgCpu: tcgCpuVar(env),
     tcgHugePages: env.SERVICE_TCG_HUGE_PAGES === '1',
     ksm: choice(env, 'SERVICE_KSM', ['on', 'off'] as const, 'on') === 'on',

@@ -114,3 +114,8 @@ test('SERVICE_TCG_CPU names a QEMU CPU model with its options, or keeps the mani
     assert.throws(() => loadConfig({ SERVICE_TCG_CPU: bad }), /SERVICE_TCG_CPU/, bad);
   }
 });
+
+test('the TCG translation buffer defaults to 32 MiB: 16 thrashed under the data stack', () => {
+  assert.equal(loadConfig({}).tcgTbMib, 32);
+  assert.equal(loadConfig({ SERVICE_TCG_TB_MIB: '16' }).tcgTbMib, 16);
+});
