@@ -21,13 +21,20 @@ const CHART = [
   'plt.close(fig)',
 ].join('\n');
 
-/** Milliseconds of five 300x300 float64 products after one untimed, one per line. */
+/**
+ * Milliseconds of five 300x300 float64 products after one untimed, as one JSON list on the last
+ * line of stdout (no bare expression: a REPL may display its value).
+ */
 const MATMUL = [
-  'import time, numpy as np',
+  'import json, time, numpy as np',
   'a = np.random.default_rng(1).random((300, 300))',
-  'a @ a',
+  'b = a @ a',
+  'ts = []',
   'for _ in range(5):',
-  '    t = time.perf_counter(); a @ a; print((time.perf_counter() - t) * 1000)',
+  '    t = time.perf_counter()',
+  '    b = a @ a',
+  '    ts.append((time.perf_counter() - t) * 1000)',
+  'print(json.dumps(ts))',
 ].join('\n');
 
 /** Every figure computeFigures reports (all skipped together when the template cannot plot). */
@@ -67,7 +74,7 @@ export async function computeFigures(c: Api): Promise<Results> {
         await exec(c, id, CHART);
         warm.push(now() - t);
       }
-      matmul = numbers(stdoutOf(await exec(c, id, MATMUL)));
+      matmul = lastList(stdoutOf(await exec(c, id, MATMUL)));
     } finally {
       await c.request('DELETE', `/v1/sandboxes/${id}`);
     }
@@ -91,12 +98,15 @@ export async function computeFigures(c: Api): Promise<Results> {
   };
 }
 
-const numbers = (out: string): number[] =>
-  out
+/** The JSON list on the last line of `out` that holds one. */
+const lastList = (out: string): number[] => {
+  const line = out
     .trim()
     .split('\n')
-    .map(Number)
-    .filter((n) => Number.isFinite(n));
+    .reverse()
+    .find((l) => l.startsWith('['));
+  return line ? (JSON.parse(line) as number[]) : [];
+};
 
 /**
  * The same code in the host's python3: the first chart of a fresh interpreter that has
@@ -108,15 +118,14 @@ function nativeFigures(): {
   matmul: number | string;
 } {
   const script = [
-    'import time, matplotlib',
+    'import json, time, matplotlib',
     'matplotlib.use("Agg")',
     'import matplotlib.pyplot as plt',
     'def chart():',
     '    t = time.perf_counter()',
     ...CHART.split('\n').map((l) => `    ${l}`),
     '    return (time.perf_counter() - t) * 1000',
-    'print(chart())',
-    `for _ in range(${WARM_CHARTS}): print(chart())`,
+    `print(json.dumps([chart() for _ in range(${1 + WARM_CHARTS})]))`,
     MATMUL,
   ].join('\n');
   const r = spawnSync('python3', ['-c', script], { encoding: 'utf8', timeout: 120_000 });
@@ -127,11 +136,15 @@ function nativeFigures(): {
       : `skipped: host python3 failed (${(r.error?.message ?? r.stderr.trim().split('\n').pop() ?? '').slice(0, 120)})`;
     return { chartFirst: reason, chartWarm: reason, matmul: reason };
   }
-  const v = numbers(r.stdout);
+  const [charts, products] = r.stdout
+    .trim()
+    .split('\n')
+    .filter((l) => l.startsWith('['))
+    .map((l) => JSON.parse(l) as number[]);
   const round = (n: number): number => Math.round(n * 100) / 100;
   return {
-    chartFirst: round(v[0]!),
-    chartWarm: round(pct(v.slice(1, 1 + WARM_CHARTS), 50)),
-    matmul: round(pct(v.slice(1 + WARM_CHARTS), 50)),
+    chartFirst: round(charts![0]!),
+    chartWarm: round(pct(charts!.slice(1), 50)),
+    matmul: round(pct(products!, 50)),
   };
 }
