@@ -7,10 +7,11 @@ figure and scikit-learn fit: they use 3DNow! instructions that qemu64 does not a
 TCG refuses what the model does not advertise. Prescott's kernels use SSE3 only.
 
 On `max` (the default now: everything TCG emulates, 3DNow! included) the Opteron kernels run,
-give the same results, and were the fastest measured for a 300x300 product under TCG: about
-0.4-0.6 s against ~0.6 for Prescott's, 1.1 for Haswell's (AVX2 and FMA cost more emulated than
-they save) and 1.25 for Zen's (docs/architecture.md, "Compute under TCG"). They are named
-rather than left to OpenBLAS's detection, so that another QEMU's `max` cannot move them.
+give the same results, and were the fastest measured for a 300x300 product under TCG: a median
+0.70 of Prescott's time over six back-to-back runs on a loaded host (0.66 to 1.31), while
+Haswell's took about twice Prescott's (AVX2 and FMA cost more emulated than they save) and
+Zen's more (docs/architecture.md, "Compute under TCG"). They are named rather than left to
+OpenBLAS's detection, so that another QEMU's `max` cannot move them.
 Under KVM the guest sees the host's CPU and OpenBLAS chooses by itself.
 """
 
