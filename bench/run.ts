@@ -8,7 +8,8 @@
  * Parts (`BENCH_PARTS`, comma-separated, all by default): core (create, exec, streaming), fork
  * (fork.ts), density (density.ts, `BENCH_DENSITY_N` sandboxes, 100), features (files, rich
  * outputs, network, templates, snapshots, pause, restarts: features.ts, files-net.ts, state.ts;
- * each prints `skipped: <why>` while hostd does not serve its routes), soak (soak.ts). Where a
+ * each prints `skipped: <why>` while hostd does not serve its routes), compute (compute.ts: a
+ * chart and a matrix product in the guest beside the host's python3), soak (soak.ts). Where a
  * figure is measured on less than the issue names to keep the run under 10 minutes (a 64 MiB
  * transfer for 256, 8 sandboxes restarted for 32), the output says so beside it.
  *
@@ -44,7 +45,10 @@ import { createSandbox, untilSandbox } from '../testkit/sandboxes.js';
 import { runSoak } from './soak.js';
 import { forkLatency, forkMemory } from './fork.js';
 import { densityFigures } from './density.js';
+import { COMPUTE_FIGURES, computeFigures } from './compute.js';
 import { featureFigures } from './features.js';
+import { guarded } from './skip.js';
+import { DEFAULT_TCG_TB_MIB } from '../src/config.js';
 import { loadAverage, machineInfo } from './proc-stats.js';
 import { exec, execHttp, now, pct, type Results } from './util.js';
 
@@ -161,14 +165,13 @@ async function baselineLocalRepl(iterations: number): Promise<number> {
  * `BENCH_PARTS` (comma-separated) runs only some parts: core (create, exec, streaming), fork
  * (latency, CPU and memory per child), density (issue 15, `BENCH_DENSITY_N` sandboxes, 100 by
  * default), features (files, network, templates, snapshots, pause: skipped while hostd answers
- * route_not_found), soak. All by default.
+ * route_not_found), compute (issue 29), soak. All by default.
  */
 const parts = new Set(
-  (process.env.BENCH_PARTS || 'core,fork,density,features,soak').split(',').map((p) => p.trim()),
+  (process.env.BENCH_PARTS || 'core,fork,density,features,compute,soak')
+    .split(',')
+    .map((p) => p.trim()),
 );
-
-/** hostd's default SERVICE_TCG_TB_MIB (src/config.ts), to find the buffer in smaps. */
-const DEFAULT_TB_MIB = 16;
 
 async function main(): Promise<void> {
   const started = now();
@@ -267,13 +270,16 @@ async function main(): Promise<void> {
       const density = await densityFigures(client, hostd, {
         n,
         poolSize: 4,
-        tbMib: Number(process.env.SERVICE_TCG_TB_MIB ?? 0) || DEFAULT_TB_MIB,
+        tbMib: Number(process.env.SERVICE_TCG_TB_MIB ?? 0) || DEFAULT_TCG_TB_MIB,
         idleSeconds: 15,
         ksmSettleMaxSeconds: 90,
       });
       Object.assign(results, density);
     }
     if (parts.has('features')) Object.assign(results, await featureFigures(client, hostd));
+    if (parts.has('compute')) {
+      Object.assign(results, await guarded(COMPUTE_FIGURES, () => computeFigures(client)));
+    }
     if (parts.has('soak')) {
       if (hostd) Object.assign(results, await forkMemory(client, hostd));
       Object.assign(results, await runSoak(client, { seconds: 40, hostdPid: hostd?.proc.pid }));

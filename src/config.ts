@@ -43,6 +43,12 @@ export interface Config {
   readonly templateDir: string;
   readonly accel: AccelChoice;
   readonly tcgTbMib: number;
+  /**
+   * The guest CPU model under TCG (SERVICE_TCG_CPU) in place of the template manifest's
+   * `tcg.cpu`; null keeps the manifest's. For measuring models: OpenBLAS's kernels follow the
+   * CPU's flags (guest/agent/cpu_quirks.py). Never used under KVM, where the guest gets `host`.
+   */
+  readonly tcgCpu: string | null;
   /** Let TCG VMs use transparent huge pages (SERVICE_TCG_HUGE_PAGES=1); off: vm/host/huge-pages.ts. */
   readonly tcgHugePages: boolean;
   /** Turn the host's KSM on at start when hostd is root (SERVICE_KSM, default on): vm/host/ksm.ts. */
@@ -128,6 +134,26 @@ function choice<T extends string>(env: Env, name: string, allowed: readonly T[],
   return raw as T;
 }
 
+/**
+ * The translation buffer of a restored VM under TCG. An idle sandbox touches ~11.6 MiB of it
+ * whatever its size; at 16 the data stack (a chart, a groupby) overflowed it, and each flush
+ * retranslated everything: the same cells took up to 3 times the CPU (docs/architecture.md,
+ * "Compute under TCG").
+ */
+export const DEFAULT_TCG_TB_MIB = 32;
+
+/** SERVICE_TCG_CPU: a QEMU CPU model with optional `,+flag`/`,-flag`/`,key=value` parts. */
+function tcgCpuVar(env: Env): string | null {
+  const raw = env.SERVICE_TCG_CPU?.trim();
+  if (raw === undefined || raw === '') return null;
+  if (!/^[A-Za-z0-9][A-Za-z0-9_.-]*(,[+-]?[A-Za-z0-9_.-]+(=[A-Za-z0-9_.-]+)?)*$/.test(raw)) {
+    throw new ConfigError(
+      `SERVICE_TCG_CPU must be a QEMU CPU model like "max" or "qemu64,+rdrand", got "${raw}"`,
+    );
+  }
+  return raw;
+}
+
 /** Splits "host:port" and "[v6]:port"; a bare port binds loopback. */
 export function parseAddr(addr: string): { host: string; port: number } {
   const match =
@@ -203,7 +229,8 @@ export function loadConfig(env: Env = process.env): Config {
     cacheDir: defaultCacheDir(env),
     templateDir: env.SERVICE_TEMPLATE_DIR || '',
     accel,
-    tcgTbMib: intVar(env, 'SERVICE_TCG_TB_MIB', 16, 4, 1024),
+    tcgTbMib: intVar(env, 'SERVICE_TCG_TB_MIB', DEFAULT_TCG_TB_MIB, 4, 1024),
+    tcgCpu: tcgCpuVar(env),
     tcgHugePages: env.SERVICE_TCG_HUGE_PAGES === '1',
     ksm: choice(env, 'SERVICE_KSM', ['on', 'off'] as const, 'on') === 'on',
     templates,

@@ -144,7 +144,10 @@ async function main(): Promise<void> {
     },
     config.dataDir,
     (_template, shape, image) => ({
-      image: guestImageOf(image),
+      image: {
+        ...guestImageOf(image),
+        ...(config.tcgCpu === null ? {} : { tcgCpu: config.tcgCpu }),
+      },
       memoryMib: shape.memoryMib,
       vcpus: shape.vcpus,
       accel: accel.accel,

@@ -41,7 +41,19 @@ const MODULE = /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$/;
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 /** Guest paths a file may not go to: the build mounts over them, or hostd owns them. */
 const RESERVED_DESTS = ['/proc', '/sys', '/dev', '/run', '/tmp', '/opt/hostd', '/etc/hostd'];
-const TOP_LEVEL = ['description', 'preload', 'setup', 'vm', 'debian', 'files', 'python', 'env'];
+const TOP_LEVEL = [
+  'description',
+  'preload',
+  'warmup',
+  'setup',
+  'vm',
+  'debian',
+  'files',
+  'python',
+  'env',
+];
+/** The most Python a warm-up may hold: it is a few lines of first use, not a program. */
+export const MAX_WARMUP_BYTES = 64 * 1024;
 const FIELDS: Record<string, readonly string[]> = {
   vm: ['memory_mib', 'vcpus', 'pool_size', 'disk_mib'],
   debian: ['packages'],
@@ -122,6 +134,7 @@ export function parseRecipe(text: string, file: string): Recipe {
         }),
       ),
     ],
+    warmup: readWarmup(r, doc.warmup),
     env: readEnv(r, r.table(doc.env, 'env')),
   };
 }
@@ -285,6 +298,18 @@ function readPython(r: FieldReader, py: Table): TemplateSpec['python'] {
     );
   }
   return { packages, wheels, indexUrl };
+}
+
+/** Python source, run once in the template before it is frozen; '' when there is none. */
+function readWarmup(r: FieldReader, value: unknown): string {
+  if (value === undefined) return '';
+  const code = r.string(value, 'warmup');
+  if (code.trim() === '') r.fail('warmup', 'must not be empty (leave the field out instead)');
+  if (Buffer.byteLength(code) > MAX_WARMUP_BYTES) {
+    r.fail('warmup', `must be at most ${MAX_WARMUP_BYTES} bytes of Python`);
+  }
+  if (code.includes('\0')) r.fail('warmup', 'must not contain NUL characters');
+  return code;
 }
 
 function readEnv(r: FieldReader, env: Table): Record<string, string> {

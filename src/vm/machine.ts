@@ -247,6 +247,8 @@ export interface TemplateImage {
   readonly pythonPackages: readonly string[];
   /** Modules the template's REPL imported before it was frozen. */
   readonly preload: readonly string[];
+  /** Python the template's REPL ran after its preloads, before it was frozen ('' for none). */
+  readonly warmup: string;
 }
 
 /**

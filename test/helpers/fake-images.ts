@@ -17,6 +17,7 @@ export function fakeImage(name: string): TemplateImage {
     debianPackages: ['python3-minimal', `${name}-package`],
     pythonPackages: [],
     preload: [],
+    warmup: '',
   };
 }
 

@@ -101,3 +101,21 @@ test('MCP sessions: sandboxes deleted at the end and an hour idle by default; ba
     /SERVICE_MCP_SESSION_IDLE_S/,
   );
 });
+
+test('SERVICE_TCG_CPU names a QEMU CPU model with its options, or keeps the manifest one', () => {
+  assert.equal(loadConfig({}).tcgCpu, null);
+  assert.equal(loadConfig({ SERVICE_TCG_CPU: '' }).tcgCpu, null);
+  assert.equal(loadConfig({ SERVICE_TCG_CPU: 'max' }).tcgCpu, 'max');
+  assert.equal(
+    loadConfig({ SERVICE_TCG_CPU: 'qemu64,+rdrand,-avx,vendor=GenuineIntel' }).tcgCpu,
+    'qemu64,+rdrand,-avx,vendor=GenuineIntel',
+  );
+  for (const bad of ['max -smp 4', 'max,,x', ',max', 'max;rm']) {
+    assert.throws(() => loadConfig({ SERVICE_TCG_CPU: bad }), /SERVICE_TCG_CPU/, bad);
+  }
+});
+
+test('the TCG translation buffer defaults to 32 MiB: 16 thrashed under the data stack', () => {
+  assert.equal(loadConfig({}).tcgTbMib, 32);
+  assert.equal(loadConfig({ SERVICE_TCG_TB_MIB: '16' }).tcgTbMib, 16);
+});

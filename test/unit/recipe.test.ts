@@ -3,7 +3,13 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm, writeFile, mkdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { loadRecipes, parseRecipe, RecipeError, RECIPE_DEFAULTS } from '../../src/core/recipe.js';
+import {
+  loadRecipes,
+  MAX_WARMUP_BYTES,
+  parseRecipe,
+  RecipeError,
+  RECIPE_DEFAULTS,
+} from '../../src/core/recipe.js';
 
 const ROOT = resolve(import.meta.dirname, '..', '..', '..');
 
@@ -28,7 +34,29 @@ test('an empty recipe is a template named after its file, with default resources
   assert.deepEqual(r.setup, []);
   assert.deepEqual(r.python, { packages: [], wheels: null, indexUrl: null });
   assert.deepEqual(r.preload, []);
+  assert.equal(r.warmup, '');
   assert.deepEqual(r.env, {});
+});
+
+test('warmup is Python source kept as written, run once before the template is frozen', () => {
+  const code = 'import io\nimport matplotlib.pyplot as plt\nplt.figure().savefig(io.BytesIO())\n';
+  const r = parseRecipe(`preload = ["matplotlib.pyplot"]\nwarmup = '''\n${code}'''\n`, '/r/w.toml');
+  assert.equal(r.warmup, code);
+});
+
+test('a warmup that is not a string, is blank or is too long names the field', () => {
+  for (const text of [
+    'warmup = ["print(1)"]',
+    'warmup = 3',
+    'warmup = "  \\n "',
+    `warmup = "${'x'.repeat(MAX_WARMUP_BYTES + 1)}"`,
+    '[vm]\nwarmup = "print(1)"',
+  ]) {
+    const err = errorOf(text);
+    assert.match(err.field ?? '', /^(vm\.)?warmup$/, text.slice(0, 40));
+  }
+  assert.equal(errorOf('warmup = 3').problem, 'must be a string, got 3');
+  assert.equal(errorOf('warmup = ""').problem, 'must not be empty (leave the field out instead)');
 });
 
 test('a full recipe is normalized: sorted unique packages, paths resolved against its directory', () => {
@@ -183,6 +211,8 @@ test('the built-in templates: python (the default, first) with the data stack pr
   );
   const python = recipes[0]!;
   assert.deepEqual(python.preload, ['numpy', 'pandas', 'matplotlib.pyplot']);
+  assert.match(python.warmup, /savefig/);
+  assert.match(python.warmup, /groupby/);
   assert.equal(python.env.MPLBACKEND, 'Agg');
   for (const p of [
     'python3-numpy',

@@ -80,6 +80,13 @@ export interface TemplateSpec {
   };
   /** Modules the REPL imports before the template is frozen. */
   readonly preload: readonly string[];
+  /**
+   * Python the REPL runs after the preloads, before the template is frozen ('' for none): the
+   * first use of what the preloads import (a figure rendered, a DataFrame grouped), done once
+   * so that every sandbox inherits it. Not part of the root filesystem: a change re-freezes
+   * the template without rebuilding its image.
+   */
+  readonly warmup: string;
   /** Default environment of the template's execs. */
   readonly env: Readonly<Record<string, string>>;
 }
@@ -235,7 +242,9 @@ function templateKeyOf(
   diskDir: string,
 ): string {
   const parts = { rootfsKey, boot: basename(bootDir), disk: basename(diskDir) };
-  return digest({ ...parts, vm: spec.vm, description: spec.description }).slice(0, 16);
+  // Only a recipe with a warm-up adds it: the keys of the others stay what they were.
+  const warmup = spec.warmup === '' ? {} : { warmup: spec.warmup };
+  return digest({ ...parts, vm: spec.vm, description: spec.description, ...warmup }).slice(0, 16);
 }
 
 /**
@@ -474,6 +483,7 @@ async function manifestOf(
     },
     env: spec.env,
     preload: spec.preload,
+    warmup: spec.warmup,
     contents: {
       debian_packages: requested.map((name) => ({ name, version: installed.get(name) ?? '' })),
       debian_installed: contents.debian_installed,

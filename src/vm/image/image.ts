@@ -71,6 +71,8 @@ export interface TemplateManifest {
   };
   readonly env: Readonly<Record<string, string>>;
   readonly preload: readonly string[];
+  /** Python run before the template is frozen (recipe `warmup`); absent in older builds. */
+  readonly warmup?: string;
   readonly contents: {
     /** The recipe's Debian packages and every template's base ones, with installed versions. */
     readonly debian_packages: readonly PackageVersion[];

@@ -21,6 +21,7 @@ export class BuiltImage implements TemplateImage {
   readonly debianPackages: readonly string[];
   readonly pythonPackages: readonly string[];
   readonly preload: readonly string[];
+  readonly warmup: string;
 
   constructor(readonly loaded: LoadedImage) {
     const m = loaded.manifest;
@@ -30,6 +31,7 @@ export class BuiltImage implements TemplateImage {
     this.debianPackages = m.contents.debian_packages.map((p) => p.name);
     this.pythonPackages = m.contents.python_packages.map((p) => p.name);
     this.preload = m.preload;
+    this.warmup = m.warmup ?? '';
   }
 }
 

@@ -83,6 +83,12 @@ export class QemuHypervisor implements Hypervisor {
       join(dir, 'memory.img'),
       join(dir, 'disk.qcow2'),
     );
+    if (image.warmup !== '') {
+      await vm.runWarmup(image.warmup).catch(async (err: unknown) => {
+        await vm.destroy();
+        throw err;
+      });
+    }
     const deviceState = await vm.freeze();
     return (await store.publishTemplate(key, dir, spec, deviceState)).retain();
   }

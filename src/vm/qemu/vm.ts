@@ -383,6 +383,47 @@ export class Vm implements Machine {
     });
   }
 
+  /**
+   * Runs a template's `warmup` (recipe) in this template VM before it is frozen: the first use
+   * of its libraries (a figure rendered, a DataFrame grouped) then happens once, in the
+   * template, and every sandbox inherits its effects (font and path caches, loaded backends,
+   * lazily imported modules). It runs in a scratch namespace, so `__main__` stays as clean as
+   * the preloads left it. An exception fails the template's boot with the exception's last line.
+   */
+  async runWarmup(code: string): Promise<void> {
+    const wrapped = `exec(compile(${JSON.stringify(code)}, "<template warmup>", "exec"), {"__name__": "__warmup__"})`;
+    let stderr = '';
+    const exit = await new Promise<number>((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new VmError('the template warmup did not finish')),
+        PREPARE_FREEZE_TIMEOUT_MS,
+      );
+      const done = (err: Error | null, code = 0): void => {
+        clearTimeout(timer);
+        if (err) reject(err);
+        else resolve(code);
+      };
+      try {
+        this.exec(
+          { language: 'python', code: wrapped },
+          {
+            onOutput: (stream, data) => {
+              if (stream === 'stderr') stderr = (stderr + data).slice(-4096);
+            },
+            onExit: (code) => done(null, code),
+            onLost: (reason) => done(new VmError(reason)),
+          },
+        );
+      } catch (err) {
+        done(err as Error);
+      }
+    });
+    if (exit !== 0) {
+      const last = stderr.trim().split('\n').pop() ?? '';
+      throw new VmError(`the template warmup failed (exit ${exit}): ${last.slice(0, 300)}`);
+    }
+  }
+
   get files(): GuestFiles {
     if (!this.filesChannel) throw new VmError('died', 'VM has no files connection');
     return this.filesChannel;
