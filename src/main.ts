@@ -21,7 +21,10 @@ import { capstoneStandIn } from './vm/host/capstone-stand-in.js';
 import { noHugePagesLauncher } from './vm/host/huge-pages.js';
 import { enableKsm } from './vm/host/ksm.js';
 import { claimDataDir, claimStateDir, releaseDataDir, releaseStateDir } from './state-dir.js';
-import { canRead, launcher, lookupUser, type VmUser } from './vm/host/vm-user.js';
+import { canRead, lookupUser, type VmUser } from './vm/host/vm-user.js';
+import { UidJail, type VmJail } from './vm/host/vm-jail.js';
+import { VmUidPool, accountsInRange } from './vm/host/vm-uids.js';
+import { readFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
@@ -58,8 +61,9 @@ async function main(): Promise<void> {
     log.info({ keys: auth.keys.length }, 'API key authentication on');
   }
 
-  // As root, QEMU runs as an unprivileged account; as anyone else, as that same user.
+  // As root, each QEMU runs jailed as a uid of its own; as anyone else, as that same user.
   let vmUser: VmUser | undefined;
+  let jail: VmJail | undefined;
   if (process.getuid?.() === 0) {
     vmUser = lookupUser(config.vmUser);
     if (!vmUser) {
@@ -68,7 +72,19 @@ async function main(): Promise<void> {
       );
       process.exit(2);
     }
-    log.info({ user: vmUser.name, uid: vmUser.uid }, 'QEMU runs as an unprivileged user');
+    const range = config.vmUidRange;
+    const clash = accountsInRange(readFileSync('/etc/passwd', 'utf8'), range);
+    if (clash.length) {
+      process.stderr.write(
+        `hostd: SERVICE_VM_UID_RANGE ${range.first}-${range.last} holds the accounts ${clash.join(', ')}; VMs need uids nobody else uses\n`,
+      );
+      process.exit(2);
+    }
+    jail = new UidJail(new VmUidPool(range), vmUser.gid);
+    log.info(
+      { group: vmUser.name, uids: `${range.first}-${range.last}` },
+      'each QEMU runs as a uid of its own',
+    );
   }
   // A bug reached from one sandbox's traffic must not take every other sandbox down with
   // hostd (QEMUs die with it): log it loudly and keep serving.
@@ -128,11 +144,8 @@ async function main(): Promise<void> {
     {
       qemuBinary: config.qemuBinary,
       vmsDir: join(config.stateDir, 'vms'),
-      launcher: [
-        ...(accel.accel === 'tcg' && !config.tcgHugePages ? noHugePagesLauncher() : []),
-        ...launcher(vmUser),
-      ],
-      ...(vmUser ? { owner: { uid: vmUser.uid, gid: vmUser.gid } } : {}),
+      launcher: [...(accel.accel === 'tcg' && !config.tcgHugePages ? noHugePagesLauncher() : [])],
+      ...(jail ? { jail } : {}),
       ...(standIn.dir !== null ? { env: { LD_LIBRARY_PATH: standIn.dir } } : {}),
     },
     config.dataDir,

@@ -5,7 +5,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
-import { chown, mkdir, open, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdir, open, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { QmpClient } from './qmp.js';
 import {
@@ -17,16 +17,20 @@ import {
 } from './qemu-args.js';
 import { readBounded, readTail, truncateIfOver } from '../storage/safe-files.js';
 import { sendAll } from '../channels/unix-socket.js';
+import type { VmJail } from '../host/vm-jail.js';
 
 /** Where and how QEMU processes run on this host. */
 export interface QemuHost {
   readonly qemuBinary: string;
   /** Directory under which each VM gets its own folder of sockets and logs. */
   readonly vmsDir: string;
-  /** Extra argv put before QEMU (e.g. setpriv dropping privileges); it must exec QEMU in place. */
+  /** Extra argv put before QEMU (and its jail's); it must exec the rest in place. */
   readonly launcher: readonly string[];
-  /** When QEMU runs as another user: that user owns each VM's directory and its RAM images. */
-  readonly owner?: { uid: number; gid: number };
+  /**
+   * When hostd runs as root: each QEMU runs jailed as a uid of its own, which owns its VM's
+   * folder and overlay; RAM images and layers are root's, shared through the jail's group.
+   */
+  readonly jail?: VmJail;
   /** Added to QEMU's environment (LD_LIBRARY_PATH for vm/host/capstone-stand-in.ts). */
   readonly env?: Readonly<Record<string, string>>;
 }
@@ -72,6 +76,8 @@ export class QemuProcess extends EventEmitter {
   /** The pid of an attached QEMU, which is not this process's child. */
   private attachedPid: number | null = null;
   private qmpClient: QmpClient | null = null;
+  /** The jailed VM's own uid (and gid), given back once its process and folder are gone. */
+  private jailUid: number | undefined;
   private consoleCap: NodeJS.Timeout | undefined;
   private exitInfo: string | null = null;
   private killed = false;
@@ -142,9 +148,19 @@ export class QemuProcess extends EventEmitter {
       throw new VmError(`the VM's QEMU (pid ${pid}) is not running any more`);
     }
     p.attachedPid = pid;
+    if (host.jail) {
+      // The folder's owner is the uid this VM was given by the hostd that started it.
+      const { uid } = await stat(p.dir);
+      if (host.jail.claim(uid)) p.jailUid = uid;
+    }
     p.qmpClient = await QmpClient.connect(p.paths.qmpSocket, deadline);
     p.qmpClient.once('close', () => p.onExit('the QEMU process is gone'));
     return p;
+  }
+
+  /** The uid a jailed QEMU runs as; undefined when QEMU runs as hostd's own user. */
+  get uid(): number | undefined {
+    return this.jailUid;
   }
 
   get pid(): number | undefined {
@@ -205,6 +221,11 @@ export class QemuProcess extends EventEmitter {
     }
     await this.exitPromise;
     await rm(this.dir, { recursive: true, force: true });
+    if (this.jailUid !== undefined) {
+      const uid = this.jailUid;
+      this.jailUid = undefined;
+      await this.host.jail?.release(uid);
+    }
   }
 
   /** Last lines of the guest console (kernel and init messages) plus QEMU's stderr. */
@@ -241,13 +262,22 @@ export class QemuProcess extends EventEmitter {
   ): Promise<void> {
     const { host } = this;
     await mkdir(this.dir, { recursive: true, mode: 0o700 });
-    if (host.owner) await chown(this.dir, host.owner.uid, host.owner.gid);
-    if (ram.kind === 'template' && host.owner) {
-      // hostd creates the template's RAM file, so QEMU's account needs no right to create
-      // files among the images (where it could plant links for hostd to follow).
-      const fh = await open(ram.memPath, 'wx', 0o600);
-      await fh.chown(host.owner.uid, host.owner.gid);
-      await fh.close();
+    const uid = (this.jailUid = host.jail?.allocate());
+    if (host.jail && uid !== undefined) {
+      await chown(this.dir, uid, uid);
+      // The one disk file this VM writes; every layer under it stays root's.
+      if (disk) {
+        await chown(disk.top, uid, uid);
+        await chmod(disk.top, 0o600);
+      }
+      if (ram.kind === 'template') {
+        // hostd creates the template's RAM file, so QEMU's account needs no right to create
+        // files among the images (where it could plant links for hostd to follow).
+        const fh = await open(ram.memPath, 'wx', 0o660);
+        await fh.chown(0, host.jail.group);
+        await fh.chmod(0o660);
+        await fh.close();
+      }
     }
     this.consoleCap = setInterval(
       () => void truncateIfOver(this.paths.consoleLog, CONSOLE_CAP_BYTES),
@@ -255,7 +285,8 @@ export class QemuProcess extends EventEmitter {
     );
     this.consoleCap.unref();
     const log = await open(join(this.dir, 'qemu.log'), 'w');
-    const [cmd, ...pre] = [...host.launcher, host.qemuBinary];
+    const jail = host.jail && uid !== undefined ? host.jail.launcher(uid) : [];
+    const [cmd, ...pre] = [...host.launcher, ...jail, host.qemuBinary];
     const paths = disk ? { ...this.paths, writableDisk: disk } : this.paths;
     try {
       this.proc = spawn(cmd!, [...pre, ...qemuArgs(spec, paths, ram)], {

@@ -178,13 +178,16 @@ export class VmDisk {
       .reverse();
   }
 
-  /** Adds a fresh overlay to QEMU for a capture (see `PendingOverlay`); the guest may run. */
-  async prepareCapture(qmp: QmpClient): Promise<PendingOverlay> {
+  /**
+   * Adds a fresh overlay to QEMU for a capture (see `PendingOverlay`); the guest may run. A
+   * jailed QEMU gets it owned by its `uid`.
+   */
+  async prepareCapture(qmp: QmpClient, uid?: number): Promise<PendingOverlay> {
     const { disks } = this;
     const path = join(disks.dir, `${this.topId}.next.qcow2`);
     const node = `disk-t${this.nextNode++}`;
     const fileNode = fileNodeOf(node);
-    await disks.newOverlay(this.base, path);
+    await disks.newOverlay(this.base, path, uid);
     const added: string[] = [];
     const remove = async (): Promise<void> => {
       for (const n of added.reverse()) {

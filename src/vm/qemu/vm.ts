@@ -441,13 +441,13 @@ export class Vm implements Machine {
     let standby = target ? await target.take(path).catch(() => null) : null;
     if (!standby) {
       standby = [];
-      await MemImage.copy(base.path, path, host.owner);
+      await MemImage.copy(base.path, path, host.jail?.group);
     }
     const qmp = this.process.qmp;
     let overlay: PendingOverlay | null = null;
     try {
       // Made while the guest runs; only putting it over the current overlay needs the pause.
-      overlay = this.disk ? await this.disk.prepareCapture(qmp) : null;
+      overlay = this.disk ? await this.disk.prepareCapture(qmp, this.process.uid) : null;
       await qmp.execute('stop');
       let deviceState: Buffer;
       try {
