@@ -86,6 +86,11 @@ export interface Config {
   readonly vmUser: string;
   /** Uids (and gids) handed to VMs one each when hostd is root (SERVICE_VM_UID_RANGE). */
   readonly vmUidRange: IdRange;
+  /**
+   * How QEMU is jailed when hostd is root (SERVICE_VM_JAIL): `full` (namespaces and a cgroup
+   * leaf too, the default) or `uid` (its own uid only; for comparison in the bench).
+   */
+  readonly vmJail: 'full' | 'uid';
   /** What ending an MCP session on /mcp does to the sandboxes it created (SERVICE_MCP_SESSION_END). */
   readonly mcpSessionEnd: 'delete' | 'pause' | 'keep';
   /** Seconds an MCP session with no request open lives on; 0 never expires (SERVICE_MCP_SESSION_IDLE_S). */
@@ -243,6 +248,7 @@ export function loadConfig(env: Env = process.env): Config {
     qemuCapstone: env.SERVICE_QEMU_CAPSTONE === '1',
     vmUser: env.SERVICE_VM_USER || 'hostd-vm',
     vmUidRange: uidRange(env.SERVICE_VM_UID_RANGE || DEFAULT_VM_UID_RANGE),
+    vmJail: choice(env, 'SERVICE_VM_JAIL', ['full', 'uid'] as const, 'full'),
     mcpSessionEnd: choice(
       env,
       'SERVICE_MCP_SESSION_END',

@@ -22,7 +22,8 @@ import { noHugePagesLauncher } from './vm/host/huge-pages.js';
 import { enableKsm } from './vm/host/ksm.js';
 import { claimDataDir, claimStateDir, releaseDataDir, releaseStateDir } from './state-dir.js';
 import { canRead, lookupUser, type VmUser } from './vm/host/vm-user.js';
-import { UidJail, type VmJail } from './vm/host/vm-jail.js';
+import { Jail, type VmJail } from './vm/host/vm-jail.js';
+import { detectCgroups } from './vm/host/vm-cgroups.js';
 import { VmUidPool, accountsInRange } from './vm/host/vm-uids.js';
 import { readFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
@@ -80,10 +81,27 @@ async function main(): Promise<void> {
       );
       process.exit(2);
     }
-    jail = new UidJail(new VmUidPool(range), vmUser.gid);
+    const full = config.vmJail === 'full';
+    const cg = full ? await detectCgroups() : { cgroups: null, why: 'SERVICE_VM_JAIL=uid' };
+    if (full && !cg.cgroups) {
+      log.warn(
+        { why: cg.why },
+        'QEMUs run without a cgroup leaf each: a sandbox can take more than its share of host memory and CPU',
+      );
+    }
+    jail = new Jail(new VmUidPool(range), vmUser.gid, { namespaces: full, cgroups: cg.cgroups });
     log.info(
-      { group: vmUser.name, uids: `${range.first}-${range.last}` },
-      'each QEMU runs as a uid of its own',
+      {
+        group: vmUser.name,
+        uids: `${range.first}-${range.last}`,
+        namespaces: full,
+        cgroups: cg.cgroups?.version ?? null,
+      },
+      'each QEMU runs jailed as a uid of its own',
+    );
+  } else {
+    log.warn(
+      'hostd does not run as root: QEMUs run as its own user, unjailed (docs/operations.md, Security)',
     );
   }
   // A bug reached from one sandbox's traffic must not take every other sandbox down with

@@ -54,3 +54,38 @@ test('accounts whose uid or gid fall in the range are found', () => {
 test('processUids sees this process', () => {
   assert.ok(processUids().has(process.getuid!()));
 });
+
+test('a jailed QEMU joins its cgroup leaf, then new namespaces, then drops to its uid', async () => {
+  const { Jail } = await import('../../src/vm/host/vm-jail.js');
+  const cgroups = {
+    version: 'v2' as const,
+    prepare: (uid: number) => Promise.resolve([`/cg/vm-${uid}/cgroup.procs`]),
+    remove: () => Promise.resolve(),
+  };
+  const jail = new Jail(new VmUidPool(range, () => new Set()), 995, {
+    namespaces: true,
+    cgroups,
+  });
+  const uid = jail.allocate();
+  const argv = await jail.enter(uid, { memoryBytes: 1, pids: 1, cpuWeight: 100 });
+  const at = (s: string): number => argv.indexOf(s);
+  assert.ok(argv.includes('/cg/vm-200000/cgroup.procs'));
+  assert.ok(at('/bin/sh') < at('unshare') && at('unshare') < at('setpriv'));
+  for (const ns of ['--mount', '--pid', '--net', '--ipc', '--mount-proc', '--fork']) {
+    assert.ok(argv.includes(ns), ns);
+  }
+  assert.deepEqual(argv.slice(at('setpriv')), [
+    'setpriv',
+    '--reuid',
+    '200000',
+    '--regid',
+    '200000',
+    '--groups',
+    '995',
+    '--inh-caps=-all',
+    '--bounding-set=-all',
+    '--no-new-privs',
+    '--',
+  ]);
+  assert.equal(jail.forks, true);
+});

@@ -5,6 +5,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { chmod, chown, mkdir, open, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { QmpClient } from './qmp.js';
@@ -18,6 +19,7 @@ import {
 import { readBounded, readTail, truncateIfOver } from '../storage/safe-files.js';
 import { sendAll } from '../channels/unix-socket.js';
 import type { VmJail } from '../host/vm-jail.js';
+import { vmLimits } from '../host/vm-cgroups.js';
 
 /** Where and how QEMU processes run on this host. */
 export interface QemuHost {
@@ -75,6 +77,8 @@ export class QemuProcess extends EventEmitter {
   private proc: ChildProcess | null = null;
   /** The pid of an attached QEMU, which is not this process's child. */
   private attachedPid: number | null = null;
+  /** QEMU's pid when a jail's launcher forked it: the spawned process is then its keeper. */
+  private jailedPid: number | undefined;
   private qmpClient: QmpClient | null = null;
   /** The jailed VM's own uid (and gid), given back once its process and folder are gone. */
   private jailUid: number | undefined;
@@ -164,7 +168,7 @@ export class QemuProcess extends EventEmitter {
   }
 
   get pid(): number | undefined {
-    return this.attachedPid ?? this.proc?.pid;
+    return this.attachedPid ?? this.jailedPid ?? this.proc?.pid;
   }
 
   get qmp(): QmpClient {
@@ -215,7 +219,7 @@ export class QemuProcess extends EventEmitter {
         // Its QMP socket closes when the kernel has reaped its files: that is the exit.
       } else {
         this.qmpClient?.close();
-        if (this.proc && !this.exited) this.proc.kill('SIGKILL');
+        if (this.proc && !this.exited) this.killSpawned();
         else if (!this.proc) this.resolveExit();
       }
     }
@@ -285,7 +289,7 @@ export class QemuProcess extends EventEmitter {
     );
     this.consoleCap.unref();
     const log = await open(join(this.dir, 'qemu.log'), 'w');
-    const jail = host.jail && uid !== undefined ? host.jail.launcher(uid) : [];
+    const jail = host.jail && uid !== undefined ? await host.jail.enter(uid, vmLimits(spec)) : [];
     const [cmd, ...pre] = [...host.launcher, ...jail, host.qemuBinary];
     const paths = disk ? { ...this.paths, writableDisk: disk } : this.paths;
     try {
@@ -303,10 +307,6 @@ export class QemuProcess extends EventEmitter {
       this.onExit(signal ? `signal ${signal}` : `code ${code}`),
     );
     this.proc.once('error', () => undefined);
-    // For operators and tests: which process is this VM (the launcher execs QEMU in place).
-    if (this.proc.pid !== undefined) {
-      await writeFile(join(this.dir, 'qemu.pid'), `${this.proc.pid}\n`).catch(() => undefined);
-    }
     const exitedEarly = this.exitPromise.then(() => {
       throw new VmError(`QEMU exited during start-up (${this.exitInfo})`);
     });
@@ -315,5 +315,46 @@ export class QemuProcess extends EventEmitter {
       exitedEarly,
     ]);
     this.qmpClient.on('close', () => undefined);
+    // QEMU answers QMP, so a jail's keeper has forked it by now.
+    if (host.jail?.forks) this.jailedPid = onlyChild(this.proc.pid);
+    // For operators, tests and re-adoption after a crash: which process is this VM.
+    if (this.pid !== undefined) {
+      await writeFile(join(this.dir, 'qemu.pid'), `${this.pid}\n`).catch(() => undefined);
+    }
   }
+
+  /**
+   * SIGKILLs a QEMU this hostd spawned. In a jail that forks, QEMU itself, whose keeper then
+   * exits with it; the keeper only when QEMU is not forked yet (it takes its child along then).
+   */
+  private killSpawned(): void {
+    const proc = this.proc!;
+    const qemu = this.jailedPid ?? (this.host.jail?.forks ? childOf(proc.pid) : undefined);
+    if (qemu === undefined) {
+      proc.kill('SIGKILL');
+      return;
+    }
+    try {
+      process.kill(qemu, 'SIGKILL');
+    } catch {
+      proc.kill('SIGKILL'); // it exited meanwhile: so does its keeper
+    }
+  }
+}
+
+/** The one child of process `pid` (a jail's keeper); undefined when it has none. */
+function childOf(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    const first = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(' ')[0];
+    return first ? Number(first) : undefined;
+  } catch {
+    return undefined; // the keeper is gone
+  }
+}
+
+function onlyChild(pid: number | undefined): number {
+  const child = childOf(pid);
+  if (child === undefined) throw new VmError('the jailed QEMU is not running');
+  return child;
 }
