@@ -13,7 +13,7 @@ import { mkdtemp, readFile, readdir, readlink, rm, stat } from 'node:fs/promises
 import { join } from 'node:path';
 import { sandboxQemuPid, startHostd, type Hostd } from '../../testkit/hostd.js';
 import { run } from '../../testkit/exec.js';
-import { withSandboxes } from '../../testkit/sandboxes.js';
+import { createSandbox, reportFailure, withSandboxes } from '../../testkit/sandboxes.js';
 
 const asRoot = process.getuid?.() === 0;
 const TEMPLATE = 'python-slim';
@@ -113,7 +113,8 @@ function asCompromisedQemu(
       '--bounding-set=-all',
       '--no-new-privs',
       '--',
-      'python3',
+      // Debian's, not whatever is first on the test's PATH (a pyenv shim under /root).
+      '/usr/bin/python3',
       '-c',
       ATTACK_PRELUDE + script,
       JSON.stringify(args),
@@ -279,18 +280,25 @@ done()
   });
 
   test('a VM re-adopted after a crash of hostd keeps its uid; new VMs get others', async () => {
-    await withSandboxes(hostd, async ({ create }) => {
-      const a = await create({ template: TEMPLATE });
-      const before = await jailOf(a);
+    // Not withSandboxes: its clean-up would talk to the hostd this test kills.
+    const ids: string[] = [];
+    try {
+      ids.push(await createSandbox(hostd, { template: TEMPLATE }));
+      const before = await jailOf(ids[0]!);
       await hostd.stop('SIGKILL');
       hostd = await startHostd({ env, dataDir, stateDir });
-      assert.equal((await run(hostd, a, 'print(1)')).stdout.trim(), '1');
-      const after = await jailOf(a);
+      assert.equal((await run(hostd, ids[0]!, 'print(1)')).stdout.trim(), '1');
+      const after = await jailOf(ids[0]!);
       assert.equal(after.pid, before.pid);
       assert.equal(after.uid, before.uid);
-      const b = await create({ template: TEMPLATE });
-      assert.notEqual((await jailOf(b)).uid, before.uid);
-    });
+      ids.push(await createSandbox(hostd, { template: TEMPLATE }));
+      assert.notEqual((await jailOf(ids[1]!)).uid, before.uid);
+    } catch (err) {
+      for (const id of ids) await reportFailure(hostd, id);
+      throw err;
+    } finally {
+      for (const id of ids) await hostd.request('DELETE', `/v1/sandboxes/${id}`);
+    }
   });
 });
 
