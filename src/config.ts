@@ -6,6 +6,7 @@
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { defaultCacheDir } from './vm/image/image-builder.js';
+import { DEFAULT_VM_UID_RANGE, parseIdRange, type IdRange } from './vm/host/vm-uids.js';
 
 export type AccelChoice = 'auto' | 'kvm' | 'tcg';
 
@@ -84,8 +85,18 @@ export interface Config {
   readonly qemuBinary: string;
   /** Load Debian's libcapstone in QEMU (SERVICE_QEMU_CAPSTONE=1); off: vm/host/capstone-stand-in.ts. */
   readonly qemuCapstone: boolean;
-  /** Account QEMU runs as when hostd is root (SERVICE_VM_USER, default hostd-vm). */
+  /**
+   * The account whose group every jailed QEMU is in, to read images (SERVICE_VM_USER, default
+   * hostd-vm); each QEMU runs as its own uid from `vmUidRange`.
+   */
   readonly vmUser: string;
+  /** Uids (and gids) handed to VMs one each when hostd is root (SERVICE_VM_UID_RANGE). */
+  readonly vmUidRange: IdRange;
+  /**
+   * How QEMU is jailed when hostd is root (SERVICE_VM_JAIL): `full` (namespaces and a cgroup
+   * leaf too, the default) or `uid` (its own uid only; for comparison in the bench).
+   */
+  readonly vmJail: 'full' | 'uid';
   /** What ending an MCP session on /mcp does to the sandboxes it created (SERVICE_MCP_SESSION_END). */
   readonly mcpSessionEnd: 'delete' | 'pause' | 'keep';
   /** Seconds an MCP session with no request open lives on; 0 never expires (SERVICE_MCP_SESSION_IDLE_S). */
@@ -263,6 +274,8 @@ export function loadConfig(env: Env = process.env): Config {
     qemuBinary: env.SERVICE_QEMU_BINARY || 'qemu-system-x86_64',
     qemuCapstone: env.SERVICE_QEMU_CAPSTONE === '1',
     vmUser: env.SERVICE_VM_USER || 'hostd-vm',
+    vmUidRange: uidRange(env.SERVICE_VM_UID_RANGE || DEFAULT_VM_UID_RANGE),
+    vmJail: choice(env, 'SERVICE_VM_JAIL', ['full', 'uid'] as const, 'full'),
     mcpSessionEnd: choice(
       env,
       'SERVICE_MCP_SESSION_END',
@@ -271,4 +284,12 @@ export function loadConfig(env: Env = process.env): Config {
     ),
     mcpSessionIdleS: intVar(env, 'SERVICE_MCP_SESSION_IDLE_S', 3600, 0, 30 * 24 * 3600),
   };
+}
+
+function uidRange(text: string): IdRange {
+  try {
+    return parseIdRange(text);
+  } catch (err) {
+    throw new ConfigError((err as Error).message);
+  }
 }

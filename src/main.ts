@@ -29,7 +29,11 @@ import {
   releaseDataDir,
   releaseStateDir,
 } from './state-dir.js';
-import { canRead, launcher, lookupUser, type VmUser } from './vm/host/vm-user.js';
+import { canRead, lookupUser, type VmUser } from './vm/host/vm-user.js';
+import { Jail, type VmJail } from './vm/host/vm-jail.js';
+import { detectCgroups } from './vm/host/vm-cgroups.js';
+import { VmUidPool, accountsInRange } from './vm/host/vm-uids.js';
+import { readFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
@@ -66,8 +70,9 @@ async function main(): Promise<void> {
     log.info({ keys: auth.keys.length }, 'API key authentication on');
   }
 
-  // As root, QEMU runs as an unprivileged account; as anyone else, as that same user.
+  // As root, each QEMU runs jailed as a uid of its own; as anyone else, as that same user.
   let vmUser: VmUser | undefined;
+  let jail: VmJail | undefined;
   if (process.getuid?.() === 0) {
     vmUser = lookupUser(config.vmUser);
     if (!vmUser) {
@@ -76,7 +81,36 @@ async function main(): Promise<void> {
       );
       process.exit(2);
     }
-    log.info({ user: vmUser.name, uid: vmUser.uid }, 'QEMU runs as an unprivileged user');
+    const range = config.vmUidRange;
+    const clash = accountsInRange(readFileSync('/etc/passwd', 'utf8'), range);
+    if (clash.length) {
+      process.stderr.write(
+        `hostd: SERVICE_VM_UID_RANGE ${range.first}-${range.last} holds the accounts ${clash.join(', ')}; VMs need uids nobody else uses\n`,
+      );
+      process.exit(2);
+    }
+    const full = config.vmJail === 'full';
+    const cg = full ? await detectCgroups() : { cgroups: null, why: 'SERVICE_VM_JAIL=uid' };
+    if (full && !cg.cgroups) {
+      log.warn(
+        { why: cg.why },
+        'QEMUs run without a cgroup leaf each: a sandbox can take more than its share of host memory and CPU',
+      );
+    }
+    jail = new Jail(new VmUidPool(range), vmUser.gid, { namespaces: full, cgroups: cg.cgroups });
+    log.info(
+      {
+        group: vmUser.name,
+        uids: `${range.first}-${range.last}`,
+        namespaces: full,
+        cgroups: cg.cgroups?.version ?? null,
+      },
+      'each QEMU runs jailed as a uid of its own',
+    );
+  } else {
+    log.warn(
+      'hostd does not run as root: QEMUs run as its own user, unjailed (docs/operations.md, Security)',
+    );
   }
   // A bug leaves hostd in an unknown state: it logs and exits (src/fail-fast.ts); its VMs run
   // on, and the next start re-adopts them.
@@ -135,11 +169,8 @@ async function main(): Promise<void> {
     {
       qemuBinary: config.qemuBinary,
       vmsDir: join(config.stateDir, 'vms'),
-      launcher: [
-        ...(accel.accel === 'tcg' && !config.tcgHugePages ? noHugePagesLauncher() : []),
-        ...launcher(vmUser),
-      ],
-      ...(vmUser ? { owner: { uid: vmUser.uid, gid: vmUser.gid } } : {}),
+      launcher: [...(accel.accel === 'tcg' && !config.tcgHugePages ? noHugePagesLauncher() : [])],
+      ...(jail ? { jail } : {}),
       ...(standIn.dir !== null ? { env: { LD_LIBRARY_PATH: standIn.dir } } : {}),
     },
     config.dataDir,

@@ -18,7 +18,10 @@ async function cmdlineOf(pid: number): Promise<string | null> {
   }
 }
 
-/** Processes whose command line mentions `dir/`: QEMUs of a previous hostd on this directory. */
+/**
+ * QEMU processes whose command line mentions `dir/`: QEMUs of a previous hostd on this
+ * directory. Only QEMU itself, not the jail's keeper (unshare) whose arguments name it too.
+ */
 export async function findProcessesUsing(dir: string): Promise<number[]> {
   const pids: number[] = [];
   for (const entry of await readdir('/proc')) {
@@ -26,7 +29,8 @@ export async function findProcessesUsing(dir: string): Promise<number[]> {
     const pid = Number(entry);
     if (pid === process.pid) continue;
     const cmd = await cmdlineOf(pid);
-    if (cmd && cmd.includes('qemu-system') && cmd.includes(`${dir}/`)) pids.push(pid);
+    const program = cmd?.slice(0, cmd.indexOf(' ')).split('/').pop() ?? '';
+    if (program.startsWith('qemu-system') && cmd!.includes(`${dir}/`)) pids.push(pid);
   }
   return pids;
 }

@@ -30,7 +30,7 @@ export function lookupUser(
  * The argv prefix that starts QEMU as `user` (none needed without one). QEMU deliberately has no
  * parent-death signal: a VM outlives a crash of hostd, and the next hostd re-adopts it.
  */
-export function launcher(user: VmUser | undefined): string[] {
+function launcher(user: VmUser | undefined): string[] {
   if (!user) return [];
   return [
     'setpriv',

@@ -27,7 +27,7 @@ export class QemuForkTarget implements ForkTarget, PreparedCopy {
   /** Copies `base`'s image; the target holds a reference to `base` until taken or discarded. */
   static async prepare(ctx: VmContext, base: QemuState): Promise<QemuForkTarget> {
     const path = ctx.store.newImagePath('spare');
-    await MemImage.copy(base.image.path, path, ctx.host.owner);
+    await MemImage.copy(base.image.path, path, ctx.host.jail?.group);
     return new QemuForkTarget(ctx, base.retain(), new MemImage(path).retain());
   }
 

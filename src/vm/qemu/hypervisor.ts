@@ -47,7 +47,7 @@ export class QemuHypervisor implements Hypervisor {
     ) => MachineSpec,
     readonly machineOverheadMib: number,
   ) {
-    this.ctx = { host, store: new StateStore(dataDir, host.owner) };
+    this.ctx = { host, store: new StateStore(dataDir, host.jail?.group) };
     // A frozen state restores only into the QEMU that made it (device-state formats change).
     // The binary's identity stands for its version: running `--version` costs half a second.
     this.qemuVersion = binaryIdentity(host.qemuBinary);

@@ -5,7 +5,8 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
-import { chown, mkdir, open, readFile, rm, writeFile } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
+import { chmod, chown, mkdir, open, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { QmpClient } from './qmp.js';
 import {
@@ -20,16 +21,21 @@ import { readBounded, readTail, truncateIfOver } from '../storage/safe-files.js'
 import { connectWithRetry, sendAll } from '../channels/unix-socket.js';
 import { VmError } from '../vm-error.js';
 import { toVmError } from './as-vm-error.js';
+import type { VmJail } from '../host/vm-jail.js';
+import { vmLimits } from '../host/vm-cgroups.js';
 
 /** Where and how QEMU processes run on this host. */
 export interface QemuHost {
   readonly qemuBinary: string;
   /** Directory under which each VM gets its own folder of sockets and logs. */
   readonly vmsDir: string;
-  /** Extra argv put before QEMU (e.g. setpriv dropping privileges); it must exec QEMU in place. */
+  /** Extra argv put before QEMU (and its jail's); it must exec the rest in place. */
   readonly launcher: readonly string[];
-  /** When QEMU runs as another user: that user owns each VM's directory and its RAM images. */
-  readonly owner?: { uid: number; gid: number };
+  /**
+   * When hostd runs as root: each QEMU runs jailed as a uid of its own, which owns its VM's
+   * folder and overlay; RAM images and layers are root's, shared through the jail's group.
+   */
+  readonly jail?: VmJail;
   /** Added to QEMU's environment (LD_LIBRARY_PATH for vm/host/capstone-stand-in.ts). */
   readonly env?: Readonly<Record<string, string>>;
 }
@@ -62,7 +68,11 @@ export class QemuProcess extends EventEmitter {
   private proc: ChildProcess | null = null;
   /** The pid of an attached QEMU, which is not this process's child. */
   private attachedPid: number | null = null;
+  /** QEMU's pid when a jail's launcher forked it: the spawned process is then its keeper. */
+  private jailedPid: number | undefined;
   private qmpClient: QmpClient | null = null;
+  /** The jailed VM's own uid (and gid), given back once its process and folder are gone. */
+  private jailUid: number | undefined;
   /** The console log hostd writes (vm/qemu/console-log.ts). */
   private consoleLog: ConsoleLog | null = null;
   /** A QEMU of an earlier hostd version writes the log itself: it is truncated every 10 s. */
@@ -138,14 +148,24 @@ export class QemuProcess extends EventEmitter {
       throw new VmError('died', `the VM's QEMU (pid ${pid}) is not running any more`);
     }
     p.attachedPid = pid;
+    if (host.jail) {
+      // The folder's owner is the uid this VM was given by the hostd that started it.
+      const { uid } = await stat(p.dir);
+      if (host.jail.claim(uid)) p.jailUid = uid;
+    }
     await p.connectConsole(deadline, true);
     p.qmpClient = await QmpClient.connect(p.paths.qmpSocket, deadline);
     p.qmpClient.once('close', () => p.onExit('the QEMU process is gone'));
     return p;
   }
 
+  /** The uid a jailed QEMU runs as; undefined when QEMU runs as hostd's own user. */
+  get uid(): number | undefined {
+    return this.jailUid;
+  }
+
   get pid(): number | undefined {
-    return this.attachedPid ?? this.proc?.pid;
+    return this.attachedPid ?? this.jailedPid ?? this.proc?.pid;
   }
 
   get qmp(): QmpClient {
@@ -197,13 +217,18 @@ export class QemuProcess extends EventEmitter {
         // Its QMP socket closes when the kernel has reaped its files: that is the exit.
       } else {
         this.qmpClient?.close();
-        if (this.proc && !this.exited) this.proc.kill('SIGKILL');
+        if (this.proc && !this.exited) this.killSpawned();
         else if (!this.proc) this.resolveExit();
       }
     }
     await this.exitPromise;
     await this.consoleLog?.close();
     await rm(this.dir, { recursive: true, force: true });
+    if (this.jailUid !== undefined) {
+      const uid = this.jailUid;
+      this.jailUid = undefined;
+      await this.host.jail?.release(uid);
+    }
   }
 
   /** Last lines of the guest console (kernel and init messages) plus QEMU's stderr. */
@@ -269,17 +294,27 @@ export class QemuProcess extends EventEmitter {
   ): Promise<void> {
     const { host } = this;
     await mkdir(this.dir, { recursive: true, mode: 0o700 });
-    if (host.owner) await chown(this.dir, host.owner.uid, host.owner.gid);
-    if (ram.kind === 'template' && host.owner) {
-      // hostd creates the template's RAM file, so QEMU's account needs no right to create
-      // files among the images (where it could plant links for hostd to follow).
-      const fh = await open(ram.memPath, 'wx', 0o600);
-      await fh.chown(host.owner.uid, host.owner.gid);
-      await fh.close();
+    const uid = (this.jailUid = host.jail?.allocate());
+    if (host.jail && uid !== undefined) {
+      await chown(this.dir, uid, uid);
+      // The one disk file this VM writes; every layer under it stays root's.
+      if (disk) {
+        await chown(disk.top, uid, uid);
+        await chmod(disk.top, 0o600);
+      }
+      if (ram.kind === 'template') {
+        // hostd creates the template's RAM file, so QEMU's account needs no right to create
+        // files among the images (where it could plant links for hostd to follow).
+        const fh = await open(ram.memPath, 'wx', 0o660);
+        await fh.chown(0, host.jail.group);
+        await fh.chmod(0o660);
+        await fh.close();
+      }
     }
     this.consoleLog = await ConsoleLog.open(this.consoleLogPath);
     const log = await open(join(this.dir, 'qemu.log'), 'w');
-    const [cmd, ...pre] = [...host.launcher, host.qemuBinary];
+    const jail = host.jail && uid !== undefined ? await host.jail.enter(uid, vmLimits(spec)) : [];
+    const [cmd, ...pre] = [...host.launcher, ...jail, host.qemuBinary];
     const paths = disk ? { ...this.paths, writableDisk: disk } : this.paths;
     try {
       this.proc = spawn(cmd!, [...pre, ...qemuArgs(spec, paths, ram)], {
@@ -302,11 +337,6 @@ export class QemuProcess extends EventEmitter {
     proc.on('error', (err: NodeJS.ErrnoException) => {
       if (proc.pid === undefined) this.onExit(`could not be run: ${err.code ?? err.message}`);
     });
-    // For operators and tests: which process is this VM (the launcher execs QEMU in place).
-    if (this.proc.pid !== undefined) {
-      // Only informational (hostd knows its child): a failure to write it costs nothing else.
-      await writeFile(join(this.dir, 'qemu.pid'), `${this.proc.pid}\n`).catch(() => undefined);
-    }
     const exitedEarly = this.exitPromise.then(() => {
       throw new VmError('start_failed', `QEMU exited during start-up (${this.exitInfo})`);
     });
@@ -318,5 +348,46 @@ export class QemuProcess extends EventEmitter {
       exitedEarly,
     ]);
     this.qmpClient.on('close', () => undefined);
+    // QEMU answers QMP, so a jail's keeper has forked it by now.
+    if (host.jail?.forks) this.jailedPid = onlyChild(this.proc.pid);
+    // For operators, tests and re-adoption after a crash: which process is this VM.
+    if (this.pid !== undefined) {
+      await writeFile(join(this.dir, 'qemu.pid'), `${this.pid}\n`).catch(() => undefined);
+    }
   }
+
+  /**
+   * SIGKILLs a QEMU this hostd spawned. In a jail that forks, QEMU itself, whose keeper then
+   * exits with it; the keeper only when QEMU is not forked yet (it takes its child along then).
+   */
+  private killSpawned(): void {
+    const proc = this.proc!;
+    const qemu = this.jailedPid ?? (this.host.jail?.forks ? childOf(proc.pid) : undefined);
+    if (qemu === undefined) {
+      proc.kill('SIGKILL');
+      return;
+    }
+    try {
+      process.kill(qemu, 'SIGKILL');
+    } catch {
+      proc.kill('SIGKILL'); // it exited meanwhile: so does its keeper
+    }
+  }
+}
+
+/** The one child of process `pid` (a jail's keeper); undefined when it has none. */
+function childOf(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    const first = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(' ')[0];
+    return first ? Number(first) : undefined;
+  } catch {
+    return undefined; // the keeper is gone
+  }
+}
+
+function onlyChild(pid: number | undefined): number {
+  const child = childOf(pid);
+  if (child === undefined) throw new VmError('start_failed', 'the jailed QEMU is not running');
+  return child;
 }

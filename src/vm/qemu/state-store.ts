@@ -18,7 +18,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { chown, mkdir, open, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdir, open, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { PausedDescriptor, StateDescriptor } from '../machine.js';
@@ -54,20 +54,24 @@ export class StateStore {
 
   constructor(
     dataDir: string,
-    /** QEMU's account, when it runs as one: it must read (and for a boot, write) images. */
-    private readonly owner?: { uid: number; gid: number },
+    /** The jailed QEMUs' group, when they run jailed: it must read (and map) images. */
+    private readonly group?: number,
   ) {
     this.templatesDir = join(dataDir, 'templates');
     this.imagesDir = join(dataDir, 'images');
     this.pausedDir = join(dataDir, 'paused');
-    this.disks = new DiskStore(dataDir, this.templatesDir, owner);
+    this.disks = new DiskStore(dataDir, this.templatesDir, group);
   }
 
   async init(): Promise<void> {
     for (const dir of [this.templatesDir, this.imagesDir, this.pausedDir]) {
       await mkdir(dir, { recursive: true, mode: 0o750 });
-      // QEMU's account may read images, never create or rename anything among them.
-      if (this.owner) await chown(dir, 0, this.owner.gid);
+      // A jailed QEMU may open the images it is given by name, never list, create or rename
+      // anything among them: names of other sandboxes' images are not its to learn.
+      if (this.group !== undefined) {
+        await chown(dir, 0, this.group);
+        await chmod(dir, 0o710);
+      }
     }
     await this.disks.init();
   }
@@ -90,7 +94,10 @@ export class StateStore {
     const dir = join(this.templatesDir, `.boot-${key}-${process.pid}`);
     await rm(dir, { recursive: true, force: true });
     await mkdir(dir, { mode: 0o750 });
-    if (this.owner) await chown(dir, 0, this.owner.gid);
+    if (this.group !== undefined) {
+      await chown(dir, 0, this.group);
+      await chmod(dir, 0o710);
+    }
     return dir;
   }
 
@@ -106,7 +113,10 @@ export class StateStore {
   ): Promise<QemuState> {
     const image = join(workDir, 'memory.img');
     // The template VM is gone: its overlay is now a layer every VM of the template reads.
-    if (spec.image.disk && this.owner) await chown(join(workDir, 'disk.qcow2'), 0, this.owner.gid);
+    if (spec.image.disk && this.group !== undefined) {
+      await chown(join(workDir, 'disk.qcow2'), 0, this.group);
+      await chmod(join(workDir, 'disk.qcow2'), 0o640);
+    }
     // Zero pages become holes: that halves a fresh guest's image, and forks copy less.
     await run('fallocate', ['--dig-holes', image]);
     await writeDurably(join(workDir, 'device.state'), deviceState);

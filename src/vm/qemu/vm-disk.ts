@@ -40,6 +40,8 @@ export class VmDisk {
    * files. Unknown for a VM adopted after a crash (its old layers then stay open until it ends).
    */
   private layerNodes: string[] = [];
+  /** False for a VM adopted after a crash: the node names under its overlay are not known. */
+  private chainKnown = true;
 
   private constructor(
     private readonly disks: DiskStore,
@@ -111,6 +113,7 @@ export class VmDisk {
     const disk = new VmDisk(disks, base, topId, backing, true, top ?? DISK_TOP_NODE);
     // Node names this hostd adds must not collide with the earlier run's.
     disk.nextNode = 1000;
+    disk.chainKnown = false;
     return disk;
   }
 
@@ -178,13 +181,18 @@ export class VmDisk {
       .reverse();
   }
 
-  /** Adds a fresh overlay to QEMU for a capture (see `PendingOverlay`); the guest may run. */
-  async prepareCapture(qmp: QmpClient): Promise<PendingOverlay> {
+  /**
+   * Adds a fresh overlay to QEMU for a capture (see `PendingOverlay`); the guest may run. A
+   * jailed QEMU gets it owned by its `uid`.
+   */
+  async prepareCapture(qmp: QmpClient, uid?: number): Promise<PendingOverlay> {
     const { disks } = this;
-    const path = join(disks.dir, `${this.topId}.next.qcow2`);
     const node = `disk-t${this.nextNode++}`;
+    // Named after its node: the name QEMU knows its file by, once it is renamed to the top's
+    // (`reopenReadOnly` needs it).
+    const path = this.fileOfNode(node);
     const fileNode = fileNodeOf(node);
-    await disks.newOverlay(this.base, path);
+    await disks.newOverlay(this.base, path, uid);
     const added: string[] = [];
     const remove = async (): Promise<void> => {
       for (const n of added.reverse()) {
@@ -215,6 +223,7 @@ export class VmDisk {
         stacked = true;
       },
       commit: async () => {
+        await this.reopenReadOnly(qmp);
         const layer = await disks.freezeTop(this.topId, this.backing);
         await disks.moveToTop(path, this.topId, layer);
         this.backing = layer.retain();
@@ -226,6 +235,50 @@ export class VmDisk {
         if (!stacked) await remove();
       },
     };
+  }
+
+  /**
+   * Has QEMU reopen the overlay it no longer writes (a capture stacked a new one over it)
+   * read-only, before it is renamed into a layer: otherwise QEMU keeps the read-write descriptor
+   * it opened it with, and a QEMU taken over by its guest could change the disk of the children
+   * that read that layer. QEMU reopens by the file's name, so this must come before the rename.
+   * Not done for an adopted VM, whose chain's node names are not known: it keeps the
+   * descriptor (docs/operations.md, Security).
+   */
+  private async reopenReadOnly(qmp: QmpClient): Promise<void> {
+    if (!this.chainKnown) return;
+    const top = this.disks.topPath(this.topId);
+    const known = this.fileOfNode(this.topNode);
+    // A capture's overlay was renamed to the top's name: QEMU reopens it by its first name.
+    if (known !== top) await link(top, known);
+    try {
+      await qmp.execute('blockdev-reopen', {
+        options: [
+          {
+            driver: 'file',
+            'node-name': fileNodeOf(this.topNode),
+            filename: known,
+            'read-only': true,
+          },
+          {
+            driver: 'qcow2',
+            'node-name': this.topNode,
+            file: fileNodeOf(this.topNode),
+            backing: this.layerNodes[0] ?? diskLayerNode(0),
+            'read-only': true,
+          },
+        ],
+      });
+    } finally {
+      if (known !== top) await this.disks.removeFile(known);
+    }
+  }
+
+  /** The file QEMU opened for overlay node `node`: the top's for the first, its own for later. */
+  private fileOfNode(node: string): string {
+    return node === DISK_TOP_NODE
+      ? this.disks.topPath(this.topId)
+      : join(this.disks.dir, `${this.topId}.${node}.qcow2`);
   }
 
   /**

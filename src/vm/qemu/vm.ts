@@ -395,7 +395,7 @@ export class Vm implements Machine {
     let stderr = '';
     const exit = await new Promise<number>((resolve, reject) => {
       const timer = setTimeout(
-        () => reject(new VmError('the template warmup did not finish')),
+        () => reject(new VmError('agent_unresponsive', 'the template warmup did not finish')),
         PREPARE_FREEZE_TIMEOUT_MS,
       );
       const done = (err: Error | null, code = 0): void => {
@@ -411,7 +411,7 @@ export class Vm implements Machine {
               if (stream === 'stderr') stderr = (stderr + data).slice(-4096);
             },
             onExit: (code) => done(null, code),
-            onLost: (reason) => done(new VmError(reason)),
+            onLost: (reason) => done(new VmError('died', reason)),
           },
         );
       } catch (err) {
@@ -420,7 +420,10 @@ export class Vm implements Machine {
     });
     if (exit !== 0) {
       const last = stderr.trim().split('\n').pop() ?? '';
-      throw new VmError(`the template warmup failed (exit ${exit}): ${last.slice(0, 300)}`);
+      throw new VmError(
+        'start_failed',
+        `the template warmup failed (exit ${exit}): ${last.slice(0, 300)}`,
+      );
     }
   }
 
@@ -538,13 +541,13 @@ export class Vm implements Machine {
     let standby = target ? await target.take(path).catch(() => null) : null;
     if (!standby) {
       standby = [];
-      await MemImage.copy(base.path, path, host.owner);
+      await MemImage.copy(base.path, path, host.jail?.group);
     }
     const qmp = this.process.qmp;
     let overlay: PendingOverlay | null = null;
     try {
       // Made while the guest runs; only putting it over the current overlay needs the pause.
-      overlay = this.disk ? await this.disk.prepareCapture(qmp) : null;
+      overlay = this.disk ? await this.disk.prepareCapture(qmp, this.process.uid) : null;
       const pending = overlay;
       const deviceState = await whileStopped(this.runState(), 'always', async () => {
         const saved = await this.process.saveDeviceState();

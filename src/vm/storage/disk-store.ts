@@ -18,6 +18,7 @@ import { execFile } from 'node:child_process';
 import { statSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import {
+  chmod,
   chown,
   copyFile,
   mkdir,
@@ -55,16 +56,22 @@ export class DiskStore {
     dataDir: string,
     /** Where cached templates keep their layer (`templates/<key>/disk.qcow2`). */
     private readonly templatesDir: string,
-    /** QEMU's account, when it runs as one: it writes its overlay and reads the layers. */
-    private readonly owner?: { uid: number; gid: number },
+    /**
+     * The jailed QEMUs' group, when they run jailed: they read the layers through it; each
+     * writes only its own overlay, which its own uid owns.
+     */
+    private readonly group?: number,
   ) {
     this.dir = join(dataDir, 'disks');
   }
 
   async init(): Promise<void> {
     await mkdir(this.dir, { recursive: true, mode: 0o750 });
-    // QEMU's account may open the files it is given, never create or rename any here.
-    if (this.owner) await chown(this.dir, 0, this.owner.gid);
+    // A jailed QEMU may open the files it is given, never list, create or rename any here.
+    if (this.group !== undefined) {
+      await chown(this.dir, 0, this.group);
+      await chmod(this.dir, 0o710);
+    }
   }
 
   /** A fresh id for a VM's overlay. */
@@ -77,13 +84,15 @@ export class DiskStore {
   }
 
   /**
-   * Makes `path` an empty overlay as large as the template disk `base`, writable by QEMU's
-   * account. It has no backing of its own: QEMU is told its chain (vm/qemu/qemu-args.ts, DiskChain).
+   * Makes `path` an empty overlay as large as the template disk `base`, root's until a VM is
+   * given it (QemuProcess chowns its overlay to its uid; a capture's comes with `uid`). It has
+   * no backing of its own: QEMU is told its chain (vm/qemu/qemu-args.ts, DiskChain).
    */
-  async newOverlay(base: string, path: string): Promise<void> {
+  async newOverlay(base: string, path: string, uid?: number): Promise<void> {
     const empty = await this.emptyFor(base);
     await copyFile(empty, path);
-    if (this.owner) await chown(path, this.owner.uid, this.owner.gid);
+    await chmod(path, 0o600);
+    if (uid !== undefined) await chown(path, uid, uid);
   }
 
   /**
@@ -137,6 +146,8 @@ export class DiskStore {
   /** Moves VM top `topId`'s overlay to `dest` (a paused machine's folder) and forgets the top. */
   async moveTop(topId: string, dest: string): Promise<void> {
     await rename(this.topPath(topId), dest);
+    // Paused, it is no VM's: its uid may go to another VM.
+    if (this.group !== undefined) await chown(dest, 0, 0);
     await this.dropTop(topId);
   }
 
@@ -179,11 +190,12 @@ export class DiskStore {
     const recordPath = join(this.dir, `${id}.json`);
     await writeRecord(recordPath, { backing: backing?.id ?? null });
     await rename(this.topPath(topId), path);
-    // No VM may write it any more; QEMUs read it through the group. Expected to fail only on a
-    // filesystem without ownership: restores of this state then fail to start (their QEMU
-    // cannot read the layer), a clean error, where failing this capture after its new overlay
-    // went on would leave the VM's disk half moved.
-    if (this.owner) await chown(path, 0, this.owner.gid).catch(() => undefined);
+    // No VM may write it any more (its capturing QEMU reopens it read-only, vm-disk.ts); QEMUs
+    // read it through the group.
+    if (this.group !== undefined) {
+      await chown(path, 0, this.group);
+      await chmod(path, 0o640);
+    }
     return this.add(id, path, backing, [recordPath], false);
   }
 
@@ -220,7 +232,10 @@ export class DiskStore {
         'qcow2',
         tmp,
       ]);
-      if (this.owner) await chown(tmp, 0, this.owner.gid);
+      if (this.group !== undefined) {
+        await chown(tmp, 0, this.group);
+        await chmod(tmp, 0o640);
+      }
       await writeRecord(recordPath, { backing: null });
       await rename(tmp, path);
     } catch (err) {

@@ -6,7 +6,7 @@
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { lchown, rm } from 'node:fs/promises';
+import { chmod, lchown, rm } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { SharedFile } from './shared-file.js';
@@ -16,13 +16,17 @@ const run = promisify(execFile);
 export class MemImage extends SharedFile {
   /**
    * Copies `from` to `to`, keeping holes (zero pages cost nothing) and sharing blocks where the
-   * filesystem can (reflinks on XFS or btrfs make the copy instant), and gives the copy to
-   * QEMU's account when QEMU runs as one.
+   * filesystem can (reflinks on XFS or btrfs make the copy instant). With jailed QEMUs, the copy
+   * is root's and read-write for their `group`: QEMU 7.2 maps a RAM file only from a read-write
+   * descriptor, even a private copy-on-write mapping.
    */
-  static async copy(from: string, to: string, owner?: { uid: number; gid: number }): Promise<void> {
+  static async copy(from: string, to: string, group?: number): Promise<void> {
     try {
       await run('cp', ['--sparse=always', '--reflink=auto', from, to]);
-      if (owner) await lchown(to, owner.uid, owner.gid);
+      if (group !== undefined) {
+        await lchown(to, 0, group);
+        await chmod(to, 0o660);
+      }
     } catch (err) {
       await rm(to, { force: true });
       throw err;

@@ -1,0 +1,317 @@
+/**
+ * The jail of each VM (docs/operations.md, Security), tested the way an attacker would use it:
+ * the test plays a guest that has taken over its QEMU. It starts a process as sandbox A's uid,
+ * in A's QEMU's namespaces and cgroup leaf, with no capabilities and no_new_privs (what A's
+ * QEMU has), and shows what it cannot reach: sandbox B's sockets, overlay and process, A's own
+ * frozen layers for writing, the folders where the names of other sandboxes' files are, and
+ * hostd's API. Real hostd, real VMs; needs root (hostd jails VMs only as root).
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtemp, readFile, readdir, readlink, rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { sandboxQemuPid, startHostd, type Hostd } from '../../testkit/hostd.js';
+import { run } from '../../testkit/exec.js';
+import { createSandbox, reportFailure, withSandboxes } from '../../testkit/sandboxes.js';
+
+const asRoot = process.getuid?.() === 0;
+const TEMPLATE = 'python-slim';
+
+const env = { SERVICE_TEMPLATES: TEMPLATE, SERVICE_POOL_SIZE: '0', SERVICE_FORK_STANDBY_MAX: '0' };
+let hostd: Hostd;
+/** Kept across the restart of the last test: the second hostd re-adopts the first's VMs. */
+let dataDir: string;
+let stateDir: string;
+before(async () => {
+  if (!asRoot) return;
+  dataDir = await mkdtemp('/var/tmp/hostd-test-data-');
+  stateDir = await mkdtemp('/dev/shm/hostd-test-');
+  hostd = await startHostd({ env, dataDir, stateDir });
+});
+after(async () => {
+  await hostd?.stop();
+  if (dataDir) await rm(dataDir, { recursive: true, force: true });
+});
+
+/** What the jail of sandbox `id` is made of, read from the host. */
+interface JailOf {
+  pid: number;
+  uid: number;
+  vmDir: string;
+  /** Its overlay (the one disk file it writes) and the record naming the layer under it. */
+  top: string;
+  cgroupProcs: string[];
+}
+
+async function jailOf(id: string): Promise<JailOf> {
+  const pid = await sandboxQemuPid(hostd, id);
+  const record = JSON.parse(
+    await readFile(join(hostd.dataDir, 'sandboxes', `${id}.json`), 'utf8'),
+  ) as { vm: string; running: { disk: string } };
+  const vmDir = join(hostd.stateDir, 'vms', record.vm);
+  const uid = (await stat(vmDir)).uid;
+  return {
+    pid,
+    uid,
+    vmDir,
+    top: join(hostd.dataDir, 'disks', `${record.running.disk}.qcow2`),
+    cgroupProcs: await cgroupProcsOf(pid),
+  };
+}
+
+/** The cgroup.procs files of the leaves process `pid` is in (v2, or v1's hierarchies). */
+async function cgroupProcsOf(pid: number): Promise<string[]> {
+  const files: string[] = [];
+  for (const line of (await readFile(`/proc/${pid}/cgroup`, 'utf8')).trim().split('\n')) {
+    const [, controllers, path] = line.split(':') as [string, string, string];
+    if (!path.startsWith('/hostd-vms/')) continue;
+    const roots =
+      controllers === ''
+        ? ['/sys/fs/cgroup', '/sys/fs/cgroup/unified']
+        : controllers.split(',').map((c) => `/sys/fs/cgroup/${c}`);
+    for (const root of roots) {
+      const procs = join(root, path, 'cgroup.procs');
+      if (spawnSync('test', ['-e', procs]).status === 0) files.push(procs);
+    }
+  }
+  return files;
+}
+
+/**
+ * Runs the Python `script` as a compromised QEMU of `jail` would: in its cgroup leaf, its
+ * mount, PID, network, IPC, UTS and cgroup namespaces, as its uid with its group, no
+ * capabilities and no_new_privs. The script prints one JSON object; returns it.
+ */
+function asCompromisedQemu(
+  jail: JailOf,
+  script: string,
+  args: Record<string, unknown>,
+): Record<string, string> {
+  const r = spawnSync(
+    '/bin/sh',
+    [
+      '-c',
+      'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"',
+      'attacker',
+      ...jail.cgroupProcs,
+      '--',
+      'nsenter',
+      `--target=${jail.pid}`,
+      '--mount',
+      '--pid',
+      '--net',
+      '--ipc',
+      '--uts',
+      '--cgroup',
+      '--',
+      'setpriv',
+      `--reuid=${jail.uid}`,
+      `--regid=${jail.uid}`,
+      `--groups=${hostdVmGid()}`,
+      '--inh-caps=-all',
+      '--bounding-set=-all',
+      '--no-new-privs',
+      '--',
+      // Debian's, not whatever is first on the test's PATH (a pyenv shim under /root).
+      '/usr/bin/python3',
+      '-c',
+      ATTACK_PRELUDE + script,
+      JSON.stringify(args),
+    ],
+    { encoding: 'utf8', timeout: 30_000 },
+  );
+  assert.equal(r.status, 0, `the attacker did not run: ${r.stderr}`);
+  return JSON.parse(r.stdout) as Record<string, string>;
+}
+
+function hostdVmGid(): number {
+  const line = spawnSync('getent', ['group', 'hostd-vm'], { encoding: 'utf8' }).stdout;
+  return Number(line.split(':')[2]);
+}
+
+/** `attempt(name, fn)` records "ok" or the errno's name of each try; `done()` prints them. */
+const ATTACK_PRELUDE = `
+import errno, json, os, signal, socket, sys
+args = json.loads(sys.argv[1])
+results = {}
+def attempt(name, fn):
+    try:
+        fn()
+        results[name] = 'ok'
+    except OSError as e:
+        results[name] = errno.errorcode.get(e.errno, str(e.errno))
+def done():
+    print(json.dumps(results))
+`;
+
+describe('a compromised QEMU, jailed', { skip: !asRoot && 'needs root' }, () => {
+  test('runs as a uid of its own, with no capabilities, no_new_privs and its own namespaces and leaf', async () => {
+    await withSandboxes(hostd, async ({ create }) => {
+      const [a, b] = [await create({ template: TEMPLATE }), await create({ template: TEMPLATE })];
+      const [ja, jb] = [await jailOf(a), await jailOf(b)];
+      assert.notEqual(ja.uid, jb.uid);
+      assert.ok(ja.uid >= 200000 && jb.uid >= 200000, `uids ${ja.uid}, ${jb.uid}`);
+      const status = await readFile(`/proc/${ja.pid}/status`, 'utf8');
+      assert.match(status, /^CapEff:\s+0+$/m);
+      assert.match(status, /^CapBnd:\s+0+$/m);
+      assert.match(status, /^NoNewPrivs:\s+1$/m);
+      assert.match(status, /^Seccomp:\s+2$/m); // -sandbox on
+      for (const ns of ['mnt', 'pid', 'net', 'ipc']) {
+        const [mine, its] = await Promise.all([
+          readlink(`/proc/self/ns/${ns}`),
+          readlink(`/proc/${ja.pid}/ns/${ns}`),
+        ]);
+        assert.notEqual(its, mine, `${ns} namespace`);
+      }
+      assert.ok(ja.cgroupProcs.length > 0, 'a cgroup leaf');
+      const vmDir = await stat(ja.vmDir);
+      assert.equal(vmDir.mode & 0o777, 0o700);
+      const top = await stat(ja.top);
+      assert.equal(top.uid, ja.uid);
+      assert.equal(top.mode & 0o777, 0o600);
+    });
+  });
+
+  test('cannot reach another VM: its sockets, overlay, process, memory, or the names of its files', async () => {
+    await withSandboxes(hostd, async ({ create }) => {
+      const [a, b] = [await create({ template: TEMPLATE }), await create({ template: TEMPLATE })];
+      const [ja, jb] = [await jailOf(a), await jailOf(b)];
+      const results = asCompromisedQemu(
+        ja,
+        `
+for sock in ('qmp.sock', 'agent.sock', 'files.sock'):
+    def connect(path=os.path.join(args['bDir'], sock)):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(path)
+    attempt('connect B ' + sock, connect)
+attempt('read B overlay', lambda: open(args['bTop'], 'rb').read(1))
+attempt('write B overlay', lambda: open(args['bTop'], 'r+b'))
+attempt('read B memory', lambda: open('/proc/%d/mem' % args['bPid'], 'rb'))
+attempt('signal B', lambda: os.kill(args['bPid'], signal.SIGKILL))
+for d in ('vms', 'disks', 'images', 'templates', 'paused', 'sandboxes'):
+    base = args['stateDir'] if d == 'vms' else args['dataDir']
+    attempt('list ' + d, lambda p=os.path.join(base, d): os.listdir(p))
+pids = [p for p in os.listdir('/proc') if p.isdigit()]
+others = [p for p in pids if p != str(os.getpid())]  # its own command line holds B's folder
+results['processes seen'] = str(len(pids))
+results['sees B'] = str(any(args['bDir'] in open('/proc/%s/cmdline' % p, 'rb').read().decode(errors='replace') for p in others))
+done()
+`,
+        {
+          bDir: jb.vmDir,
+          bTop: jb.top,
+          bPid: jb.pid,
+          stateDir: hostd.stateDir,
+          dataDir: hostd.dataDir,
+        },
+      );
+      assert.deepEqual(results, {
+        'connect B qmp.sock': 'EACCES',
+        'connect B agent.sock': 'EACCES',
+        'connect B files.sock': 'EACCES',
+        'read B overlay': 'EACCES',
+        'write B overlay': 'EACCES',
+        // B's QEMU is not in A's PID namespace: its pid names nothing there.
+        'read B memory': 'ENOENT',
+        'signal B': 'ESRCH',
+        'list vms': 'EACCES',
+        'list disks': 'EACCES',
+        'list images': 'EACCES',
+        'list templates': 'EACCES',
+        'list paused': 'EACCES',
+        'list sandboxes': 'EACCES',
+        // A's QEMU (its PID 1) and the attacker itself.
+        'processes seen': '2',
+        'sees B': 'False',
+      });
+      // B never noticed.
+      assert.equal((await run(hostd, b, 'print(1)')).stdout.trim(), '1');
+    });
+  });
+
+  test('cannot write the layers its disk sits on, nor reach hostd over the network', async () => {
+    await withSandboxes(hostd, async ({ create, track }) => {
+      const a = await create({ template: TEMPLATE });
+      await run(hostd, a, 'open("/tmp/x", "w").write("parent")');
+      // A fork freezes A's overlay: it becomes a layer under A and its child.
+      const fork = await hostd.json<{ children: { id: string }[] }>(
+        'POST',
+        `/v1/sandboxes/${a}/fork`,
+        { n: 1 },
+      );
+      assert.equal(fork.status, 200, JSON.stringify(fork.body));
+      track(fork.body.children.map((c) => c.id));
+      const ja = await jailOf(a);
+      const topRecord = JSON.parse(await readFile(ja.top.replace(/\.qcow2$/, '.json'), 'utf8')) as {
+        backing: string;
+      };
+      const layer = join(hostd.dataDir, 'disks', `${topRecord.backing}.qcow2`);
+      const templateLayers = (await readdir(join(hostd.dataDir, 'templates')))
+        .filter((k) => !k.startsWith('.'))
+        .map((k) => join(hostd.dataDir, 'templates', k, 'disk.qcow2'));
+      const port = Number(new URL(hostd.url).port);
+      const results = asCompromisedQemu(
+        ja,
+        `
+attempt('write own frozen layer', lambda: open(args['layer'], 'r+b'))
+attempt('read own frozen layer', lambda: open(args['layer'], 'rb').read(1))
+for i, t in enumerate(args['templateLayers']):
+    attempt('write template layer %d' % i, lambda t=t: open(t, 'r+b'))
+def api():
+    s = socket.create_connection(('127.0.0.1', args['port']), timeout=5)
+attempt('reach hostd API', api)
+results['interfaces'] = ','.join(sorted(l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:]))
+done()
+`,
+        { layer, templateLayers, port },
+      );
+      assert.equal(results['write own frozen layer'], 'EACCES');
+      // Nor can A's QEMU itself: it reopened the layer it froze read-only.
+      assert.deepEqual(await openModes(ja.pid, layer), ['O_RDONLY']);
+      assert.equal(results['read own frozen layer'], 'ok');
+      templateLayers.forEach((_, i) =>
+        assert.equal(results[`write template layer ${i}`], 'EACCES'),
+      );
+      assert.notEqual(results['reach hostd API'], 'ok');
+      assert.equal(results.interfaces, 'lo');
+      // The host itself reaches hostd: the refusal above is the jail's.
+      assert.equal((await hostd.request('GET', '/v1/sandboxes')).status, 200);
+    });
+  });
+
+  test('a VM re-adopted after a crash of hostd keeps its uid; new VMs get others', async () => {
+    // Not withSandboxes: its clean-up would talk to the hostd this test kills.
+    const ids: string[] = [];
+    try {
+      ids.push(await createSandbox(hostd, { template: TEMPLATE }));
+      const before = await jailOf(ids[0]!);
+      await hostd.stop('SIGKILL');
+      hostd = await startHostd({ env, dataDir, stateDir });
+      assert.equal((await run(hostd, ids[0]!, 'print(1)')).stdout.trim(), '1');
+      const after = await jailOf(ids[0]!);
+      assert.equal(after.pid, before.pid);
+      assert.equal(after.uid, before.uid);
+      ids.push(await createSandbox(hostd, { template: TEMPLATE }));
+      assert.notEqual((await jailOf(ids[1]!)).uid, before.uid);
+    } catch (err) {
+      for (const id of ids) await reportFailure(hostd, id);
+      throw err;
+    } finally {
+      for (const id of ids) await hostd.request('DELETE', `/v1/sandboxes/${id}`);
+    }
+  });
+});
+
+/** How process `pid` holds `path` open: the access mode of each descriptor on it. */
+async function openModes(pid: number, path: string): Promise<string[]> {
+  const modes: string[] = [];
+  for (const fd of await readdir(`/proc/${pid}/fd`)) {
+    const target = await readlink(`/proc/${pid}/fd/${fd}`).catch(() => '');
+    if (target !== path) continue;
+    const info = await readFile(`/proc/${pid}/fdinfo/${fd}`, 'utf8');
+    const flags = parseInt(/^flags:\s+(\d+)$/m.exec(info)![1]!, 8);
+    modes.push(['O_RDONLY', 'O_WRONLY', 'O_RDWR'][flags & 3]!);
+  }
+  return modes;
+}

@@ -1,0 +1,91 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  VmUidPool,
+  accountsInRange,
+  parseIdRange,
+  processUids,
+} from '../../src/vm/host/vm-uids.js';
+
+const range = { first: 200000, last: 200003 };
+
+test('each VM gets a uid of its own from the range, handed out in turn', () => {
+  const pool = new VmUidPool(range, () => new Set());
+  assert.deepEqual([pool.allocate(), pool.allocate()], [200000, 200001]);
+  pool.release(200000);
+  // A freed uid rests while others are free: the next one in turn comes first.
+  assert.equal(pool.allocate(), 200002);
+  assert.equal(pool.allocate(), 200003);
+  assert.equal(pool.allocate(), 200000);
+  assert.throws(() => pool.allocate(), /no free uid left in SERVICE_VM_UID_RANGE 200000-200003/);
+});
+
+test('a uid that a process still runs as is never handed out', () => {
+  const live = new Set([200000, 200002]);
+  const pool = new VmUidPool(range, () => live);
+  assert.equal(pool.allocate(), 200001);
+  assert.equal(pool.allocate(), 200003);
+  assert.throws(() => pool.allocate());
+  live.clear();
+  assert.equal(pool.allocate(), 200000);
+});
+
+test("a re-adopted VM keeps its uid; uids outside the range are not the pool's", () => {
+  const pool = new VmUidPool(range, () => new Set());
+  assert.equal(pool.claim(200000), true);
+  assert.equal(pool.claim(995), false);
+  assert.equal(pool.allocate(), 200001);
+  assert.equal(pool.inUse, 2);
+});
+
+test('SERVICE_VM_UID_RANGE is first-last above the system accounts', () => {
+  assert.deepEqual(parseIdRange('200000-265535'), { first: 200000, last: 265535 });
+  for (const bad of ['', '200000', '5-10', '300-200000x', '200001-200000']) {
+    assert.throws(() => parseIdRange(bad), /SERVICE_VM_UID_RANGE/, bad);
+  }
+});
+
+test('accounts whose uid or gid fall in the range are found', () => {
+  const passwd =
+    'root:x:0:0::/root:/bin/sh\nsub:x:200001:100::/:/bin/sh\ng:x:1000:200003::/:/bin/sh\n';
+  assert.deepEqual(accountsInRange(passwd, range), ['sub', 'g']);
+});
+
+test('processUids sees this process', () => {
+  assert.ok(processUids().has(process.getuid!()));
+});
+
+test('a jailed QEMU joins its cgroup leaf, then new namespaces, then drops to its uid', async () => {
+  const { Jail } = await import('../../src/vm/host/vm-jail.js');
+  const cgroups = {
+    version: 'v2' as const,
+    prepare: (uid: number) => Promise.resolve([`/cg/vm-${uid}/cgroup.procs`]),
+    remove: () => Promise.resolve(),
+  };
+  const jail = new Jail(new VmUidPool(range, () => new Set()), 995, {
+    namespaces: true,
+    cgroups,
+  });
+  const uid = jail.allocate();
+  const argv = await jail.enter(uid, { memoryBytes: 1, pids: 1, cpuWeight: 100 });
+  const at = (s: string): number => argv.indexOf(s);
+  assert.ok(argv.includes('/cg/vm-200000/cgroup.procs'));
+  assert.ok(at('/bin/sh') < at('unshare') && at('unshare') < at('setpriv'));
+  for (const ns of ['--mount', '--pid', '--net', '--ipc', '--mount-proc', '--fork']) {
+    assert.ok(argv.includes(ns), ns);
+  }
+  assert.deepEqual(argv.slice(at('setpriv')), [
+    'setpriv',
+    '--reuid',
+    '200000',
+    '--regid',
+    '200000',
+    '--groups',
+    '995',
+    '--inh-caps=-all',
+    '--bounding-set=-all',
+    '--no-new-privs',
+    '--',
+  ]);
+  assert.equal(jail.forks, true);
+});
