@@ -46,6 +46,8 @@ export interface SnapshotRecord {
   readonly template: string;
   readonly created_at: string;
   readonly size_bytes: number;
+  /** A name of the caller's (absent in records of older runs: none). */
+  readonly name?: string | null;
   /** The source sandbox's egress rules: sandboxes created from the snapshot inherit them. */
   readonly allow_out?: readonly string[];
   readonly state: StateDescriptor;

@@ -419,8 +419,8 @@ export class SandboxManager {
     return this.lineage.merge(parentId, winnerId);
   }
 
-  /** Keeps the sandbox's whole state as a snapshot; the sandbox runs on. */
-  async snapshot(id: string): Promise<SnapshotInfo> {
+  /** Keeps the sandbox's whole state as a snapshot (named `name`, if given); the sandbox runs on. */
+  async snapshot(id: string, name: string | null = null): Promise<SnapshotInfo> {
     this.ensureRunning();
     const { sandbox, release } = await this.registry.acquire(id, undefined, 'both');
     try {
@@ -431,7 +431,7 @@ export class SandboxManager {
       });
       await state.discardPrepared();
       const size = this.hypervisor.stateSizeBytes(state);
-      const info = this.snapshots.add(state, sandbox, size);
+      const info = this.snapshots.add(state, sandbox, size, name);
       sandbox.touch();
       this.log.info({ sandbox: id, snapshot: info.snapshot_id, size }, 'snapshot taken');
       return info;
@@ -446,6 +446,11 @@ export class SandboxManager {
 
   describeSnapshot(id: string): SnapshotInfo {
     return this.snapshots.describe(id);
+  }
+
+  /** The newest snapshot named `name`, or null. */
+  snapshotByName(name: string): SnapshotInfo | null {
+    return this.snapshots.byName(name);
   }
 
   deleteSnapshot(id: string): void {

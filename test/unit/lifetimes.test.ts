@@ -201,3 +201,19 @@ describe('stop events', () => {
     await manager.shutdown();
   });
 });
+
+describe('snapshot names', () => {
+  test('a snapshot keeps its name; the newest of a name is found by it; unnamed ones are null', async () => {
+    const { manager } = await started();
+    const { id } = await manager.create({ template: 'slim' });
+    const first = await manager.snapshot(id, 'base-image');
+    const unnamed = await manager.snapshot(id);
+    const second = await manager.snapshot(id, 'base-image');
+    assert.equal(first.name, 'base-image');
+    assert.equal(unnamed.name, null);
+    assert.equal(manager.snapshotByName('base-image')?.snapshot_id, second.snapshot_id);
+    assert.equal(manager.snapshotByName('nothing'), null);
+    assert.equal(manager.describeSnapshot(first.snapshot_id).name, 'base-image');
+    await manager.shutdown();
+  });
+});

@@ -141,6 +141,8 @@ class SnapshotInfo(TypedDict):
     size_bytes: int
     created_at: str
     sandboxes: int
+    #: The name it was given, or None.
+    name: Optional[str]
 
 
 class TemplateInfo(TypedDict):

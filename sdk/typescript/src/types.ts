@@ -161,6 +161,8 @@ export interface SnapshotInfo {
   created_at: string;
   /** Running or paused sandboxes that still use the snapshot's files. */
   sandboxes: number;
+  /** The name it was given, or null. */
+  name?: string | null;
 }
 
 /** A template (guest environment) as hostd describes it. */
