@@ -14,6 +14,7 @@ import { ForkStandby } from './fork-standby.js';
 import type { HostFree } from './host-resources.js';
 import { IdleReaper } from './idle-reaper.js';
 import { LifetimeKeeper } from './lifetimes.js';
+import { MetricsSampler, type SandboxMetric } from './sandbox-metrics.js';
 import type { RecordStore, SandboxRecord, SnapshotRecord } from './journal.js';
 import { asMachineError, Lineage } from './lineage.js';
 import { TemplatePool, type PoolStats, type RefillPauses } from './pool.js';
@@ -32,6 +33,7 @@ export type { FileDownload, FileEntry, ExtractResult, WriteResult } from './sand
 export type { Language } from '../vm/machine.js';
 export type { SnapshotInfo } from './snapshots.js';
 export type { Lifetime, SandboxInfo } from './sandbox.js';
+export type { SandboxMetric } from './sandbox-metrics.js';
 export type { TemplateInfo } from './template-catalog.js';
 
 /** Hooks for metrics; the api layer wires them to prom-client. */
@@ -118,6 +120,7 @@ export class SandboxManager {
   private readonly lineage: Lineage;
   private readonly reaper: IdleReaper;
   private readonly lifetimes: LifetimeKeeper;
+  private readonly sampler: MetricsSampler;
   private readonly snapshots: Snapshots;
   private readonly network: SandboxNetwork;
   /** Reading and writing sandboxes' files (docs/api.md, Files). */
@@ -205,6 +208,20 @@ export class SandboxManager {
       (s) => this.expire(s),
     );
     this.registry.onExpiryChange = () => this.lifetimes.reschedule();
+    this.sampler = new MetricsSampler(
+      () => this.registry.all(),
+      (s) => {
+        try {
+          const t = this.catalog.describe(s.template);
+          return { vcpus: t.vcpus, memoryMib: t.memory_mib, diskMib: t.disk_mib };
+        } catch {
+          return { vcpus: 1, memoryMib: 0, diskMib: 0 }; // a template no longer served
+        }
+      },
+    );
+    this.registry.onStopped((id, why) => {
+      if (why === 'deleted') this.sampler.forget(id);
+    });
   }
 
   /**
@@ -245,6 +262,7 @@ export class SandboxManager {
     if (removed) this.log.info({ removed }, 'removed frozen states no record uses');
     this.catalog.buildMissing();
     this.reaper.start();
+    this.sampler.start();
     // Lifetimes that ended while hostd was down end now.
     this.lifetimes.sweep();
   }
@@ -407,6 +425,15 @@ export class SandboxManager {
     return sandbox.info();
   }
 
+  /**
+   * What sandbox `id` used, sampled every 5 s while it ran, in [fromMs, toMs] (core/
+   * sandbox-metrics.ts); the last 30 minutes are kept.
+   */
+  metrics(id: string, fromMs?: number, toMs?: number): SandboxMetric[] {
+    this.registry.get(id, false);
+    return this.sampler.samples(id, fromMs, toMs);
+  }
+
   /** Forks `id` into n copy-on-write children, all or nothing (core/lineage.ts). */
   fork(id: string, n: number): Promise<Sandbox[]> {
     this.ensureRunning();
@@ -507,6 +534,7 @@ export class SandboxManager {
     this.stopping = true;
     this.reaper.stop();
     this.lifetimes.stop();
+    this.sampler.stop();
     this.catalog.stopBuilding();
     await Promise.allSettled([...this.creating]);
     const all = this.registry.all();
