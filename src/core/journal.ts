@@ -36,6 +36,8 @@ export interface SandboxRecord {
   /** A paused sandbox's machine on disk. */
   readonly paused?: PausedDescriptor;
   readonly paused_at?: string;
+  /** Who paused it (absent in records of older runs: unknown, shown as null). */
+  readonly paused_by?: 'request' | 'lifetime' | 'idle' | 'shutdown' | null;
   /** Why a lost sandbox was lost. */
   readonly error?: string;
 }

@@ -19,7 +19,7 @@ import type { RecordStore, SandboxRecord, SnapshotRecord } from './journal.js';
 import { asMachineError, Lineage } from './lineage.js';
 import { TemplatePool, type PoolStats, type RefillPauses } from './pool.js';
 import { SandboxRegistry, type StopListener } from './registry.js';
-import { Sandbox, type Lifetime, type SandboxInfo } from './sandbox.js';
+import { Sandbox, type Lifetime, type PauseReason, type SandboxInfo } from './sandbox.js';
 import { Snapshots, type SnapshotInfo } from './snapshots.js';
 import { SandboxFiles } from './sandbox-files.js';
 import { SandboxNetwork, type EgressEnvironment } from './network.js';
@@ -32,7 +32,7 @@ export { validateAllowOut } from './network.js';
 export type { FileDownload, FileEntry, ExtractResult, WriteResult } from './sandbox-files.js';
 export type { Language } from '../vm/machine.js';
 export type { SnapshotInfo } from './snapshots.js';
-export type { Lifetime, SandboxInfo } from './sandbox.js';
+export type { Lifetime, PauseReason, SandboxInfo } from './sandbox.js';
 export type { SandboxMetric } from './sandbox-metrics.js';
 export type { TemplateInfo } from './template-catalog.js';
 
@@ -195,7 +195,7 @@ export class SandboxManager {
         idle: async (s) => {
           const pause = (options.idleAction ?? 'pause') === 'pause';
           log.info({ sandbox: s.id, idleS: options.idleTimeoutS, pause }, 'idle sandbox');
-          await (pause ? this.pause(s.id) : this.delete(s.id));
+          await (pause ? this.pause(s.id, 'idle') : this.delete(s.id));
         },
         expired: async (s) => {
           log.info({ sandbox: s.id }, 'deleting a sandbox paused for too long');
@@ -235,7 +235,7 @@ export class SandboxManager {
     try {
       if (!pause) return await this.delete(s.id);
       s.currentRun?.interrupt('the sandbox reached the end of its lifetime');
-      await this.pause(s.id);
+      await this.pause(s.id, 'lifetime');
     } catch (err) {
       if (!this.registry.holds(s) || s.paused) return;
       this.log.error({ err, sandbox: s.id }, 'could not end a sandbox whose lifetime is up');
@@ -485,20 +485,26 @@ export class SandboxManager {
     this.log.info({ snapshot: id }, 'snapshot deleted');
   }
 
-  /** Writes the sandbox to disk and stops its machine; a no-op when it is paused already. */
-  async pause(id: string): Promise<SandboxInfo> {
+  /**
+   * Writes the sandbox to disk and stops its machine; when it is paused already, only who paused
+   * it changes (a client's pause of a sandbox hostd paused makes it the client's).
+   */
+  async pause(id: string, by: PauseReason = 'request'): Promise<SandboxInfo> {
     const sandbox = this.registry.get(id, true);
     const release = await sandbox.acquireAll();
     try {
       if (!this.registry.holds(sandbox)) throw fail('sandboxNotFound', id);
       const { machine } = sandbox;
-      if (!machine) return sandbox.info();
+      if (!machine) {
+        if (by === 'request') this.registry.setPausedBy(sandbox, by);
+        return sandbox.info();
+      }
       this.ensureStorage(0);
       const paused = await machine.pause().catch((err: unknown) => {
         throw asMachineError(err, this.log, 'vmOperationFailed', 'pause the sandbox');
       });
-      this.registry.markPaused(sandbox, paused);
-      this.log.info({ sandbox: id, bytes: paused.sizeBytes }, 'sandbox paused');
+      this.registry.markPaused(sandbox, paused, by);
+      this.log.info({ sandbox: id, bytes: paused.sizeBytes, by }, 'sandbox paused');
       return sandbox.info();
     } finally {
       release();
@@ -654,6 +660,7 @@ export class SandboxManager {
         if (record.state === 'paused' && record.paused) {
           sandbox.paused = await this.hypervisor.openPaused(record.paused);
           sandbox.pausedAt = new Date(record.paused_at ?? Date.now());
+          sandbox.pausedBy = record.paused_by ?? null;
         } else if (record.running) {
           const machine = await this.hypervisor.adopt(record.running);
           sandbox.setMachine(machine);
@@ -691,7 +698,7 @@ export class SandboxManager {
         try {
           const { machine } = sandbox;
           if (!machine || !this.registry.holds(sandbox)) continue;
-          this.registry.markPaused(sandbox, await machine.pause());
+          this.registry.markPaused(sandbox, await machine.pause(), 'shutdown');
         } catch (err) {
           this.log.error({ err, sandbox: sandbox.id }, 'could not pause on shutdown: it is lost');
         } finally {

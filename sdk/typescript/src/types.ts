@@ -121,6 +121,8 @@ export interface SandboxInfo {
   on_timeout?: 'delete' | 'pause' | null;
   /** When a running sandbox's lifetime ends (ISO 8601); null while paused or without one. */
   expires_at?: string | null;
+  /** Why a paused sandbox is paused (`request`, `lifetime`, `idle`, `shutdown`); null running. */
+  paused_by?: 'request' | 'lifetime' | 'idle' | 'shutdown' | null;
 }
 
 /** A file, directory or link inside a sandbox, as `files.list` and `files.stat` describe it. */
