@@ -104,7 +104,7 @@ def detail(path, st, names, name=None):
     entry = {"name": name if name is not None else (os.path.basename(path) or "/"),
              "path": path, "type": _kind(mode), "size": st.st_size,
              "mode": stat.S_IMODE(mode), "mtime_ms": st.st_mtime_ns // 1000000,
-             "mtime_ns": st.st_mtime_ns, "owner": names.user(st.st_uid),
+             "mtime_ns": str(st.st_mtime_ns), "owner": names.user(st.st_uid),
              "group": names.group(st.st_gid), "permissions": permissions(mode)}
     if stat.S_ISLNK(mode):
         try:

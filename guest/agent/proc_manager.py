@@ -31,9 +31,9 @@ class StartError(Exception):
     """A process could not start: `code` is one of unknown_user, invalid_cwd, start_failed,
     invalid_argument (guest/PROTOCOL.md)."""
 
-    def __init__(self, code, message):
+    def __init__(self, code, message, **fields):
         super().__init__(message)
-        self.code, self.message = code, message
+        self.code, self.message, self.fields = code, message, fields
 
 
 class InputError(Exception):
@@ -104,9 +104,9 @@ class ProcessManager:
         try:
             cwd = guest_users.resolve(spec["cwd"] or "", user.home)
         except guest_users.BadPath as e:
-            raise StartError("invalid_cwd", "cwd: %s" % e) from None
+            raise StartError("invalid_cwd", "cwd: %s" % e, path=spec["cwd"]) from None
         if not os.path.isdir(cwd):
-            raise StartError("invalid_cwd", "cwd '%s' does not exist" % cwd)
+            raise StartError("invalid_cwd", "cwd '%s' does not exist" % cwd, path=cwd)
         spec["cwd"] = cwd
         env = guest_users.environment(user, self.env.current() if self.env else {})
         env.update(spec["envs"])

@@ -217,8 +217,9 @@ class Server:
             return self._error(frame_id, "bad_request", "unknown op %r" % (op,))
         handler(frame_id, msg)
 
-    def _error(self, frame_id, code, message):
-        self._send_json(frame_id, {"op": "error", "code": code, "message": message})
+    def _error(self, frame_id, code, message, **fields):
+        fields.update(op="error", code=code, message=message)
+        self._send_json(frame_id, fields)
 
     def _ok(self, frame_id, **fields):
         fields["op"] = "ok"
@@ -241,7 +242,7 @@ class Server:
         try:
             proc = self.manager.start(msg)
         except StartError as e:
-            return self._error(sub_id, e.code, e.message)
+            return self._error(sub_id, e.code, e.message, **e.fields)
         self._subscribe(sub_id, proc)
 
     def _connect(self, sub_id, msg):

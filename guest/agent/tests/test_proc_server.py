@@ -116,6 +116,7 @@ class WorkingDirectory(ProcTestCase):
         self.assertIn("cwd '/no/such/dir' does not exist", msg["message"])
 
 
+@unittest.skipUnless(os.geteuid() == 0, "running as another user needs root")
 class Users(ProcTestCase):
     def test_a_process_runs_with_the_users_ids_home_and_names(self):
         out, _, _ = self.host.run('id -u; id -g; echo "$HOME $USER"', user="nobody", cwd="/")
