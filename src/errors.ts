@@ -82,6 +82,18 @@ export const Errors = {
     (path: string, hint: string) => `${path} is a directory${hint}`,
   ),
   notADirectory: def('not_a_directory', 400, (path: string) => `${path} is not a directory`),
+  /** A user name the sandbox has no account for (processes, files as a user). */
+  unknownUser: def('unknown_user', 400, (name: string) => `invalid username: '${name}'`),
+  /** A process's working directory that does not exist (the message is E2B's envd's). */
+  invalidCwd: def('invalid_cwd', 400, (path: string) => `cwd '${path}' does not exist`),
+  /** The guest could not execute a process's program. */
+  processStartFailed: def(
+    'process_start_failed',
+    400,
+    (why: string) => `the process could not start: ${why}`,
+  ),
+  /** A process request the guest refused as malformed (an environment variable named "A=B"). */
+  invalidProcessRequest: def('invalid_request', 400, (why: string) => why),
 
   // --- 403 ---------------------------------------------------------------------------------
   /** The guest refused a file operation (a read-only filesystem such as /proc, EACCES). */
@@ -119,10 +131,38 @@ export const Errors = {
   ),
   snapshotNotFound: def('snapshot_not_found', 404, (id: string) => `snapshot ${id} not found`),
   fileNotFound: def('file_not_found', 404, (path: string) => `${path} does not exist`),
+  /** No running process has that pid (or tag); E2B's envd words it the same way. */
+  processNotFound: def(
+    'process_not_found',
+    404,
+    (what: string) => `process with ${what} not found`,
+  ),
   routeNotFound: def(
     'route_not_found',
     404,
     (method: string, path: string) => `no route for ${method} ${path}`,
+  ),
+
+  // --- 409 ---------------------------------------------------------------------------------
+  /** Input to a process started without stdin, or after its stdin was closed. */
+  stdinClosed: def(
+    'stdin_closed',
+    409,
+    (what: string) =>
+      `the stdin of the process with ${what} is not open (start it with stdin, and write before closing it)`,
+  ),
+  /** A process or watch stream that ended because the sandbox's machine went away. */
+  streamInterrupted: def(
+    'stream_interrupted',
+    409,
+    (why: string) => `the stream ended before its process: ${why}`,
+  ),
+  /** A sandbox restored from a state made before machines had the processes port. */
+  processesUnavailable: def(
+    'processes_unavailable',
+    409,
+    (id: string) =>
+      `sandbox ${id} was made by an earlier hostd, whose machines cannot run processes; create a new sandbox`,
   ),
 
   // --- 413 / 415 ---------------------------------------------------------------------------

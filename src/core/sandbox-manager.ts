@@ -20,6 +20,7 @@ import { SandboxRegistry } from './registry.js';
 import { Sandbox, type SandboxInfo } from './sandbox.js';
 import { Snapshots, type SnapshotInfo } from './snapshots.js';
 import { SandboxFiles } from './sandbox-files.js';
+import { SandboxProcesses } from './sandbox-processes.js';
 import { SandboxNetwork, type EgressEnvironment } from './network.js';
 import { TemplateCatalog, type TemplateInfo } from './template-catalog.js';
 import type { TemplatePlan } from './template-plan.js';
@@ -27,6 +28,16 @@ import type { TemplatePlan } from './template-plan.js';
 export { MAX_FORK } from './lineage.js';
 export { validateAllowOut } from './network.js';
 export type { FileDownload, FileEntry, ExtractResult, WriteResult } from './sandbox-files.js';
+export type {
+  ProcessEvent,
+  ProcessInfo,
+  ProcessRun,
+  ProcessSelector,
+  ProcessSpec,
+  WatchEvent,
+  WatchRun,
+  WatchSpec,
+} from './sandbox-processes.js';
 export type { Language } from '../vm/machine.js';
 export type { SnapshotInfo } from './snapshots.js';
 export type { TemplateInfo } from './template-catalog.js';
@@ -106,6 +117,8 @@ export class SandboxManager {
   private readonly network: SandboxNetwork;
   /** Reading and writing sandboxes' files (docs/api.md, Files). */
   readonly files: SandboxFiles;
+  /** Processes beside the exec queue, and directory watches (core/sandbox-processes.ts). */
+  readonly processes: SandboxProcesses;
   private stopping = false;
   /** Creates in flight: shutdown waits for them, so that no VM they start outlives hostd. */
   private readonly creating = new Set<Promise<unknown>>();
@@ -125,6 +138,7 @@ export class SandboxManager {
       options.records?.sandboxes,
     );
     this.files = new SandboxFiles(this.registry, log, options.maxFileBytes);
+    this.processes = new SandboxProcesses(this.registry, log);
     this.snapshots = new Snapshots(
       hypervisor,
       options.records?.snapshots,
