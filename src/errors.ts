@@ -107,6 +107,17 @@ export const Errors = {
   /** The contract fixes these two messages. */
   missingApiKey: def('missing_api_key', 401, () => 'missing Authorization: Bearer <key>'),
   invalidApiKey: def('invalid_api_key', 401, () => 'invalid api key'),
+  /** The E2B front's control plane (docs/e2b.md) takes its key in `X-API-KEY`. */
+  missingE2bApiKey: def('missing_api_key', 401, () => 'missing X-API-KEY header'),
+  /**
+   * E2B sandbox traffic without that sandbox's own access token (docs/e2b.md, Auth). The message
+   * is envd's, which E2B's users know.
+   */
+  invalidAccessToken: def(
+    'invalid_access_token',
+    401,
+    () => 'unauthorized access, please provide a valid access token or method signing if supported',
+  ),
 
   // --- 404 / 410 ---------------------------------------------------------------------------
   /** Never existed, deleted, merged away, or malformed. */
@@ -163,6 +174,12 @@ export const Errors = {
     409,
     (id: string) =>
       `sandbox ${id} was made by an earlier hostd, whose machines cannot run processes; create a new sandbox`,
+  ),
+  /** E2B's pause of a sandbox that is paused already (the native pause is a no-op instead). */
+  sandboxAlreadyPaused: def(
+    'sandbox_paused',
+    409,
+    (id: string) => `sandbox ${id} is already paused`,
   ),
 
   // --- 413 / 415 ---------------------------------------------------------------------------
@@ -230,6 +247,19 @@ export const Errors = {
     (name: string, why: string) => `template "${name}" failed to build: ${why}`,
   ),
   internal: def('internal_error', 500, (why: string) => `internal error: ${why}`),
+
+  // --- 501 / 502 ---------------------------------------------------------------------------
+  /** An E2B SDK method or option hostd does not offer (docs/e2b.md says which and why). */
+  notSupported: def(
+    'not_supported',
+    501,
+    (what: string, why: string) => `${what} is not supported by hostd: ${why}`,
+  ),
+  /**
+   * E2B sandbox traffic for a sandbox that is not running (killed, expired, paused, unknown): the
+   * E2B SDKs read a 502 as "not running" (isRunning() is false). The message is E2B's own.
+   */
+  sandboxNotRunning: def('sandbox_not_running', 502, (_id: string) => 'The sandbox was not found'),
 
   // --- 503 ---------------------------------------------------------------------------------
   insufficientResources: def('insufficient_resources', 503, (why: string) => why, 5),

@@ -16,10 +16,16 @@ import type { Release } from './serial-queue.js';
 /** A sandbox whose machine is running, as an operation that holds its turn sees it. */
 export type RunningSandbox = Sandbox & { machine: Machine };
 
+/** Why a sandbox stopped running: deleted (merged away, expired), paused, or its VM failed. */
+export type StopReason = 'deleted' | 'paused' | 'failed';
+/** Told when a sandbox stops running, after the fact; must not throw (errors are ignored). */
+export type StopListener = (id: string, why: StopReason) => void;
+
 export class SandboxRegistry {
   private readonly sandboxes = new Map<string, Sandbox>();
   /** Sandboxes whose VM died while hostd was not running: id -> why. */
   private readonly lost = new Map<string, string>();
+  private readonly stopListeners = new Set<StopListener>();
 
   constructor(
     private readonly log: Logger,
@@ -29,6 +35,26 @@ export class SandboxRegistry {
     private readonly bindNetwork: (machine: Machine, allowOut: readonly string[]) => Promise<void>,
     private readonly journal: RecordStore<SandboxRecord> = memoryRecords(),
   ) {}
+
+  /**
+   * Calls `listener` whenever a sandbox stops running, however it stopped (an API call, the
+   * reaper, a merge, a dying VM): what holds a connection open for one (the E2B front's
+   * streams) ends it. Returns the unsubscribe function.
+   */
+  onStopped(listener: StopListener): () => void {
+    this.stopListeners.add(listener);
+    return () => this.stopListeners.delete(listener);
+  }
+
+  private stopped(id: string, why: StopReason): void {
+    for (const listener of this.stopListeners) {
+      try {
+        listener(id, why);
+      } catch (err) {
+        this.log.error({ err, sandbox: id }, 'a sandbox stop listener failed');
+      }
+    }
+  }
 
   get size(): number {
     return this.sandboxes.size;
@@ -78,11 +104,13 @@ export class SandboxRegistry {
 
   /** Unregisters it; its queue's waiters get `why`. */
   remove(sandbox: Sandbox, why: HostdError): void {
-    if (this.holds(sandbox)) {
+    const held = this.holds(sandbox);
+    if (held) {
       this.sandboxes.delete(sandbox.id);
       this.journal.remove(sandbox.id);
     }
     sandbox.close(why);
+    if (held) this.stopped(sandbox.id, 'deleted');
   }
 
   /** Forgets a lost sandbox; true if `id` was one. */
@@ -109,6 +137,7 @@ export class SandboxRegistry {
     sandbox.paused = paused;
     sandbox.pausedAt = new Date();
     this.save(sandbox);
+    this.stopped(sandbox.id, 'paused');
   }
 
   /**
@@ -205,6 +234,7 @@ export class SandboxRegistry {
     if (sandbox.machine !== machine || sandbox.brokenReason) return;
     sandbox.brokenReason = why;
     this.log.warn({ sandbox: sandbox.id, vm: machine.id, why }, 'sandbox VM failed');
+    this.stopped(sandbox.id, 'failed');
     void machine
       .logTail()
       .then((tail) => this.log.warn({ sandbox: sandbox.id, tail }, 'VM log tail'));

@@ -16,7 +16,7 @@ import { IdleReaper } from './idle-reaper.js';
 import type { RecordStore, SandboxRecord, SnapshotRecord } from './journal.js';
 import { asMachineError, Lineage } from './lineage.js';
 import { TemplatePool, type PoolStats, type RefillPauses } from './pool.js';
-import { SandboxRegistry } from './registry.js';
+import { SandboxRegistry, type StopListener } from './registry.js';
 import { Sandbox, type SandboxInfo } from './sandbox.js';
 import { Snapshots, type SnapshotInfo } from './snapshots.js';
 import { SandboxFiles } from './sandbox-files.js';
@@ -26,6 +26,7 @@ import { TemplateCatalog, type TemplateInfo } from './template-catalog.js';
 import type { TemplatePlan } from './template-plan.js';
 
 export { MAX_FORK } from './lineage.js';
+export type { StopListener, StopReason } from './registry.js';
 export { validateAllowOut } from './network.js';
 export type { FileDownload, FileEntry, ExtractResult, WriteResult } from './sandbox-files.js';
 export type {
@@ -240,6 +241,14 @@ export class SandboxManager {
   /** Machines started ahead for forks, and whether more are being started. */
   forkStandby(): { vms: number; filling: boolean } {
     return { vms: this.standby.standby, filling: this.standby.filling };
+  }
+
+  /**
+   * Calls `listener` whenever a sandbox stops running (deleted, expired, merged away, paused,
+   * failed). Returns the unsubscribe function.
+   */
+  onSandboxStopped(listener: StopListener): () => void {
+    return this.registry.onStopped(listener);
   }
 
   get count(): number {
