@@ -262,11 +262,15 @@ def add_sandbox_user(root):
     uid = SANDBOX_USER["uid"]
     while uid in taken:
         uid += 1
-    _append(root, "group", f"{name}:x:{uid}:", 0o644)
+    # No password: nobody logs in with one. The Essential set has no shadow files (base-passwd's
+    # entries say '*' in place): an 'x' there would send PAM, and with it sudo, looking for a
+    # shadow entry that does not exist ("could not obtain user info").
+    shadow = os.path.exists(inside(root, "etc/shadow"))
+    gshadow = os.path.exists(inside(root, "etc/gshadow"))
+    _append(root, "group", f"{name}:{'x' if gshadow else '*'}:{uid}:", 0o644)
     _append(root, "gshadow", f"{name}:!::", 0o640)
-    _append(root, "passwd", f"{name}:x:{uid}:{uid}::{home}:/bin/bash", 0o644)
-    # '*': no password (nobody logs in with one); days since the epoch of SOURCE_DATE_EPOCH
-    days = int(SOURCE_DATE_EPOCH) // 86400
+    _append(root, "passwd", f"{name}:{'x' if shadow else '*'}:{uid}:{uid}::{home}:/bin/bash", 0o644)
+    days = int(SOURCE_DATE_EPOCH) // 86400    # the password's "last changed", in days
     _append(root, "shadow", f"{name}:*:{days}:0:99999:7:::", 0o640)
     home_dir = inside(root, home)
     skel = inside(root, "etc/skel")
