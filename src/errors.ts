@@ -118,6 +118,8 @@ export const Errors = {
     401,
     () => 'unauthorized access, please provide a valid access token or method signing if supported',
   ),
+  /** An E2B signed `/files` URL whose signature is missing, wrong or expired (envd's words). */
+  invalidSignature: def('invalid_signature', 401, (why: string) => why),
 
   // --- 404 / 410 ---------------------------------------------------------------------------
   /** Never existed, deleted, merged away, or malformed. */
@@ -142,6 +144,8 @@ export const Errors = {
   ),
   snapshotNotFound: def('snapshot_not_found', 404, (id: string) => `snapshot ${id} not found`),
   fileNotFound: def('file_not_found', 404, (path: string) => `${path} does not exist`),
+  /** E2B's polling watcher (CreateWatcher) that does not exist, or was removed. */
+  watcherNotFound: def('watcher_not_found', 404, (id: string) => `watcher with id ${id} not found`),
   /** No running process has that pid (or tag); E2B's envd words it the same way. */
   processNotFound: def(
     'process_not_found',
@@ -175,6 +179,8 @@ export const Errors = {
     (id: string) =>
       `sandbox ${id} was made by an earlier hostd, whose machines cannot run processes; create a new sandbox`,
   ),
+  /** E2B's MakeDir of a directory that exists (the SDK's makeDir then answers false). */
+  directoryExists: def('already_exists', 409, (path: string) => `directory ${path} already exists`),
   /** E2B's pause of a sandbox that is paused already (the native pause is a no-op instead). */
   sandboxAlreadyPaused: def(
     'sandbox_paused',
@@ -260,6 +266,12 @@ export const Errors = {
    * E2B SDKs read a 502 as "not running" (isRunning() is false). The message is E2B's own.
    */
   sandboxNotRunning: def('sandbox_not_running', 502, (_id: string) => 'The sandbox was not found'),
+  /** An E2B stream (a command, a watch) past its `Connect-Timeout-Ms`. */
+  deadlineExceeded: def(
+    'deadline_exceeded',
+    504,
+    (what: string, ms: number) => `${what} ran past its timeout of ${ms} ms`,
+  ),
 
   // --- 503 ---------------------------------------------------------------------------------
   insufficientResources: def('insufficient_resources', 503, (why: string) => why, 5),

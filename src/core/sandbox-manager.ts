@@ -28,8 +28,18 @@ import type { TemplatePlan } from './template-plan.js';
 export { MAX_FORK } from './lineage.js';
 export type { StopListener, StopReason } from './registry.js';
 export { validateAllowOut } from './network.js';
-export type { FileDownload, FileEntry, ExtractResult, WriteResult } from './sandbox-files.js';
 export type {
+  DetailedEntry,
+  FileDownload,
+  FileEntry,
+  ExtractResult,
+  MkdirResult,
+  MoveResult,
+  UserWriteResult,
+  WriteResult,
+} from './sandbox-files.js';
+export type {
+  ProcessEnd,
   ProcessEvent,
   ProcessInfo,
   ProcessRun,

@@ -25,6 +25,7 @@ import {
   newNonce,
   parseJsonObject,
 } from './port-frames.js';
+import { type DetailedEntry, toDetailedEntry } from './user-files.js';
 
 export { PROC_PORT_NAME } from './port-names.js';
 
@@ -166,8 +167,8 @@ export interface WatchEvent {
   /** Relative to the watched directory. */
   name: string;
   type: WatchEventType;
-  /** The guest's detailed entry (guest/PROTOCOL.md, "As a user"), when asked for. */
-  entry?: Record<string, unknown>;
+  /** The entry, when asked for and the guest could still read it. */
+  entry?: DetailedEntry;
 }
 
 /** Receives one watch. Exactly one of onError, onLost is called, last (a watch never ends). */
@@ -578,8 +579,10 @@ function toWatchEvent(v: unknown): WatchEvent | null {
     return null;
   }
   const event: WatchEvent = { name: e.name, type: e.type as WatchEventType };
-  if (typeof e.entry === 'object' && e.entry !== null) {
-    event.entry = e.entry as Record<string, unknown>;
+  if (e.entry !== undefined) {
+    const entry = toDetailedEntry(e.entry);
+    if (!entry) return null;
+    event.entry = entry;
   }
   return event;
 }
