@@ -292,6 +292,8 @@ def op_move(link, frame_id, msg):
     try:
         os.rename(source, target)
     except OSError as e:
+        if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            raise OpError("is_a_directory", "%s is a directory that is not empty" % target)
         if e.errno != errno.EXDEV:
             raise os_error(e, target)
         try:

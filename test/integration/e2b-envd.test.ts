@@ -40,6 +40,30 @@ async function withE2bSandbox(
   }
 }
 
+/**
+ * A unary envd RPC sent by hand, as the SDKs send it: for what the JS SDK does not call (the
+ * polling watchers E2B's Python SDK uses).
+ */
+async function rpc(
+  sbx: Sandbox,
+  method: string,
+  body: unknown,
+): Promise<{ status: number; body: unknown }> {
+  const token = (sbx as unknown as { envdAccessToken: string }).envdAccessToken;
+  const res = await fetch(`${hostd.e2bUrl}/${method}`, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      'connect-protocol-version': '1',
+      'e2b-sandbox-id': sbx.sandboxId,
+      'e2b-sandbox-port': '49983',
+      'x-access-token': token,
+    },
+    body: JSON.stringify(body),
+  });
+  return { status: res.status, body: await res.json() };
+}
+
 /** Runs `fn` on the shared sandbox, reporting it when `fn` fails. */
 async function onShared(fn: (sbx: Sandbox) => Promise<void>): Promise<void> {
   try {
@@ -195,6 +219,15 @@ describe('background commands', () => {
     });
   });
 
+  test('a PTY is refused clearly: hostd runs commands with pipes', async () => {
+    await onShared(async (sbx) => {
+      await assert.rejects(
+        sbx.pty.create({ cols: 80, rows: 24, onData: () => undefined }),
+        (err: Error) => /PTY is not supported by hostd/.test(err.message),
+      );
+    });
+  });
+
   test('connecting to a pid that does not run is NotFoundError', async () => {
     await onShared(async (sbx) => {
       await assert.rejects(
@@ -267,6 +300,9 @@ describe('files', () => {
       );
       await sbx.files.write('many/gz.txt', 'compressed', { gzip: true });
       assert.equal(await sbx.files.read('many/gz.txt'), 'compressed');
+      const tagged = await sbx.files.write('many/meta.txt', 'x', { metadata: { Owner: 'me' } });
+      assert.deepEqual(tagged.metadata, { owner: 'me' });
+      assert.deepEqual((await sbx.files.getInfo('many/meta.txt')).metadata, { owner: 'me' });
     });
   });
 
@@ -363,6 +399,28 @@ describe('files', () => {
     });
   });
 
+  test("the polling watchers (E2B's Python SDK) keep events until they are fetched", async () => {
+    await onShared(async (sbx) => {
+      await sbx.files.makeDir('polled');
+      const created = await rpc(sbx, 'filesystem.Filesystem/CreateWatcher', { path: 'polled' });
+      assert.equal(created.status, 200, JSON.stringify(created.body));
+      const { watcherId } = created.body as { watcherId: string };
+      await sbx.files.write('polled/a.txt', 'a');
+      const events: { name: string; type: string }[] = [];
+      await eventually('the events', async () => {
+        const got = await rpc(sbx, 'filesystem.Filesystem/GetWatcherEvents', { watcherId });
+        events.push(...(got.body as { events: { name: string; type: string }[] }).events);
+        return events.some((e) => e.name === 'a.txt' && e.type === 'EVENT_TYPE_CREATE');
+      });
+      assert.equal(
+        (await rpc(sbx, 'filesystem.Filesystem/RemoveWatcher', { watcherId })).status,
+        200,
+      );
+      const gone = await rpc(sbx, 'filesystem.Filesystem/GetWatcherEvents', { watcherId });
+      assert.deepEqual([gone.status, (gone.body as { code: string }).code], [404, 'not_found']);
+    });
+  });
+
   test('signed upload and download URLs work without any header', async () => {
     await onShared(async (sbx) => {
       const upload = await sbx.uploadUrl('signed/up.txt');
@@ -377,6 +435,22 @@ describe('files', () => {
       assert.equal(await got.text(), 'via url');
       const forged = download.replace(/signature=[^&]+/, 'signature=v1_forged');
       assert.equal((await fetch(forged)).status, 401);
+    });
+  });
+});
+
+describe('the native API sees the same sandbox', () => {
+  test('a file written through E2B is renamed natively (files/move) and read back', async () => {
+    await onShared(async (sbx) => {
+      await sbx.files.write('native/a.txt', 'moved');
+      const q = (p: string): string => encodeURIComponent(p);
+      const res = await hostd.json<{ path: string }>(
+        'POST',
+        `/v1/sandboxes/${sbx.sandboxId}/files/move?path=${q('/home/user/native/a.txt')}&to=${q('/home/user/native/sub/b.txt')}`,
+      );
+      assert.deepEqual(res, { status: 200, body: { path: '/home/user/native/sub/b.txt' } });
+      assert.equal(await sbx.files.read('native/sub/b.txt'), 'moved');
+      assert.equal(await sbx.files.exists('native/a.txt'), false);
     });
   });
 });

@@ -210,6 +210,12 @@ class MakeRemoveMove(AsUser):
         self.assertFalse(os.path.exists(self.path("src")))
         self.assertEqual(os.stat(self.path("new")).st_uid, NOBODY)
 
+    def test_move_onto_a_non_empty_directory_is_refused(self):
+        os.makedirs(self.path("a"))
+        os.makedirs(self.path("b", "inside"))
+        self.assertFails("is_a_directory", self.call, "move", source=self.path("a"),
+                         destination=self.path("b"))
+
     def test_move_of_a_missing_source_is_not_found(self):
         self.assertFails("file_not_found", self.call, "move", source=self.path("nope"),
                          destination=self.path("x"))
