@@ -17,6 +17,11 @@ export interface ErrorDef<A extends unknown[] = never[]> {
   readonly message: (...args: A) => string;
   /** Seconds after which a retry can work; sent as `Retry-After` (429 and 503 answers). */
   readonly retryAfterS?: number;
+  /**
+   * Only the E2B front (docs/e2b.md) answers it: listed in docs/e2b.md, not docs/api.md, and
+   * not among the native SDKs' error classes.
+   */
+  readonly e2bOnly?: true;
 }
 
 function def<A extends unknown[]>(
@@ -28,6 +33,15 @@ function def<A extends unknown[]>(
   return retryAfterS === undefined
     ? { code, status, message }
     : { code, status, message, retryAfterS };
+}
+
+/** An entry only the E2B front answers (ErrorDef.e2bOnly). */
+function e2bDef<A extends unknown[]>(
+  code: string,
+  status: number,
+  message: (...args: A) => string,
+): ErrorDef<A> {
+  return { code, status, message, e2bOnly: true };
 }
 
 const show = (v: unknown): string => {
@@ -83,11 +97,11 @@ export const Errors = {
   ),
   notADirectory: def('not_a_directory', 400, (path: string) => `${path} is not a directory`),
   /** A user name the sandbox has no account for (processes, files as a user). */
-  unknownUser: def('unknown_user', 400, (name: string) => `invalid username: '${name}'`),
+  unknownUser: e2bDef('unknown_user', 400, (name: string) => `invalid username: '${name}'`),
   /** A process's working directory that does not exist (the message is E2B's envd's). */
-  invalidCwd: def('invalid_cwd', 400, (path: string) => `cwd '${path}' does not exist`),
+  invalidCwd: e2bDef('invalid_cwd', 400, (path: string) => `cwd '${path}' does not exist`),
   /** The guest could not execute a process's program. */
-  processStartFailed: def(
+  processStartFailed: e2bDef(
     'process_start_failed',
     400,
     (why: string) => `the process could not start: ${why}`,
@@ -113,13 +127,13 @@ export const Errors = {
    * E2B sandbox traffic without that sandbox's own access token (docs/e2b.md, Auth). The message
    * is envd's, which E2B's users know.
    */
-  invalidAccessToken: def(
+  invalidAccessToken: e2bDef(
     'invalid_access_token',
     401,
     () => 'unauthorized access, please provide a valid access token or method signing if supported',
   ),
   /** An E2B signed `/files` URL whose signature is missing, wrong or expired (envd's words). */
-  invalidSignature: def('invalid_signature', 401, (why: string) => why),
+  invalidSignature: e2bDef('invalid_signature', 401, (why: string) => why),
 
   // --- 404 / 410 ---------------------------------------------------------------------------
   /** Never existed, deleted, merged away, or malformed. */
@@ -145,9 +159,13 @@ export const Errors = {
   snapshotNotFound: def('snapshot_not_found', 404, (id: string) => `snapshot ${id} not found`),
   fileNotFound: def('file_not_found', 404, (path: string) => `${path} does not exist`),
   /** E2B's polling watcher (CreateWatcher) that does not exist, or was removed. */
-  watcherNotFound: def('watcher_not_found', 404, (id: string) => `watcher with id ${id} not found`),
+  watcherNotFound: e2bDef(
+    'watcher_not_found',
+    404,
+    (id: string) => `watcher with id ${id} not found`,
+  ),
   /** No running process has that pid (or tag); E2B's envd words it the same way. */
-  processNotFound: def(
+  processNotFound: e2bDef(
     'process_not_found',
     404,
     (what: string) => `process with ${what} not found`,
@@ -160,29 +178,33 @@ export const Errors = {
 
   // --- 409 ---------------------------------------------------------------------------------
   /** Input to a process started without stdin, or after its stdin was closed. */
-  stdinClosed: def(
+  stdinClosed: e2bDef(
     'stdin_closed',
     409,
     (what: string) =>
       `the stdin of the process with ${what} is not open (start it with stdin, and write before closing it)`,
   ),
   /** A process or watch stream that ended because the sandbox's machine went away. */
-  streamInterrupted: def(
+  streamInterrupted: e2bDef(
     'stream_interrupted',
     409,
     (why: string) => `the stream ended before its process: ${why}`,
   ),
   /** A sandbox restored from a state made before machines had the processes port. */
-  processesUnavailable: def(
+  processesUnavailable: e2bDef(
     'processes_unavailable',
     409,
     (id: string) =>
       `sandbox ${id} was made by an earlier hostd, whose machines cannot run processes; create a new sandbox`,
   ),
   /** E2B's MakeDir of a directory that exists (the SDK's makeDir then answers false). */
-  directoryExists: def('already_exists', 409, (path: string) => `directory ${path} already exists`),
+  directoryExists: e2bDef(
+    'already_exists',
+    409,
+    (path: string) => `directory ${path} already exists`,
+  ),
   /** E2B's pause of a sandbox that is paused already (the native pause is a no-op instead). */
-  sandboxAlreadyPaused: def(
+  sandboxAlreadyPaused: e2bDef(
     'sandbox_paused',
     409,
     (id: string) => `sandbox ${id} is already paused`,
@@ -256,7 +278,7 @@ export const Errors = {
 
   // --- 501 / 502 ---------------------------------------------------------------------------
   /** An E2B SDK method or option hostd does not offer (docs/e2b.md says which and why). */
-  notSupported: def(
+  notSupported: e2bDef(
     'not_supported',
     501,
     (what: string, why: string) => `${what} is not supported by hostd: ${why}`,
@@ -265,9 +287,13 @@ export const Errors = {
    * E2B sandbox traffic for a sandbox that is not running (killed, expired, paused, unknown): the
    * E2B SDKs read a 502 as "not running" (isRunning() is false). The message is E2B's own.
    */
-  sandboxNotRunning: def('sandbox_not_running', 502, (_id: string) => 'The sandbox was not found'),
+  sandboxNotRunning: e2bDef(
+    'sandbox_not_running',
+    502,
+    (_id: string) => 'The sandbox was not found',
+  ),
   /** An E2B stream (a command, a watch) past its `Connect-Timeout-Ms`. */
-  deadlineExceeded: def(
+  deadlineExceeded: e2bDef(
     'deadline_exceeded',
     504,
     (what: string, ms: number) => `${what} ran past its timeout of ${ms} ms`,
@@ -300,9 +326,14 @@ export const Errors = {
 export type ErrorName = keyof typeof Errors;
 type ArgsOf<K extends ErrorName> = Parameters<(typeof Errors)[K]['message']>;
 
-/** Every (code, status) pair clients can see: what docs/api.md must list. */
-export function errorCodes(): Map<string, number> {
-  return new Map(Object.values(Errors).map((d) => [d.code, d.status] as [string, number]));
+/**
+ * Every (code, status) pair clients can see: of the native API (what docs/api.md lists), or of
+ * entries only the E2B front answers (what docs/e2b.md lists).
+ */
+export function errorCodes(which: 'native' | 'e2b' = 'native'): Map<string, number> {
+  const defs = Object.values(Errors) as ErrorDef<never[]>[];
+  const picked = defs.filter((d) => (which === 'e2b') === (d.e2bOnly === true));
+  return new Map(picked.map((d) => [d.code, d.status] as [string, number]));
 }
 
 /** A failure with a registry entry. Throw it from any layer; the api layer renders it. */

@@ -90,6 +90,16 @@ class SandboxInfo(_SandboxInfoRequired, total=False):
     snapshot_id: Optional[str]
     error: Optional[str]
     network: NetworkInfo
+    #: The labels given at create (``{}`` without).
+    metadata: Dict[str, str]
+    #: Its lifetime in seconds of running time, or None.
+    timeout: Optional[float]
+    #: ``delete`` or ``pause``: what happens when its lifetime is up; None without one.
+    on_timeout: Optional[str]
+    #: When a running sandbox's lifetime ends (ISO 8601); None while paused or without one.
+    expires_at: Optional[str]
+    #: Why a paused sandbox is paused (``request``, ``lifetime``, ``idle``, ``shutdown``); None while it runs.
+    paused_by: Optional[str]
 
 
 class _EntryInfoRequired(TypedDict):
@@ -133,6 +143,8 @@ class SnapshotInfo(TypedDict):
     size_bytes: int
     created_at: str
     sandboxes: int
+    #: The name it was given, or None.
+    name: Optional[str]
 
 
 class TemplateInfo(TypedDict):

@@ -9,7 +9,14 @@
  * console.log((await sandbox.run('print(x)')).stdout); // "42\n"
  */
 export { Sandbox } from './sandbox.js';
-export type { CreateOptions, ExecOptions, NetworkOptions, RunOptions } from './sandbox.js';
+export type {
+  CreateOptions,
+  ExecOptions,
+  NetworkOptions,
+  RunOptions,
+  SetTimeoutOptions,
+  SnapshotOptions,
+} from './sandbox.js';
 export { Files } from './files.js';
 export type { RemoveOptions, WriteData, WriteOptions } from './files.js';
 export { Snapshot } from './snapshot.js';
