@@ -11,6 +11,7 @@
  *   `show T`   a display bundle with text/plain T
  *   `hang`     never ends by itself: only a cancel (124/130) or the machine's death ends it
  *   `die`      the machine dies while running it
+ * Processes (`machine.processes`): test/helpers/fake-processes.ts.
  */
 import type {
   CancelReason,
@@ -29,7 +30,9 @@ import type {
   StateDescriptor,
   TemplateImage,
 } from '../../src/vm/machine.js';
+import { ProcChannelError } from '../../src/vm/machine.js';
 import { FakeFiles } from './fake-files.js';
+import { FakeProcesses } from './fake-processes.js';
 
 let ids = 0;
 
@@ -69,6 +72,9 @@ export class FakeMachine implements Machine {
   /** The last network policy applied, and how many times one was. */
   network: NetworkPolicy | null = null;
   networkResets = 0;
+  readonly procs = new FakeProcesses();
+  /** False: the machine predates the processes port (its `processes` throws). */
+  hasProcessPort = true;
 
   constructor(
     private readonly hv: FakeHypervisor,
@@ -77,6 +83,13 @@ export class FakeMachine implements Machine {
     this.memory = new Map(origin.memory);
     origin.retain();
     this.files = new FakeFiles(this.memory, () => hv.gate('file'));
+  }
+
+  get processes(): FakeProcesses {
+    if (!this.hasProcessPort) {
+      throw new ProcChannelError('unavailable', 'the machine has no processes port');
+    }
+    return this.procs;
   }
 
   async setNetwork(policy: NetworkPolicy): Promise<void> {
@@ -194,6 +207,7 @@ export class FakeMachine implements Machine {
     const sinks = [...this.running.values()];
     this.running.clear();
     for (const s of sinks) s.onLost(why);
+    this.procs.lose(why);
     this.listener?.(why);
   }
 
@@ -203,6 +217,7 @@ export class FakeMachine implements Machine {
     const sinks = [...this.running.values()];
     this.running.clear();
     for (const s of sinks) s.onLost(reason);
+    this.procs.lose(reason);
     this.origin.release();
     this.hv.destroyedIds.push(this.id);
   }
