@@ -20,6 +20,7 @@ import { SandboxRegistry } from './registry.js';
 import { Sandbox, type SandboxInfo } from './sandbox.js';
 import { Snapshots, type SnapshotInfo } from './snapshots.js';
 import { SandboxFiles } from './sandbox-files.js';
+import { SandboxContexts } from './sandbox-contexts.js';
 import { SandboxNetwork, type EgressEnvironment } from './network.js';
 import { TemplateCatalog, type TemplateInfo } from './template-catalog.js';
 import type { TemplatePlan } from './template-plan.js';
@@ -106,6 +107,8 @@ export class SandboxManager {
   private readonly network: SandboxNetwork;
   /** Reading and writing sandboxes' files (docs/api.md, Files). */
   readonly files: SandboxFiles;
+  /** Sandboxes' REPL contexts (docs/api.md, Contexts). */
+  readonly contexts: SandboxContexts;
   private stopping = false;
   /** Creates in flight: shutdown waits for them, so that no VM they start outlives hostd. */
   private readonly creating = new Set<Promise<unknown>>();
@@ -125,6 +128,7 @@ export class SandboxManager {
       options.records?.sandboxes,
     );
     this.files = new SandboxFiles(this.registry, log, options.maxFileBytes);
+    this.contexts = new SandboxContexts(this.registry, log);
     this.snapshots = new Snapshots(
       hypervisor,
       options.records?.snapshots,
@@ -300,7 +304,7 @@ export class SandboxManager {
     try {
       run = new ExecRun(
         machine,
-        { ...req, maxOutputBytes: this.options.maxExecOutputBytes },
+        { ...req, sandboxId: id, maxOutputBytes: this.options.maxExecOutputBytes },
         (why) => this.registry.markBroken(sandbox, machine, why),
       );
     } catch (err) {
