@@ -17,6 +17,11 @@ export interface ErrorDef<A extends unknown[] = never[]> {
   readonly message: (...args: A) => string;
   /** Seconds after which a retry can work; sent as `Retry-After` (429 and 503 answers). */
   readonly retryAfterS?: number;
+  /**
+   * Only the E2B front (docs/e2b.md) answers it: listed in docs/e2b.md, not docs/api.md, and
+   * not among the native SDKs' error classes.
+   */
+  readonly e2bOnly?: true;
 }
 
 function def<A extends unknown[]>(
@@ -28,6 +33,15 @@ function def<A extends unknown[]>(
   return retryAfterS === undefined
     ? { code, status, message }
     : { code, status, message, retryAfterS };
+}
+
+/** An entry only the E2B front answers (ErrorDef.e2bOnly). */
+function e2bDef<A extends unknown[]>(
+  code: string,
+  status: number,
+  message: (...args: A) => string,
+): ErrorDef<A> {
+  return { code, status, message, e2bOnly: true };
 }
 
 const show = (v: unknown): string => {
@@ -101,6 +115,17 @@ export const Errors = {
   /** The contract fixes these two messages. */
   missingApiKey: def('missing_api_key', 401, () => 'missing Authorization: Bearer <key>'),
   invalidApiKey: def('invalid_api_key', 401, () => 'invalid api key'),
+  /** The E2B front's control plane (docs/e2b.md) takes its key in `X-API-KEY`. */
+  missingE2bApiKey: def('missing_api_key', 401, () => 'missing X-API-KEY header'),
+  /**
+   * E2B sandbox traffic without that sandbox's own access token (docs/e2b.md, Auth). The message
+   * is envd's, which E2B's users know.
+   */
+  invalidAccessToken: e2bDef(
+    'invalid_access_token',
+    401,
+    () => 'unauthorized access, please provide a valid access token or method signing if supported',
+  ),
 
   // --- 404 / 410 ---------------------------------------------------------------------------
   /** Never existed, deleted, merged away, or malformed. */
@@ -141,6 +166,12 @@ export const Errors = {
     'context_exists',
     409,
     (id: string, context: string) => `sandbox ${id} already has a context ${context}`,
+  ),
+  /** E2B's pause of a sandbox that is paused already (the native pause is a no-op instead). */
+  sandboxAlreadyPaused: e2bDef(
+    'sandbox_paused',
+    409,
+    (id: string) => `sandbox ${id} is already paused`,
   ),
 
   // --- 413 / 415 ---------------------------------------------------------------------------
@@ -209,6 +240,23 @@ export const Errors = {
   ),
   internal: def('internal_error', 500, (why: string) => `internal error: ${why}`),
 
+  // --- 501 / 502 ---------------------------------------------------------------------------
+  /** An E2B SDK method or option hostd does not offer (docs/e2b.md says which and why). */
+  notSupported: e2bDef(
+    'not_supported',
+    501,
+    (what: string, why: string) => `${what} is not supported by hostd: ${why}`,
+  ),
+  /**
+   * E2B sandbox traffic for a sandbox that is not running (killed, expired, paused, unknown): the
+   * E2B SDKs read a 502 as "not running" (isRunning() is false). The message is E2B's own.
+   */
+  sandboxNotRunning: e2bDef(
+    'sandbox_not_running',
+    502,
+    (_id: string) => 'The sandbox was not found',
+  ),
+
   // --- 503 ---------------------------------------------------------------------------------
   insufficientResources: def('insufficient_resources', 503, (why: string) => why, 5),
   templateUnavailable: def(
@@ -236,9 +284,14 @@ export const Errors = {
 export type ErrorName = keyof typeof Errors;
 type ArgsOf<K extends ErrorName> = Parameters<(typeof Errors)[K]['message']>;
 
-/** Every (code, status) pair clients can see: what docs/api.md must list. */
-export function errorCodes(): Map<string, number> {
-  return new Map(Object.values(Errors).map((d) => [d.code, d.status] as [string, number]));
+/**
+ * Every (code, status) pair clients can see: of the native API (what docs/api.md lists), or of
+ * entries only the E2B front answers (what docs/e2b.md lists).
+ */
+export function errorCodes(which: 'native' | 'e2b' = 'native'): Map<string, number> {
+  const defs = Object.values(Errors) as ErrorDef<never[]>[];
+  const picked = defs.filter((d) => (which === 'e2b') === (d.e2bOnly === true));
+  return new Map(picked.map((d) => [d.code, d.status] as [string, number]));
 }
 
 /** A failure with a registry entry. Throw it from any layer; the api layer renders it. */

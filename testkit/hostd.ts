@@ -39,6 +39,8 @@ export interface Api {
 
 /** A hostd this process started: its API, its process, its state directory and its logs. */
 export interface Hostd extends Api {
+  /** The E2B-compatible front's origin (docs/e2b.md), '' when SERVICE_E2B_ADDR=off. */
+  e2bUrl: string;
   stateDir: string;
   dataDir: string;
   proc: ChildProcess;
@@ -168,8 +170,13 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
       `hostd exited with code ${exitCode} during start-up:\n${logs.slice(-30).join('\n')}`,
     );
   }
+  // Written before hostd.url: it is there once hostd serves (absent when the front is off).
+  const e2bUrl = url
+    ? (await readFile(join(stateDir, 'e2b.url'), 'utf8').catch(() => '')).trim()
+    : '';
   return {
     ...connect(url, opts.apiKey),
+    e2bUrl,
     stateDir,
     dataDir,
     proc,

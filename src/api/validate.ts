@@ -4,7 +4,7 @@
  * typed values. Unknown fields are rejected: a typo such as `timeout_ms` should not be ignored.
  */
 import { fail } from '../errors.js';
-import { MAX_FORK, type Language } from '../core/sandbox-manager.js';
+import { MAX_FORK, MAX_LIFETIME_S, type Language } from '../core/sandbox-manager.js';
 
 type Body = Record<string, unknown>;
 
@@ -73,16 +73,58 @@ function optionalEnv(b: Body, field: string): Record<string, string> | undefined
   return Object.fromEntries(entries) as Record<string, string>;
 }
 
+/** Metadata: string labels, bounded like the environment. */
+const MAX_METADATA_ENTRIES = 64;
+const MAX_METADATA_BYTES = 16 * 1024;
+
+export function optionalMetadata(b: Body, field: string): Record<string, string> | undefined {
+  const v = b[field];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'object' || Array.isArray(v)) {
+    throw fail('invalidField', field, 'an object of string values', v);
+  }
+  const entries = Object.entries(v as Record<string, unknown>);
+  let bytes = 0;
+  for (const [key, value] of entries) {
+    if (typeof value !== 'string') throw fail('invalidField', `${field}.${key}`, 'a string', value);
+    bytes += Buffer.byteLength(key) + Buffer.byteLength(value);
+  }
+  if (entries.length > MAX_METADATA_ENTRIES || bytes > MAX_METADATA_BYTES) {
+    throw fail(
+      'invalidField',
+      field,
+      `at most ${MAX_METADATA_ENTRIES} entries, ${MAX_METADATA_BYTES} bytes`,
+      `${entries.length} entries, ${bytes} bytes`,
+    );
+  }
+  return Object.fromEntries(entries) as Record<string, string>;
+}
+
+/** A lifetime in seconds: a number in (0, 30 days]. */
+export function parseLifetimeSeconds(value: unknown, field = 'timeout'): number {
+  if (
+    typeof value !== 'number' ||
+    !Number.isFinite(value) ||
+    value <= 0 ||
+    value > MAX_LIFETIME_S
+  ) {
+    throw fail('invalidField', field, `a number of seconds in (0, ${MAX_LIFETIME_S}]`, value);
+  }
+  return value;
+}
+
 export interface CreateBody {
   template?: string;
   snapshot?: string;
   env?: Record<string, string>;
   network?: { allow_out: unknown[] };
+  metadata?: Record<string, string>;
+  lifetime?: { timeoutS: number; onTimeout: 'delete' | 'pause' };
 }
 
 export function parseCreate(body: unknown): CreateBody {
   const b = objectBody(body, true);
-  onlyFields(b, ['template', 'snapshot', 'env', 'network']);
+  onlyFields(b, ['template', 'snapshot', 'env', 'network', 'metadata', 'timeout', 'on_timeout']);
   const template = optionalName(b, 'template');
   const snapshot = optionalName(b, 'snapshot');
   if (template !== undefined && snapshot !== undefined) {
@@ -90,12 +132,47 @@ export function parseCreate(body: unknown): CreateBody {
   }
   const env = optionalEnv(b, 'env');
   const network = optionalNetwork(b);
+  const metadata = optionalMetadata(b, 'metadata');
+  const onTimeout = b.on_timeout ?? undefined;
+  if (onTimeout !== undefined && onTimeout !== 'delete' && onTimeout !== 'pause') {
+    throw fail('invalidField', 'on_timeout', '"delete" or "pause"', onTimeout);
+  }
+  const timeout = b.timeout ?? undefined;
+  if (timeout === undefined && onTimeout !== undefined) {
+    throw fail('invalidField', 'timeout', 'given with on_timeout', timeout);
+  }
+  const lifetime =
+    timeout === undefined
+      ? undefined
+      : {
+          timeoutS: parseLifetimeSeconds(timeout),
+          onTimeout: (onTimeout ?? 'delete') as 'delete' | 'pause',
+        };
   return {
     ...(template === undefined ? {} : { template }),
     ...(snapshot === undefined ? {} : { snapshot }),
     ...(env === undefined ? {} : { env }),
     ...(network === undefined ? {} : { network }),
+    ...(metadata === undefined ? {} : { metadata }),
+    ...(lifetime === undefined ? {} : { lifetime }),
   };
+}
+
+/** `POST /v1/sandboxes/{id}/timeout`: `{"timeout": seconds | null, "on_timeout"?}`. */
+export function parseSetTimeout(body: unknown): {
+  timeoutS: number | null;
+  onTimeout?: 'delete' | 'pause';
+} {
+  const b = objectBody(body, false);
+  onlyFields(b, ['timeout', 'on_timeout']);
+  if (!('timeout' in b))
+    throw fail('invalidField', 'timeout', 'seconds or null (required)', undefined);
+  const onTimeout = b.on_timeout ?? undefined;
+  if (onTimeout !== undefined && onTimeout !== 'delete' && onTimeout !== 'pause') {
+    throw fail('invalidField', 'on_timeout', '"delete" or "pause"', onTimeout);
+  }
+  const timeoutS = b.timeout === null ? null : parseLifetimeSeconds(b.timeout);
+  return onTimeout === undefined ? { timeoutS } : { timeoutS, onTimeout };
 }
 
 /** `{"allow_out": [...]}`; the rules themselves are parsed by core's egress policy. */

@@ -19,6 +19,15 @@ export interface SandboxRecord {
   readonly created_at: string;
   /** Its egress rules (absent in records of older runs: none). */
   readonly allow_out?: readonly string[];
+  /** Its labels (absent in records of older runs: none). */
+  readonly metadata?: Readonly<Record<string, string>>;
+  /** Its running-time limit (absent or null: none). */
+  readonly lifetime?: {
+    readonly timeout_s: number;
+    readonly on_timeout: 'delete' | 'pause';
+  } | null;
+  /** When a running sandbox's lifetime ends (ISO 8601); null while paused or without one. */
+  readonly expires_at?: string | null;
   readonly state: 'running' | 'paused' | 'lost';
   /** A running sandbox's machine id: its folder under `vms/`. */
   readonly vm?: string;

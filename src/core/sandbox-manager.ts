@@ -13,11 +13,12 @@ import { ExecRun } from './exec-run.js';
 import { ForkStandby } from './fork-standby.js';
 import type { HostFree } from './host-resources.js';
 import { IdleReaper } from './idle-reaper.js';
+import { LifetimeKeeper } from './lifetimes.js';
 import type { RecordStore, SandboxRecord, SnapshotRecord } from './journal.js';
 import { asMachineError, Lineage } from './lineage.js';
 import { TemplatePool, type PoolStats, type RefillPauses } from './pool.js';
-import { SandboxRegistry } from './registry.js';
-import { Sandbox, type SandboxInfo } from './sandbox.js';
+import { SandboxRegistry, type StopListener } from './registry.js';
+import { Sandbox, type Lifetime, type SandboxInfo } from './sandbox.js';
 import { Snapshots, type SnapshotInfo } from './snapshots.js';
 import { SandboxFiles } from './sandbox-files.js';
 import { SandboxContexts } from './sandbox-contexts.js';
@@ -26,10 +27,12 @@ import { TemplateCatalog, type TemplateInfo } from './template-catalog.js';
 import type { TemplatePlan } from './template-plan.js';
 
 export { MAX_FORK } from './lineage.js';
+export type { StopListener, StopReason } from './registry.js';
 export { validateAllowOut } from './network.js';
 export type { FileDownload, FileEntry, ExtractResult, WriteResult } from './sandbox-files.js';
 export type { Language } from '../vm/machine.js';
 export type { SnapshotInfo } from './snapshots.js';
+export type { Lifetime, SandboxInfo } from './sandbox.js';
 export type { TemplateInfo } from './template-catalog.js';
 
 /** Hooks for metrics; the api layer wires them to prom-client. */
@@ -53,7 +56,16 @@ export interface CreateRequest {
   env?: Readonly<Record<string, string>>;
   /** Validated `network.allow_out` (validateAllowOut); from a snapshot, default its rules. */
   allowOut?: readonly string[];
+  /** Labels shown in its info and kept with it (docs/api.md, Metadata and lifetime). */
+  metadata?: Readonly<Record<string, string>>;
+  /** A running-time limit; none by default. */
+  lifetime?: Lifetime;
 }
+
+/** Longest lifetime a sandbox may be given, in seconds: 30 days. */
+export const MAX_LIFETIME_S = 30 * 24 * 3600;
+/** How long an expiry that could not pause the sandbox waits before it tries again. */
+const EXPIRY_RETRY_MS = 60_000;
 
 export interface ManagerOptions {
   /** The templates to serve, in order (core/template-plan.ts); the first is the default. */
@@ -92,6 +104,9 @@ export interface ManagerOptions {
   readonly maxFileBytes: number;
 }
 
+/** What a new sandbox is told besides its template: its labels and lifetime. */
+type Labels = { metadata: Readonly<Record<string, string>>; lifetime: Lifetime | null };
+
 const secondsSince = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1e9;
 /** Sandboxes paused at once on shutdown: each is a burst of disk writes. */
 const SHUTDOWN_PAUSES_AT_ONCE = 4;
@@ -103,6 +118,7 @@ export class SandboxManager {
   private readonly standby: ForkStandby;
   private readonly lineage: Lineage;
   private readonly reaper: IdleReaper;
+  private readonly lifetimes: LifetimeKeeper;
   private readonly snapshots: Snapshots;
   private readonly network: SandboxNetwork;
   /** Reading and writing sandboxes' files (docs/api.md, Files). */
@@ -188,6 +204,31 @@ export class SandboxManager {
         },
       },
     );
+    this.lifetimes = new LifetimeKeeper(
+      () => this.registry.all(),
+      (s) => this.expire(s),
+    );
+    this.registry.onExpiryChange = () => this.lifetimes.reschedule();
+  }
+
+  /**
+   * At the end of its lifetime a sandbox is deleted, or paused (an exec running then is
+   * interrupted: the lifetime is a limit). A pause that fails leaves it running and is tried
+   * again a minute later.
+   */
+  private async expire(s: Sandbox): Promise<void> {
+    const pause = s.lifetime?.onTimeout === 'pause';
+    this.log.info({ sandbox: s.id, pause }, 'sandbox lifetime is up');
+    try {
+      if (!pause) return await this.delete(s.id);
+      s.currentRun?.interrupt('the sandbox reached the end of its lifetime');
+      await this.pause(s.id);
+    } catch (err) {
+      if (!this.registry.holds(s) || s.paused) return;
+      this.log.error({ err, sandbox: s.id }, 'could not end a sandbox whose lifetime is up');
+      if (s.expiresAt)
+        this.registry.setLifetime(s, s.lifetime, new Date(Date.now() + EXPIRY_RETRY_MS));
+    }
   }
 
   /**
@@ -208,6 +249,8 @@ export class SandboxManager {
     if (removed) this.log.info({ removed }, 'removed frozen states no record uses');
     this.catalog.buildMissing();
     this.reaper.start();
+    // Lifetimes that ended while hostd was down end now.
+    this.lifetimes.sweep();
   }
 
   templateBootMs(template = this.defaultTemplate): number {
@@ -232,6 +275,14 @@ export class SandboxManager {
     return { vms: this.standby.standby, filling: this.standby.filling };
   }
 
+  /**
+   * Calls `listener` whenever a sandbox stops running (deleted, expired, merged away, paused,
+   * failed). Returns the unsubscribe function.
+   */
+  onSandboxStopped(listener: StopListener): () => void {
+    return this.registry.onStopped(listener);
+  }
+
   get count(): number {
     return this.registry.size;
   }
@@ -246,10 +297,11 @@ export class SandboxManager {
 
   async create(req: CreateRequest): Promise<Sandbox> {
     this.ensureRunning();
+    const labels = { metadata: req.metadata ?? {}, lifetime: req.lifetime ?? null };
     const p =
       req.snapshot !== undefined
-        ? this.createFromSnapshot(req.snapshot, req.env, req.allowOut)
-        : this.createFromPool(req.template, req.env, req.allowOut ?? []);
+        ? this.createFromSnapshot(req.snapshot, req.env, req.allowOut, labels)
+        : this.createFromPool(req.template, req.env, req.allowOut ?? [], labels);
     this.creating.add(p);
     try {
       return await p;
@@ -262,6 +314,7 @@ export class SandboxManager {
     template: string | undefined,
     env: CreateRequest['env'],
     allowOut: readonly string[],
+    labels: Labels,
   ): Promise<Sandbox> {
     const name = template ?? this.defaultTemplate;
     const pool = this.catalog.pool(name);
@@ -281,6 +334,7 @@ export class SandboxManager {
       parentId: null,
       snapshotId: null,
       allowOut,
+      ...labels,
     });
     this.observer.created?.(taken.hit, secondsSince(started));
     return sandbox;
@@ -320,6 +374,41 @@ export class SandboxManager {
       this.observer.execFinished?.(secondsSince(started));
     });
     return run;
+  }
+
+  /**
+   * Sets sandbox `id`'s lifetime to `timeoutS` seconds from now (null: no limit), keeping what
+   * happens at its end unless `onTimeout` is given (default `delete`). With `extendOnly`, an end
+   * already later stays (E2B's connect). A paused sandbox keeps the lifetime for when it runs.
+   */
+  setTimeout(
+    id: string,
+    timeoutS: number | null,
+    opts: { onTimeout?: Lifetime['onTimeout']; extendOnly?: boolean } = {},
+  ): SandboxInfo {
+    const sandbox = this.registry.get(id, false);
+    if (timeoutS === null) {
+      this.registry.setLifetime(sandbox, null, null);
+      return sandbox.info();
+    }
+    if (!(timeoutS > 0 && timeoutS <= MAX_LIFETIME_S)) {
+      throw fail(
+        'invalidField',
+        'timeout',
+        `a number of seconds in (0, ${MAX_LIFETIME_S}]`,
+        timeoutS,
+      );
+    }
+    const onTimeout = opts.onTimeout ?? sandbox.lifetime?.onTimeout ?? 'delete';
+    let expiresAt = new Date(Date.now() + timeoutS * 1000);
+    let lifetime: Lifetime = { timeoutS, onTimeout };
+    if (opts.extendOnly && sandbox.lifetime) {
+      if (sandbox.expiresAt && sandbox.expiresAt > expiresAt) expiresAt = sandbox.expiresAt;
+      if (sandbox.lifetime.timeoutS > timeoutS)
+        lifetime = { ...lifetime, timeoutS: sandbox.lifetime.timeoutS };
+    }
+    this.registry.setLifetime(sandbox, lifetime, expiresAt);
+    return sandbox.info();
   }
 
   /** Forks `id` into n copy-on-write children, all or nothing (core/lineage.ts). */
@@ -416,6 +505,7 @@ export class SandboxManager {
   async shutdown(): Promise<void> {
     this.stopping = true;
     this.reaper.stop();
+    this.lifetimes.stop();
     this.catalog.stopBuilding();
     await Promise.allSettled([...this.creating]);
     const all = this.registry.all();
@@ -475,6 +565,7 @@ export class SandboxManager {
     snapshotId: string,
     env: CreateRequest['env'],
     allowOutGiven: readonly string[] | undefined,
+    labels: Labels,
   ): Promise<Sandbox> {
     const { state, template, allowOut: inherited } = this.snapshots.get(snapshotId);
     const allowOut = allowOutGiven ?? inherited;
@@ -485,7 +576,13 @@ export class SandboxManager {
         throw asMachineError(err, this.log, 'vmStartFailed');
       });
       await this.prepare(machine, env, allowOut);
-      return this.registry.adopt(machine, { template, parentId: null, snapshotId, allowOut });
+      return this.registry.adopt(machine, {
+        template,
+        parentId: null,
+        snapshotId,
+        allowOut,
+        ...labels,
+      });
     } finally {
       admitted();
     }
@@ -515,6 +612,10 @@ export class SandboxManager {
           parentId: record.parent_id,
           snapshotId: record.snapshot_id,
           allowOut: record.allow_out ?? [],
+          metadata: record.metadata ?? {},
+          lifetime: record.lifetime
+            ? { timeoutS: record.lifetime.timeout_s, onTimeout: record.lifetime.on_timeout }
+            : null,
         },
         null,
         this.options.maxQueuedExecs,
@@ -527,6 +628,11 @@ export class SandboxManager {
         } else if (record.running) {
           const machine = await this.hypervisor.adopt(record.running);
           sandbox.setMachine(machine);
+          // Its lifetime ran on while hostd was down (the VM did): it ends when it would have.
+          if (sandbox.lifetime) {
+            sandbox.expiresAt = record.expires_at ? new Date(record.expires_at) : null;
+            if (!sandbox.expiresAt) sandbox.startClock();
+          }
           // The old hostd's relayed connections went with it; the guest's listeners are reset.
           await this.network.bind(machine, sandbox.allowOut).catch((err: unknown) => {
             this.log.error({ err, sandbox: record.id }, 'could not set up the network');

@@ -27,6 +27,23 @@ export interface SandboxInfo {
   error: string | null;
   /** Its egress rules, and the bytes its connections sent and received (docs/api.md, Network). */
   network: { allow_out: string[]; bytes_out: number; bytes_in: number };
+  /** The caller's labels, given at create (docs/api.md, Metadata and lifetime). */
+  metadata: Record<string, string>;
+  /** Seconds of running time it is given (from create, resume or `timeout`); null: no limit. */
+  timeout: number | null;
+  /** What happens when its time is up; null without a timeout. */
+  on_timeout: 'delete' | 'pause' | null;
+  /** When its time is up, while it runs; null while paused (the clock stops) or without one. */
+  expires_at: string | null;
+}
+
+/**
+ * A running-time limit: at `expiresAt` the sandbox is deleted or paused. The clock runs while
+ * the sandbox runs: pausing stops it, and each resume gives the sandbox `timeoutS` again.
+ */
+export interface Lifetime {
+  readonly timeoutS: number;
+  readonly onTimeout: 'delete' | 'pause';
 }
 
 export interface SandboxOrigin {
@@ -35,6 +52,10 @@ export interface SandboxOrigin {
   readonly snapshotId: string | null;
   /** `network.allow_out` as given (validated); forks and snapshots carry it on. */
   readonly allowOut?: readonly string[];
+  /** Labels; fork children carry them on. */
+  readonly metadata?: Readonly<Record<string, string>>;
+  /** Its running-time limit; fork children get the same, from their own start. */
+  readonly lifetime?: Lifetime | null;
 }
 
 export class Sandbox {
@@ -63,6 +84,11 @@ export class Sandbox {
   pausedAt: Date | null = null;
   /** The exec running now, if any. */
   currentRun: ExecRun | null = null;
+  readonly metadata: Readonly<Record<string, string>>;
+  /** Its running-time limit, if any; change it through the registry (`setLifetime`). */
+  lifetime: Lifetime | null;
+  /** When its lifetime ends; null while paused or without one. */
+  expiresAt: Date | null = null;
 
   constructor(
     readonly id: string,
@@ -75,6 +101,8 @@ export class Sandbox {
     this.parentId = origin.parentId;
     this.snapshotId = origin.snapshotId;
     this.allowOut = origin.allowOut ?? [];
+    this.metadata = { ...origin.metadata };
+    this.lifetime = origin.lifetime ?? null;
     this.machine = machine;
     this.createdAt = createdAt;
     this.queue = new SerialQueue(maxQueued);
@@ -121,6 +149,11 @@ export class Sandbox {
     this.lastUsedAt = Date.now();
   }
 
+  /** Starts its lifetime's clock (a new or resumed sandbox): it ends `timeoutS` from `now`. */
+  startClock(now = Date.now()): void {
+    this.expiresAt = this.lifetime ? new Date(now + this.lifetime.timeoutS * 1000) : null;
+  }
+
   info(): SandboxInfo {
     const net = this.machine?.networkStats();
     return {
@@ -139,6 +172,10 @@ export class Sandbox {
         bytes_out: this.netBefore.out + (net?.bytesOut ?? 0),
         bytes_in: this.netBefore.in + (net?.bytesIn ?? 0),
       },
+      metadata: { ...this.metadata },
+      timeout: this.lifetime?.timeoutS ?? null,
+      on_timeout: this.lifetime?.onTimeout ?? null,
+      expires_at: this.expiresAt?.toISOString() ?? null,
     };
   }
 
@@ -151,6 +188,11 @@ export class Sandbox {
       snapshot_id: this.snapshotId,
       created_at: this.createdAt.toISOString(),
       allow_out: [...this.allowOut],
+      metadata: { ...this.metadata },
+      lifetime: this.lifetime
+        ? { timeout_s: this.lifetime.timeoutS, on_timeout: this.lifetime.onTimeout }
+        : null,
+      expires_at: this.expiresAt?.toISOString() ?? null,
     };
     if (this.paused) {
       return {

@@ -6,6 +6,7 @@ import {
   parseExec,
   parseFork,
   parseGuestPath,
+  parseSetTimeout,
 } from '../../src/api/validate.js';
 import { HostdError, type ErrorName } from '../../src/errors.js';
 
@@ -28,6 +29,38 @@ test('create accepts no body, {} and a template name', () => {
   rejects400(() => parseCreate({ template: 3 }), 'invalidField', 'template');
   rejects400(() => parseCreate([]), 'bodyNotObject');
   rejects400(() => parseCreate({ tmpl: 'x' }), 'unknownField', 'tmpl');
+});
+
+test('create takes metadata (string labels) and a lifetime; on_timeout needs a timeout', () => {
+  assert.deepEqual(parseCreate({ metadata: { a: 'b' }, timeout: 300 }), {
+    metadata: { a: 'b' },
+    lifetime: { timeoutS: 300, onTimeout: 'delete' },
+  });
+  assert.deepEqual(parseCreate({ timeout: 0.5, on_timeout: 'pause' }).lifetime, {
+    timeoutS: 0.5,
+    onTimeout: 'pause',
+  });
+  rejects400(() => parseCreate({ metadata: { a: 1 } }), 'invalidField', 'metadata.a');
+  rejects400(() => parseCreate({ metadata: ['x'] }), 'invalidField', 'metadata');
+  const many = Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`k${i}`, 'v']));
+  rejects400(() => parseCreate({ metadata: many }), 'invalidField', 'metadata');
+  rejects400(() => parseCreate({ timeout: 0 }), 'invalidField', 'timeout');
+  rejects400(() => parseCreate({ timeout: 31 * 86400 }), 'invalidField', 'timeout');
+  rejects400(() => parseCreate({ timeout: '300' }), 'invalidField', 'timeout');
+  rejects400(() => parseCreate({ on_timeout: 'pause' }), 'invalidField', 'timeout');
+  rejects400(() => parseCreate({ timeout: 5, on_timeout: 'kill' }), 'invalidField', 'on_timeout');
+});
+
+test('set timeout: seconds or null, required; on_timeout optional', () => {
+  assert.deepEqual(parseSetTimeout({ timeout: 60 }), { timeoutS: 60 });
+  assert.deepEqual(parseSetTimeout({ timeout: null }), { timeoutS: null });
+  assert.deepEqual(parseSetTimeout({ timeout: 5, on_timeout: 'pause' }), {
+    timeoutS: 5,
+    onTimeout: 'pause',
+  });
+  rejects400(() => parseSetTimeout({}), 'invalidField', 'timeout');
+  rejects400(() => parseSetTimeout(undefined), 'bodyNotObject');
+  rejects400(() => parseSetTimeout({ timeout: -1 }), 'invalidField', 'timeout');
 });
 
 test('exec needs code; language defaults to python; timeout is seconds', () => {

@@ -60,6 +60,9 @@ class AsyncSandbox:
         snapshot: Union[Snapshot, AsyncSnapshot, str, None] = None,
         env: Optional[Dict[str, str]] = None,
         allow_out: Optional[List[str]] = None,
+        metadata: Optional[Dict[str, str]] = None,
+        timeout: Optional[float] = None,
+        on_timeout: Optional[str] = None,
         request_timeout: Optional[float] = None,
         max_retries: Optional[int] = None,
     ) -> _Creating:
@@ -68,7 +71,7 @@ class AsyncSandbox:
         snapshot_id = snapshot if snapshot is None or isinstance(snapshot, str) else snapshot.id
 
         async def created() -> "AsyncSandbox":
-            body = await _ahttp.call_json(config, _calls.create(template, snapshot_id, env, allow_out))
+            body = await _ahttp.call_json(config, _calls.create(template, snapshot_id, env, allow_out, metadata, timeout, on_timeout))
             return cls(body["id"], config)
 
         return _Creating(created())
@@ -190,6 +193,10 @@ class AsyncSandbox:
     async def pause(self) -> None:
         """Writes the sandbox to disk and stops its VM; see Sandbox.pause."""
         await _ahttp.call_bytes(self._config, _calls.pause(self.id))
+
+    async def set_timeout(self, timeout: Optional[float], on_timeout: Optional[str] = None) -> SandboxInfo:
+        """Sets the sandbox's lifetime; see Sandbox.set_timeout."""
+        return await _ahttp.call_json(self._config, _calls.set_timeout(self.id, timeout, on_timeout))  # type: ignore[return-value]
 
     async def resume(self) -> None:
         """Starts a paused sandbox again now, rather than on its next use."""

@@ -63,6 +63,9 @@ def create(
     snapshot: Optional[str],
     env: Optional[Dict[str, str]],
     allow_out: Optional[List[str]],
+    metadata: Optional[Dict[str, str]] = None,
+    timeout: Optional[float] = None,
+    on_timeout: Optional[str] = None,
 ) -> Call:
     body: Dict[str, Any] = {}
     if template is not None:
@@ -73,6 +76,12 @@ def create(
         body["env"] = dict(env)
     if allow_out is not None:
         body["network"] = {"allow_out": list(allow_out)}
+    if metadata is not None:
+        body["metadata"] = dict(metadata)
+    if timeout is not None:
+        body["timeout"] = timeout
+    if on_timeout is not None:
+        body["on_timeout"] = on_timeout
     return Call("POST", "/v1/sandboxes", json=body)
 
 
@@ -157,6 +166,13 @@ def take_snapshot(sandbox_id: str) -> Call:
 
 def pause(sandbox_id: str) -> Call:
     return Call("POST", sandbox_path(sandbox_id, "/pause"))
+
+
+def set_timeout(sandbox_id: str, timeout: Optional[float], on_timeout: Optional[str]) -> Call:
+    body: Dict[str, Any] = {"timeout": timeout}
+    if on_timeout is not None:
+        body["on_timeout"] = on_timeout
+    return Call("POST", sandbox_path(sandbox_id, "/timeout"), json=body)
 
 
 def resume(sandbox_id: str) -> Call:

@@ -50,6 +50,9 @@ class Sandbox:
         snapshot: Union[Snapshot, str, None] = None,
         env: Optional[Dict[str, str]] = None,
         allow_out: Optional[List[str]] = None,
+        metadata: Optional[Dict[str, str]] = None,
+        timeout: Optional[float] = None,
+        on_timeout: Optional[str] = None,
         request_timeout: Optional[float] = None,
         max_retries: Optional[int] = None,
     ) -> "Sandbox":
@@ -58,10 +61,13 @@ class Sandbox:
         ``template`` defaults to the server's first (``python``). ``env`` is the environment of
         every exec (fork children inherit it). ``allow_out`` lists what the sandbox may connect
         to (``example.com``, ``example.com:443``, ``*.example.com``, ``203.0.113.0/24``, ``*``,
-        ``host.hostd.internal:PORT``); without it the sandbox has no network."""
+        ``host.hostd.internal:PORT``); without it the sandbox has no network. ``metadata`` are
+        labels of yours, kept with the sandbox. ``timeout`` is a lifetime in seconds of running
+        time, after which the sandbox is deleted, or paused with ``on_timeout="pause"``; pausing
+        stops the clock and each resume gives the whole lifetime again."""
         config = resolve_config(api_key, base_url, request_timeout=request_timeout, max_retries=max_retries)
         snapshot_id = snapshot.id if hasattr(snapshot, "id") else snapshot
-        created = _http.call_json(config, _calls.create(template, snapshot_id, env, allow_out))  # type: ignore[arg-type]
+        created = _http.call_json(config, _calls.create(template, snapshot_id, env, allow_out, metadata, timeout, on_timeout))  # type: ignore[arg-type]
         return cls(created["id"], config)
 
     @classmethod
@@ -212,6 +218,12 @@ class Sandbox:
         """Writes the sandbox to disk and stops its VM, so that it costs no host memory; its next
         use (or ``resume``) brings it back with its state. Pausing a paused sandbox does nothing."""
         _http.call_bytes(self._config, _calls.pause(self.id))
+
+    def set_timeout(self, timeout: Optional[float], on_timeout: Optional[str] = None) -> SandboxInfo:
+        """Sets the sandbox's lifetime to ``timeout`` seconds of running time from now (shorter or
+        longer than before); ``None`` removes it. ``on_timeout`` (``delete`` or ``pause``) is kept
+        as it was unless given. Returns the sandbox's info, with its new ``expires_at``."""
+        return _http.call_json(self._config, _calls.set_timeout(self.id, timeout, on_timeout))  # type: ignore[return-value]
 
     def resume(self) -> None:
         """Starts a paused sandbox again now, rather than on its next use."""

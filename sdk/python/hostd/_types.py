@@ -123,6 +123,14 @@ class SandboxInfo(_SandboxInfoRequired, total=False):
     snapshot_id: Optional[str]
     error: Optional[str]
     network: NetworkInfo
+    #: The labels given at create (``{}`` without).
+    metadata: Dict[str, str]
+    #: Its lifetime in seconds of running time, or None.
+    timeout: Optional[float]
+    #: ``delete`` or ``pause``: what happens when its lifetime is up; None without one.
+    on_timeout: Optional[str]
+    #: When a running sandbox's lifetime ends (ISO 8601); None while paused or without one.
+    expires_at: Optional[str]
 
 
 class _EntryInfoRequired(TypedDict):

@@ -52,6 +52,8 @@ def answer(req, res):
         return res.json(200, SNAPSHOT)
     if m == "POST" and p.endswith("/pause"):
         return res.json(200, {"id": ID, "state": "paused"})
+    if m == "POST" and p.endswith("/timeout"):
+        return res.json(200, {"id": ID, "state": "ready", "timeout": 60, "on_timeout": "pause"})
     if m == "POST" and p.endswith("/resume"):
         return res.json(200, {"id": ID, "state": "ready"})
     if m == "GET" and p == "/v1/snapshots":
@@ -104,6 +106,20 @@ class LifecycleTest(unittest.TestCase):
                     "application/json",
                 ),
                 ("POST", "/v1/sandboxes", {"network": {"allow_out": []}}, "application/json"),
+            ],
+        )
+
+    def test_create_sends_metadata_and_a_lifetime_set_timeout_sets_or_removes_it(self):
+        sandbox = Sandbox.create(base_url=self.fake.url, metadata={"run": "7"}, timeout=1.5, on_timeout="pause")
+        info = sandbox.set_timeout(60, on_timeout="pause")
+        self.assertEqual(info["on_timeout"], "pause")
+        sandbox.set_timeout(None)
+        self.assertEqual(
+            self.seen(0),
+            [
+                ("POST", "/v1/sandboxes", {"metadata": {"run": "7"}, "timeout": 1.5, "on_timeout": "pause"}, "application/json"),
+                ("POST", "/v1/sandboxes/%s/timeout" % ID, {"timeout": 60, "on_timeout": "pause"}, "application/json"),
+                ("POST", "/v1/sandboxes/%s/timeout" % ID, {"timeout": None}, "application/json"),
             ],
         )
 

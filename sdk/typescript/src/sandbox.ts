@@ -42,6 +42,21 @@ export interface CreateOptions extends ConnectionOptions, CallOptions {
   env?: Record<string, string>;
   /** Outbound network access; without it the sandbox has none. */
   network?: NetworkOptions;
+  /** Labels of yours, shown in `info()` and kept with the sandbox; fork children inherit them. */
+  metadata?: Record<string, string>;
+  /**
+   * A lifetime: milliseconds of running time (sent as `timeout` in seconds), after which the
+   * sandbox is deleted, or paused with `onTimeout: 'pause'`. Pausing stops the clock; each
+   * resume gives the whole lifetime again. Without it the sandbox runs until deleted.
+   */
+  timeoutMs?: number;
+  /** What happens when the lifetime is up: `delete` (the default) or `pause`. */
+  onTimeout?: 'delete' | 'pause';
+}
+
+export interface SetTimeoutOptions extends CallOptions {
+  /** What happens when the lifetime is up; kept as it was unless given. */
+  onTimeout?: 'delete' | 'pause';
 }
 
 export interface NetworkOptions {
@@ -137,6 +152,9 @@ export class Sandbox {
     }
     if (opts.env !== undefined) body.env = opts.env;
     if (opts.network !== undefined) body.network = { allow_out: opts.network.allowOut ?? [] };
+    if (opts.metadata !== undefined) body.metadata = opts.metadata;
+    if (opts.timeoutMs !== undefined) body.timeout = opts.timeoutMs / 1000;
+    if (opts.onTimeout !== undefined) body.on_timeout = opts.onTimeout;
     const created = await requestJson<CreatedBody>(config, {
       method: 'POST',
       path: '/v1/sandboxes',
@@ -362,6 +380,21 @@ export class Sandbox {
     await requestText(this.#config, {
       method: 'POST',
       path: sandboxPath(this.id, '/pause'),
+      signal: opts.signal,
+    });
+  }
+
+  /**
+   * Sets the sandbox's lifetime to `timeoutMs` of running time from now (shorter or longer
+   * than before); `null` removes it. Returns the sandbox's info, with its new `expires_at`.
+   */
+  async setTimeout(timeoutMs: number | null, opts: SetTimeoutOptions = {}): Promise<SandboxInfo> {
+    const json: Record<string, unknown> = { timeout: timeoutMs === null ? null : timeoutMs / 1000 };
+    if (opts.onTimeout !== undefined) json.on_timeout = opts.onTimeout;
+    return requestJson<SandboxInfo>(this.#config, {
+      method: 'POST',
+      path: sandboxPath(this.id, '/timeout'),
+      json,
       signal: opts.signal,
     });
   }

@@ -182,6 +182,14 @@ export interface SandboxInfo {
   /** Why a `failed` sandbox's VM died; null otherwise. */
   error?: string | null;
   network?: NetworkInfo;
+  /** The labels given at create (`{}` without). */
+  metadata?: Record<string, string>;
+  /** Its lifetime in seconds of running time, or null (none). */
+  timeout?: number | null;
+  /** What happens when its lifetime is up, or null (no lifetime). */
+  on_timeout?: 'delete' | 'pause' | null;
+  /** When a running sandbox's lifetime ends (ISO 8601); null while paused or without one. */
+  expires_at?: string | null;
 }
 
 /** A file, directory or link inside a sandbox, as `files.list` and `files.stat` describe it. */

@@ -60,6 +60,9 @@ function answer(req: RecordedRequest, res: ServerResponse): void {
   if (method === 'POST' && url.endsWith('/snapshot')) return sendJson(res, 200, SNAPSHOT);
   if (method === 'POST' && url.endsWith('/pause'))
     return sendJson(res, 200, { id: ID, state: 'paused' });
+  if (method === 'POST' && url.endsWith('/timeout')) {
+    return sendJson(res, 200, { id: ID, state: 'ready', timeout: 60, on_timeout: 'pause' });
+  }
   if (method === 'POST' && url.endsWith('/resume'))
     return sendJson(res, 200, { id: ID, state: 'ready' });
   if (method === 'GET' && url === '/v1/snapshots')
@@ -125,6 +128,33 @@ describe('create, snapshots, pause, templates', () => {
         'application/json',
       ],
       ['POST', '/v1/sandboxes', { network: { allow_out: [] } }, 'application/json'],
+    ]);
+  });
+
+  test('create sends metadata and a lifetime in seconds; setTimeout sets or removes it', async () => {
+    const sandbox = await Sandbox.create({
+      baseUrl: fake.url,
+      metadata: { run: '7' },
+      timeoutMs: 1500,
+      onTimeout: 'pause',
+    });
+    const info = await sandbox.setTimeout(60_000, { onTimeout: 'pause' });
+    assert.equal(info.on_timeout, 'pause');
+    await sandbox.setTimeout(null);
+    assert.deepEqual(seen(fake, from), [
+      [
+        'POST',
+        '/v1/sandboxes',
+        { metadata: { run: '7' }, timeout: 1.5, on_timeout: 'pause' },
+        'application/json',
+      ],
+      [
+        'POST',
+        `/v1/sandboxes/${ID}/timeout`,
+        { timeout: 60, on_timeout: 'pause' },
+        'application/json',
+      ],
+      ['POST', `/v1/sandboxes/${ID}/timeout`, { timeout: null }, 'application/json'],
     ]);
   });
 
