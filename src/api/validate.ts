@@ -40,7 +40,7 @@ const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const MAX_ENV_ENTRIES = 256;
 const MAX_ENV_BYTES = 64 * 1024;
 
-function optionalEnv(b: Body, field: string): Record<string, string> | undefined {
+export function optionalEnv(b: Body, field: string): Record<string, string> | undefined {
   const v = b[field];
   if (v === undefined || v === null) return undefined;
   if (typeof v !== 'object' || Array.isArray(v)) {
