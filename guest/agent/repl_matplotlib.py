@@ -90,9 +90,10 @@ class Figures:
         @functools.wraps(original_save)
         def save(image, fp, *args, **kwargs):
             result = original_save(image, fp, *args, **kwargs)
+            # A save by the user's code, not by matplotlib's savefig("x.jpg") or PIL itself
             caller = sys._getframe(1).f_globals.get("__name__", "")
             if (display.notebook and self._active() and isinstance(fp, (str, os.PathLike))
-                    and not caller.startswith("matplotlib")):   # savefig("x.jpg") is not one
+                    and not caller.startswith(("matplotlib", "PIL"))):
                 display.display(image)
             return result
         show._hostd_display = save._hostd_display = True
