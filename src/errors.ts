@@ -76,6 +76,12 @@ export const Errors = {
   /** A malformed request the HTTP framework rejected before any handler ran. */
   malformedRequest: def('invalid_request', 400, (why: string) => `malformed request: ${why}`),
   mergeIntoSelf: def('merge_into_self', 400, () => 'cannot merge a sandbox into itself'),
+  /** The default REPL context is the sandbox's own namespace: it can be restarted, not deleted. */
+  contextIsDefault: def(
+    'context_is_default',
+    400,
+    () => 'the default context cannot be deleted (restart it instead)',
+  ),
   /** A `network.allow_out` rule that does not parse; the message names it and why. */
   invalidEgressRule: def('invalid_request', 400, (why: string) => why),
   /** A tar upload that is not a tar stream (or is truncated). */
@@ -170,6 +176,11 @@ export const Errors = {
     404,
     (what: string) => `process with ${what} not found`,
   ),
+  contextNotFound: def(
+    'context_not_found',
+    404,
+    (id: string, context: string) => `sandbox ${id} has no context ${context}`,
+  ),
   routeNotFound: def(
     'route_not_found',
     404,
@@ -202,6 +213,11 @@ export const Errors = {
     'already_exists',
     409,
     (path: string) => `directory ${path} already exists`,
+  ),
+  contextExists: def(
+    'context_exists',
+    409,
+    (id: string, context: string) => `sandbox ${id} already has a context ${context}`,
   ),
   /** E2B's pause of a sandbox that is paused already (the native pause is a no-op instead). */
   sandboxAlreadyPaused: e2bDef(

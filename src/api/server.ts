@@ -15,6 +15,7 @@ import { HostdError, fail, isError, toHostdError } from '../errors.js';
 import type { SandboxManager } from '../core/sandbox-manager.js';
 import { makeAuthChecker, type AuthMode } from './auth.js';
 import type { Metrics } from './metrics.js';
+import { registerContextRoutes } from './routes/contexts.js';
 import { registerExecRoutes } from './routes/exec.js';
 import { rawBodyParser, registerFileRoutes, UPLOAD_ROUTE } from './routes/files.js';
 import { registerLineageRoutes } from './routes/lineage.js';
@@ -127,6 +128,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   registerServiceRoutes(app, opts.metrics);
   registerSandboxRoutes(app, manager);
   registerExecRoutes(app, manager);
+  registerContextRoutes(app, manager);
   registerLineageRoutes(app, manager);
   registerSnapshotRoutes(app, manager);
   registerTemplateRoutes(app, manager);

@@ -219,11 +219,43 @@ export interface ExecBody {
   env?: Record<string, string>;
   cwd?: string;
   display?: boolean;
+  context?: string;
+  notebook?: boolean;
+}
+
+/** A REPL context id (docs/api.md, Contexts): what the guest accepts, and safe in a URL. */
+export const CONTEXT_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
+const CONTEXT_ID_RULE = "1 to 64 letters, digits, '_', '.' or '-', first a letter or digit";
+
+function optionalContextId(b: Body, field: string): string | undefined {
+  const v = b[field];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'string' || !CONTEXT_ID.test(v)) {
+    throw fail('invalidField', field, CONTEXT_ID_RULE, v);
+  }
+  return v;
+}
+
+function optionalCwd(b: Body): string | undefined {
+  const cwd = b.cwd ?? undefined;
+  if (
+    cwd !== undefined &&
+    (typeof cwd !== 'string' || !cwd.startsWith('/') || cwd.includes('\0'))
+  ) {
+    throw fail('invalidField', 'cwd', 'an absolute path', cwd);
+  }
+  return cwd as string | undefined;
+}
+
+function optionalBoolean(b: Body, field: string): boolean | undefined {
+  const v = b[field] ?? undefined;
+  if (v !== undefined && typeof v !== 'boolean') throw fail('invalidField', field, 'a boolean', v);
+  return v as boolean | undefined;
 }
 
 export function parseExec(body: unknown): ExecBody {
   const b = objectBody(body, false);
-  onlyFields(b, ['code', 'language', 'timeout', 'env', 'cwd', 'display']);
+  onlyFields(b, ['code', 'language', 'timeout', 'env', 'cwd', 'display', 'context', 'notebook']);
   if (typeof b.code !== 'string') {
     throw fail('invalidField', 'code', 'a string (required)', b.code);
   }
@@ -232,23 +264,25 @@ export function parseExec(body: unknown): ExecBody {
     throw fail('invalidField', 'language', '"python" or "bash"', language);
   }
   const env = optionalEnv(b, 'env');
-  const cwd = b.cwd ?? undefined;
-  if (
-    cwd !== undefined &&
-    (typeof cwd !== 'string' || !cwd.startsWith('/') || cwd.includes('\0'))
-  ) {
-    throw fail('invalidField', 'cwd', 'an absolute path', cwd);
+  const cwd = optionalCwd(b);
+  const display = optionalBoolean(b, 'display');
+  const context = optionalContextId(b, 'context');
+  const notebook = optionalBoolean(b, 'notebook');
+  // The REPL's: a bash exec has no namespace to run in, nor cells
+  if (language === 'bash' && context !== undefined) {
+    throw fail('invalidField', 'context', 'absent for a bash exec', context);
   }
-  const display = b.display ?? undefined;
-  if (display !== undefined && typeof display !== 'boolean') {
-    throw fail('invalidField', 'display', 'a boolean', display);
+  if (language === 'bash' && notebook) {
+    throw fail('invalidField', 'notebook', 'false or absent for a bash exec', notebook);
   }
   const options: ExecBody = {
     code: b.code,
     language: language as Language,
     ...(env === undefined ? {} : { env }),
-    ...(cwd === undefined ? {} : { cwd: cwd as string }),
+    ...(cwd === undefined ? {} : { cwd }),
     ...(display ? { display: true } : {}),
+    ...(context === undefined ? {} : { context }),
+    ...(notebook ? { notebook: true } : {}),
   };
   if (b.timeout === undefined || b.timeout === null) return options;
   if (
@@ -265,6 +299,18 @@ export function parseExec(body: unknown): ExecBody {
     );
   }
   return { ...options, timeoutMs: Math.ceil(b.timeout * 1000) };
+}
+
+/** `POST /v1/sandboxes/{id}/contexts`: `{}` or no body, or its `id` and `cwd`. */
+export function parseContextCreate(body: unknown): { context?: string; cwd?: string } {
+  const b = objectBody(body, true);
+  onlyFields(b, ['id', 'cwd']);
+  const context = optionalContextId(b, 'id');
+  const cwd = optionalCwd(b);
+  return {
+    ...(context === undefined ? {} : { context }),
+    ...(cwd === undefined ? {} : { cwd }),
+  };
 }
 
 export function parseFork(body: unknown): { n: number } {

@@ -23,6 +23,7 @@ import { Sandbox, type Lifetime, type PauseReason, type SandboxInfo } from './sa
 import { Snapshots, type SnapshotInfo } from './snapshots.js';
 import { SandboxFiles } from './sandbox-files.js';
 import { SandboxProcesses } from './sandbox-processes.js';
+import { SandboxContexts } from './sandbox-contexts.js';
 import { SandboxNetwork, type EgressEnvironment } from './network.js';
 import { TemplateCatalog, type TemplateInfo } from './template-catalog.js';
 import type { TemplatePlan } from './template-plan.js';
@@ -148,6 +149,8 @@ export class SandboxManager {
   readonly files: SandboxFiles;
   /** Processes beside the exec queue, and directory watches (core/sandbox-processes.ts). */
   readonly processes: SandboxProcesses;
+  /** Sandboxes' REPL contexts (docs/api.md, Contexts). */
+  readonly contexts: SandboxContexts;
   private stopping = false;
   /** Creates in flight: shutdown waits for them, so that no VM they start outlives hostd. */
   private readonly creating = new Set<Promise<unknown>>();
@@ -168,6 +171,7 @@ export class SandboxManager {
     );
     this.files = new SandboxFiles(this.registry, log, options.maxFileBytes);
     this.processes = new SandboxProcesses(this.registry, log);
+    this.contexts = new SandboxContexts(this.registry, log);
     this.snapshots = new Snapshots(
       hypervisor,
       options.records?.snapshots,
@@ -396,7 +400,7 @@ export class SandboxManager {
     try {
       run = new ExecRun(
         machine,
-        { ...req, maxOutputBytes: this.options.maxExecOutputBytes },
+        { ...req, sandboxId: id, maxOutputBytes: this.options.maxExecOutputBytes },
         (why) => this.registry.markBroken(sandbox, machine, why),
       );
     } catch (err) {

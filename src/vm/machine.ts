@@ -61,19 +61,63 @@ export interface ExecSpec {
   readonly cwd?: string;
   /** Python: send rich outputs as display bundles. */
   readonly display?: boolean;
+  /** Python: the REPL context to run in (docs/api.md, Contexts); absent: the default one. */
+  readonly context?: string;
+  /** Python: run as a notebook cell (docs/api.md, Notebook mode). */
+  readonly notebook?: boolean;
 }
 
 /** A rich output: a MIME bundle as in Jupyter's display protocol. */
 export type DisplayData = Readonly<Record<string, unknown>>;
 
+/** A notebook cell's uncaught exception. */
+export interface CellError {
+  readonly name: string;
+  readonly value: string;
+  readonly traceback: string;
+}
+
 /** Receives one exec's output; exactly one of onExit / onLost is called, last. */
 export interface ExecSink {
-  onOutput(stream: OutputStream, data: string): void;
-  /** A rich output of a Python exec that asked for them (`display`). */
+  /** One line (or piece of one: `partial`, notebook cells only) of output. */
+  onOutput(stream: OutputStream, data: string, partial?: boolean): void;
+  /** A rich output of a Python exec that asked for them (`display`, `notebook`). */
   onDisplay?(data: DisplayData): void;
+  /** A notebook cell's value. */
+  onResult?(data: DisplayData): void;
+  /** A notebook cell's uncaught exception. */
+  onError?(error: CellError): void;
+  /**
+   * The exec names a context or is a notebook cell, and runs: its first message. The count of
+   * notebook cells its context ran, this one included; null for other execs.
+   */
+  onStart?(executionCount: number | null): void;
+  /** The guest did not run the exec (`context_not_found`); onExit follows. */
+  onRejected?(reason: string): void;
   onExit(code: number): void;
   /** The machine died or its channel closed before the exec's exit arrived. */
   onLost(reason: string): void;
+}
+
+/** A request about a machine's REPL contexts (docs/api.md, Contexts). */
+export type ContextRequest =
+  | { readonly action: 'list' }
+  | { readonly action: 'create'; readonly context?: string; readonly cwd?: string }
+  | { readonly action: 'delete' | 'restart'; readonly context: string };
+
+/** One REPL context, as the guest describes it. */
+export interface ContextInfo {
+  readonly id: string;
+  readonly cwd: string;
+  readonly execution_count: number;
+}
+
+/** The guest's answer to a ContextRequest: what it asked for, or why it could not be served. */
+export interface ContextAnswer {
+  readonly contexts?: readonly ContextInfo[];
+  readonly context?: ContextInfo;
+  /** `context_not_found`, `context_exists`, `context_is_default`, `invalid_cwd`, ... */
+  readonly error?: { readonly code: string; readonly message: string };
 }
 
 /**
@@ -146,6 +190,11 @@ export interface Machine {
   /** Starts an exec; returns its id for `cancel`. */
   exec(spec: ExecSpec, sink: ExecSink): number;
   cancel(execId: number, reason: CancelReason): void;
+  /**
+   * Serves a request about the REPL's contexts, in turn with the Python execs (the caller
+   * holds the sandbox's turn). Rejects when the guest does not answer.
+   */
+  contexts(request: ContextRequest): Promise<ContextAnswer>;
   /**
    * Sets the sandbox's default environment in the guest (every later exec starts from it); it
    * replaces the previous one. Resolves once the guest will apply it to the next exec.

@@ -11,10 +11,19 @@
  *   `show T`   a display bundle with text/plain T
  *   `hang`     never ends by itself: only a cancel (124/130) or the machine's death ends it
  *   `die`      the machine dies while running it
+ *   `value T`  a notebook result with text/plain T     `raise N V`  a cell error N: V, exits 1
  * Processes (`machine.processes`): test/helpers/fake-processes.ts.
+ *
+ * Contexts (docs/api.md, Contexts) live in the memory, so forks copy them: `ctx:ID` holds a
+ * context's cwd (`default` always exists) and `count:ID` its notebook cells. An exec naming a
+ * context that does not exist is rejected; one naming a context, or a notebook cell, starts
+ * with onStart.
  */
 import type {
   CancelReason,
+  ContextAnswer,
+  ContextInfo,
+  ContextRequest,
   ExecSink,
   ExecSpec,
   ForkTarget,
@@ -127,7 +136,31 @@ export class FakeMachine implements Machine {
       const end = (code: number): void => {
         if (this.running.delete(id)) sink.onExit(code);
       };
-      if (cmd === 'set') {
+      const context = spec.context ?? 'default';
+      if (context !== 'default' && !this.memory.has(`ctx:${context}`)) {
+        sink.onRejected?.('context_not_found');
+        end(1);
+        return;
+      }
+      if (spec.notebook || spec.context !== undefined) {
+        let count: number | null = null;
+        if (spec.notebook) {
+          count = Number(this.memory.get(`count:${context}`) ?? '0') + 1;
+          this.memory.set(`count:${context}`, String(count));
+        }
+        sink.onStart?.(count);
+      }
+      if (cmd === 'value') {
+        sink.onResult?.({ 'text/plain': args.join(' ') });
+        end(0);
+      } else if (cmd === 'raise') {
+        sink.onError?.({
+          name: args[0]!,
+          value: args.slice(1).join(' '),
+          traceback: 'Traceback',
+        });
+        end(1);
+      } else if (cmd === 'set') {
         this.memory.set(args[0]!, args.slice(1).join(' '));
         end(0);
       } else if (cmd === 'get') {
@@ -159,6 +192,46 @@ export class FakeMachine implements Machine {
     if (!sink) return;
     this.running.delete(execId);
     queueMicrotask(() => sink.onExit(reason === 'timeout' ? 124 : 130));
+  }
+
+  async contexts(request: ContextRequest): Promise<ContextAnswer> {
+    await this.hv.gate('context');
+    if (!this.alive) throw new Error(this.deathReason);
+    const info = (id: string): ContextInfo => ({
+      id,
+      cwd: this.memory.get(`ctx:${id}`) ?? '/root',
+      execution_count: Number(this.memory.get(`count:${id}`) ?? '0'),
+    });
+    const exists = (id: string): boolean => id === 'default' || this.memory.has(`ctx:${id}`);
+    const notFound = (id: string): ContextAnswer => ({
+      error: { code: 'context_not_found', message: `context ${id} not found` },
+    });
+    if (request.action === 'list') {
+      const ids = [...this.memory.keys()].filter((k) => k.startsWith('ctx:'));
+      return { contexts: ['default', ...ids.map((k) => k.slice(4))].map(info) };
+    }
+    if (request.action === 'create') {
+      const id = request.context ?? `auto${this.nextExec++}`;
+      if (exists(id)) {
+        return { error: { code: 'context_exists', message: `context ${id} already exists` } };
+      }
+      if (request.cwd !== undefined && !request.cwd.startsWith('/')) {
+        return { error: { code: 'invalid_cwd', message: `cwd ${request.cwd}` } };
+      }
+      this.memory.set(`ctx:${id}`, request.cwd ?? '/root');
+      return { context: info(id) };
+    }
+    if (!exists(request.context)) return notFound(request.context);
+    if (request.action === 'restart') {
+      this.memory.delete(`count:${request.context}`);
+      return { context: info(request.context) };
+    }
+    if (request.context === 'default') {
+      return { error: { code: 'context_is_default', message: 'the default context' } };
+    }
+    this.memory.delete(`ctx:${request.context}`);
+    this.memory.delete(`count:${request.context}`);
+    return {};
   }
 
   /** The default environment the guest was given (`setEnv`). */
@@ -279,7 +352,7 @@ class FakeTarget implements ForkTarget {
   }
 }
 
-type Step = 'restore' | 'capture' | 'boot' | 'pause' | 'resume' | 'file';
+type Step = 'restore' | 'capture' | 'boot' | 'pause' | 'resume' | 'file' | 'context';
 
 export class FakeHypervisor implements Hypervisor {
   readonly machineOverheadMib = 50;

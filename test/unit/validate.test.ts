@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
+  parseContextCreate,
   parseCreate,
   parseExec,
   parseFork,
@@ -126,6 +127,38 @@ test('exec takes env, an absolute cwd and display', () => {
   assert.deepEqual(parseExec({ code: 'x', display: false }), { code: 'x', language: 'python' });
   rejects400(() => parseExec({ code: 'x', cwd: 'tmp' }), 'invalidField', 'cwd');
   rejects400(() => parseExec({ code: 'x', display: 'yes' }), 'invalidField', 'display');
+});
+
+test('exec takes a context id and notebook mode, for Python only', () => {
+  assert.deepEqual(parseExec({ code: 'x', context: 'ctx-1.a_b', notebook: true }), {
+    code: 'x',
+    language: 'python',
+    context: 'ctx-1.a_b',
+    notebook: true,
+  });
+  assert.deepEqual(parseExec({ code: 'x', notebook: false }), { code: 'x', language: 'python' });
+  for (const bad of ['', '-x', 'a/b', 'x'.repeat(65), 7, 'a b']) {
+    rejects400(() => parseExec({ code: 'x', context: bad }), 'invalidField', 'context');
+  }
+  rejects400(() => parseExec({ code: 'x', notebook: 1 }), 'invalidField', 'notebook');
+  rejects400(
+    () => parseExec({ code: 'x', language: 'bash', notebook: true }),
+    'invalidField',
+    'notebook',
+  );
+  rejects400(
+    () => parseExec({ code: 'x', language: 'bash', context: 'c' }),
+    'invalidField',
+    'context',
+  );
+});
+
+test('a context is created from nothing, or its id and an absolute cwd', () => {
+  assert.deepEqual(parseContextCreate(undefined), {});
+  assert.deepEqual(parseContextCreate({ id: 'c1', cwd: '/tmp' }), { context: 'c1', cwd: '/tmp' });
+  rejects400(() => parseContextCreate({ id: 'a/b' }), 'invalidField', 'id');
+  rejects400(() => parseContextCreate({ cwd: 'tmp' }), 'invalidField', 'cwd');
+  rejects400(() => parseContextCreate({ language: 'python' }), 'unknownField', 'language');
 });
 
 test('a file path is one absolute path: missing, repeated, relative, NUL and .. are refused', () => {

@@ -102,6 +102,8 @@ def exec_code(
     env: Optional[Dict[str, str]],
     cwd: Optional[str],
     display: Optional[bool],
+    context: Optional[str] = None,
+    notebook: Optional[bool] = None,
 ) -> Call:
     body: Dict[str, Any] = {"code": code, "language": language}
     if timeout is not None:
@@ -112,6 +114,10 @@ def exec_code(
         body["cwd"] = cwd
     if display is not None:
         body["display"] = display
+    if context is not None:
+        body["context"] = context
+    if notebook is not None:
+        body["notebook"] = notebook
     # A running exec may print nothing for as long as its own timeout allows; without one, for
     # as long as the code runs.
     silence = config.request_timeout
@@ -123,6 +129,27 @@ def exec_code(
         accept="application/x-ndjson",
         body_timeout=body_timeout,
     )
+
+
+def create_context(sandbox_id: str, context_id: Optional[str], cwd: Optional[str]) -> Call:
+    body: Dict[str, Any] = {}
+    if context_id is not None:
+        body["id"] = context_id
+    if cwd is not None:
+        body["cwd"] = cwd
+    return Call("POST", sandbox_path(sandbox_id, "/contexts"), json=body)
+
+
+def list_contexts(sandbox_id: str) -> Call:
+    return Call("GET", sandbox_path(sandbox_id, "/contexts"))
+
+
+def restart_context(sandbox_id: str, context: str) -> Call:
+    return Call("POST", sandbox_path(sandbox_id, "/contexts/%s/restart" % quote(context, safe="")))
+
+
+def delete_context(sandbox_id: str, context: str) -> Call:
+    return Call("DELETE", sandbox_path(sandbox_id, "/contexts/%s" % quote(context, safe="")))
 
 
 def fork(sandbox_id: str, n: int) -> Call:

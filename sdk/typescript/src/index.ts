@@ -10,6 +10,7 @@
  */
 export { Sandbox } from './sandbox.js';
 export type {
+  CreateContextOptions,
   CreateOptions,
   ExecOptions,
   NetworkOptions,
@@ -31,6 +32,8 @@ export type { CallOptions, ClientConfig, ConnectionOptions } from './config.js';
 export {
   AuthenticationError,
   ConnectionError,
+  ContextExistsError,
+  ContextNotFoundError,
   ExecutorError,
   HostdError,
   InsufficientResourcesError,
@@ -62,15 +65,20 @@ export type { ErrorResponse, HostdErrorCode, HostdErrorOptions, KnownErrorCode }
 export { UnsafeArchiveError } from './tar-extract.js';
 export { toDisplay } from './display.js';
 export type {
+  CellError,
+  ContextInfo,
   Display,
   DisplayEvent,
   EntryInfo,
+  ErrorEvent,
   ExecEvent,
+  ExecutionCountEvent,
   ExitEvent,
   Language,
   MimeBundle,
   NetworkInfo,
   OutputEvent,
+  ResultEvent,
   RunResult,
   SandboxInfo,
   SandboxState,

@@ -15,6 +15,8 @@ import { Files } from './files.js';
 import { request, requestJson, requestText, sandboxPath } from './http.js';
 import { Snapshot } from './snapshot.js';
 import type {
+  CellError,
+  ContextInfo,
   Display,
   ExecEvent,
   Language,
@@ -89,6 +91,17 @@ export interface ExecOptions extends CallOptions {
    * `display` events, and in `run`'s `displays`.
    */
   display?: boolean;
+  /**
+   * Python only: the REPL context to run in (see `createContext`); default: the sandbox's own
+   * namespace. One the sandbox does not have is a ContextNotFoundError.
+   */
+  context?: string;
+  /**
+   * Python only: run as a notebook cell (docs/api.md, Notebook mode): the last expression's
+   * value comes as a `result` event (`run`'s `result`), an uncaught exception as an `error`
+   * event (`run`'s `error`), rich outputs are on, and IPython's `!cmd` and `%magic` work.
+   */
+  notebook?: boolean;
 }
 
 export interface RunOptions extends ExecOptions {
@@ -98,6 +111,17 @@ export interface RunOptions extends ExecOptions {
   onStderr?: (line: string) => void;
   /** Called with each rich output as it arrives (with `display: true`). */
   onDisplay?: (display: Display) => void;
+  /** Called with a notebook cell's value when it arrives. */
+  onResult?: (result: Display) => void;
+  /** Called with a notebook cell's uncaught exception when it arrives. */
+  onError?: (error: CellError) => void;
+}
+
+export interface CreateContextOptions extends CallOptions {
+  /** Its id (1 to 64 letters, digits, `_`, `.`, `-`); default: 16 random hex digits. */
+  id?: string;
+  /** Its working directory (it must exist); default: the default context's. */
+  cwd?: string;
 }
 
 interface CreatedBody {
@@ -201,6 +225,8 @@ export class Sandbox {
     if (opts.env !== undefined) body.env = opts.env;
     if (opts.cwd !== undefined) body.cwd = opts.cwd;
     if (opts.display !== undefined) body.display = opts.display;
+    if (opts.context !== undefined) body.context = opts.context;
+    if (opts.notebook !== undefined) body.notebook = opts.notebook;
     const silence = this.#config.requestTimeoutMs;
     const res = await request(this.#config, {
       method: 'POST',
@@ -226,22 +252,79 @@ export class Sandbox {
     let stderr = '';
     let exitCode = -1;
     const displays: Display[] = [];
+    const notebook: Pick<RunResult, 'result' | 'error' | 'executionCount'> = {};
     for await (const event of this.exec(code, opts)) {
       if (event.type === 'exit') {
         exitCode = event.data;
       } else if (event.type === 'stdout') {
-        stdout += `${event.data}\n`;
+        stdout += event.partial ? event.data : `${event.data}\n`;
         opts.onStdout?.(event.data);
       } else if (event.type === 'stderr') {
-        stderr += `${event.data}\n`;
+        stderr += event.partial ? event.data : `${event.data}\n`;
         opts.onStderr?.(event.data);
-      } else {
+      } else if (event.type === 'display') {
         const display = toDisplay(event.data);
         displays.push(display);
         opts.onDisplay?.(display);
+      } else if (event.type === 'result') {
+        notebook.result = toDisplay(event.data);
+        opts.onResult?.(notebook.result);
+      } else if (event.type === 'error') {
+        notebook.error = event.data;
+        opts.onError?.(event.data);
+      } else {
+        notebook.executionCount = event.data;
       }
     }
-    return { stdout, stderr, exitCode, displays };
+    return { stdout, stderr, exitCode, displays, ...notebook };
+  }
+
+  /**
+   * Creates a REPL context: an independent Python namespace with its own working directory,
+   * for execs that name it (`context`). Fork children get their parent's contexts.
+   *
+   * @example
+   * const ctx = await sandbox.createContext({ cwd: '/tmp' });
+   * await sandbox.run('x = 1', { context: ctx.id });
+   */
+  async createContext(opts: CreateContextOptions = {}): Promise<ContextInfo> {
+    const body: Record<string, unknown> = {};
+    if (opts.id !== undefined) body.id = opts.id;
+    if (opts.cwd !== undefined) body.cwd = opts.cwd;
+    return requestJson<ContextInfo>(this.#config, {
+      method: 'POST',
+      path: sandboxPath(this.id, '/contexts'),
+      json: body,
+      signal: opts.signal,
+    });
+  }
+
+  /** The sandbox's REPL contexts, `default` (its own namespace) first. */
+  async listContexts(opts: CallOptions = {}): Promise<ContextInfo[]> {
+    const body = await requestJson<{ contexts: ContextInfo[] }>(this.#config, {
+      method: 'GET',
+      path: sandboxPath(this.id, '/contexts'),
+      signal: opts.signal,
+    });
+    return body.contexts;
+  }
+
+  /** Gives a context a fresh namespace, its first working directory and a count of 0. */
+  async restartContext(context: string, opts: CallOptions = {}): Promise<ContextInfo> {
+    return requestJson<ContextInfo>(this.#config, {
+      method: 'POST',
+      path: sandboxPath(this.id, `/contexts/${encodeURIComponent(context)}/restart`),
+      signal: opts.signal,
+    });
+  }
+
+  /** Deletes a context (not `default`: restart that one). */
+  async deleteContext(context: string, opts: CallOptions = {}): Promise<void> {
+    await requestText(this.#config, {
+      method: 'DELETE',
+      path: sandboxPath(this.id, `/contexts/${encodeURIComponent(context)}`),
+      signal: opts.signal,
+    });
   }
 
   /**

@@ -12,6 +12,8 @@ export interface OutputEvent<T extends 'stdout' | 'stderr' = 'stdout' | 'stderr'
   seq: number;
   /** Host wall-clock time, milliseconds since the epoch. */
   ts: number;
+  /** Notebook cells: `data` does not end its line (a last line without its newline). */
+  partial?: true;
 }
 
 /**
@@ -25,6 +27,40 @@ export type MimeBundle = Record<string, unknown>;
 export interface DisplayEvent {
   type: 'display';
   data: MimeBundle;
+  seq: number;
+  ts: number;
+}
+
+/** Notebook cells, first: how many notebook cells the exec's context has run, this one included. */
+export interface ExecutionCountEvent {
+  type: 'execution_count';
+  data: number;
+  seq: number;
+  ts: number;
+}
+
+/** Notebook cells: the value of the cell's last expression, as a MIME bundle. */
+export interface ResultEvent {
+  type: 'result';
+  data: MimeBundle;
+  seq: number;
+  ts: number;
+}
+
+/** A notebook cell's uncaught exception. */
+export interface CellError {
+  /** The exception's class name, e.g. `NameError`. */
+  name: string;
+  /** Its message. */
+  value: string;
+  /** The traceback as Python prints it. */
+  traceback: string;
+}
+
+/** Notebook cells: the cell's uncaught exception (nothing goes to stderr for it). */
+export interface ErrorEvent {
+  type: 'error';
+  data: CellError;
   seq: number;
   ts: number;
 }
@@ -43,7 +79,14 @@ export interface ExitEvent {
 }
 
 /** One member per type, so that checking `type` narrows an event to its shape. */
-export type ExecEvent = OutputEvent<'stdout'> | OutputEvent<'stderr'> | DisplayEvent | ExitEvent;
+export type ExecEvent =
+  | OutputEvent<'stdout'>
+  | OutputEvent<'stderr'>
+  | DisplayEvent
+  | ExecutionCountEvent
+  | ResultEvent
+  | ErrorEvent
+  | ExitEvent;
 
 export type Language = 'python' | 'bash';
 
@@ -70,6 +113,16 @@ export interface Display {
   jpeg?: Buffer;
   /** `application/json`. */
   json?: unknown;
+  /**
+   * Notebook cells: a DataFrame's columns, `{column: [value, ...]}`
+   * (`application/vnd.hostd.dataframe+json`).
+   */
+  dataframe?: Record<string, unknown[]>;
+  /**
+   * Notebook cells: what a matplotlib figure plots (`application/vnd.hostd.chart+json`, see
+   * docs/api.md, Notebook mode): `type`, `title`, `elements`, and for 2D charts labels and ticks.
+   */
+  chart?: Record<string, unknown>;
 }
 
 /** What `Sandbox.run` resolves to. */
@@ -81,6 +134,22 @@ export interface RunResult {
   exitCode: number;
   /** Rich outputs in the order they came; empty unless the run asked for `display: true`. */
   displays: Display[];
+  /** Notebook cells: the value of the last expression (absent when it had none). */
+  result?: Display;
+  /** Notebook cells: the uncaught exception (absent when there was none). */
+  error?: CellError;
+  /** Notebook cells: the cell's execution count in its context. */
+  executionCount?: number;
+}
+
+/** A REPL context (docs/api.md, Contexts): an independent namespace in the sandbox's REPL. */
+export interface ContextInfo {
+  /** `default` for the REPL's own namespace. */
+  id: string;
+  /** Its working directory. */
+  cwd: string;
+  /** Notebook cells it has run. */
+  execution_count: number;
 }
 
 export type SandboxState = 'ready' | 'paused' | 'failed';

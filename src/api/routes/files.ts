@@ -112,7 +112,7 @@ function uploadBody(req: FileRequest): Readable {
 }
 
 /** Aborts when the client goes away before the answer is complete: the transfer stops. */
-function clientGone(reply: FastifyReply): AbortSignal {
+export function clientGone(reply: FastifyReply): AbortSignal {
   const abort = new AbortController();
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) abort.abort();

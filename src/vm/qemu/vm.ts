@@ -16,6 +16,8 @@ import { FileChannel } from '../channels/file-channel.js';
 import { ProcChannel, ProcChannelError } from '../channels/proc-channel.js';
 import type {
   CancelReason,
+  ContextAnswer,
+  ContextRequest,
   ExecSink,
   ExecSpec,
   ForkTarget,
@@ -63,6 +65,11 @@ const PREPARE_PAUSE_TIMEOUT_MS = 5_000;
 const CANCEL_ALL_TIMEOUT_MS = 30_000;
 const SET_ENV_TIMEOUT_MS = 30_000;
 const NET_SYNC_TIMEOUT_MS = 30_000;
+/**
+ * A context request waits for the worker: one that just died starts afresh first, importing
+ * the template's preloads (tens of seconds under TCG on a loaded host).
+ */
+const CONTEXT_TIMEOUT_MS = 120_000;
 /**
  * Frozen disk layers a VM's overlay may sit on before a capture merges them into one: each
  * capture (fork, snapshot) adds one under the capturing VM, and every layer is a file each VM
@@ -313,6 +320,10 @@ export class Vm implements Machine {
 
   cancel(execId: number, reason: CancelReason): void {
     this.agent?.cancel(execId, reason);
+  }
+
+  contexts(request: ContextRequest): Promise<ContextAnswer> {
+    return this.requireAgent().context(request, CONTEXT_TIMEOUT_MS);
   }
 
   pauseOutput(): void {
