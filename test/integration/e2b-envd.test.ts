@@ -435,6 +435,18 @@ describe('files', () => {
       assert.equal(await got.text(), 'via url');
       const forged = download.replace(/signature=[^&]+/, 'signature=v1_forged');
       assert.equal((await fetch(forged)).status, 401);
+      // A `file` part that is a plain field (FormData given a string): the file at ?path=.
+      const plain = new FormData();
+      plain.append('file', 'as a field');
+      const field = await fetch(await sbx.uploadUrl('signed/field.txt'), {
+        method: 'POST',
+        body: plain,
+      });
+      assert.equal(field.status, 200, await field.clone().text());
+      assert.deepEqual(await field.json(), [
+        { name: 'field.txt', path: '/home/user/signed/field.txt', type: 'file' },
+      ]);
+      assert.equal(await sbx.files.read('signed/field.txt'), 'as a field');
     });
   });
 });

@@ -15,7 +15,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { posix } from 'node:path';
 import { pipeline } from 'node:stream/promises';
-import { PassThrough, type Readable } from 'node:stream';
+import { PassThrough, Readable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
 import busboy from 'busboy';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -283,6 +283,34 @@ function multipart(
           written.push(await write(target, stream));
         } catch (err) {
           stream.resume();
+          stop(err);
+        }
+      });
+    });
+    // A `file` part without a file name (a browser's or fetch's FormData given a string, as
+    // E2B's own tests upload through signed URLs) is the content of the file at `?path=`.
+    parser.on('field', (field, value, info) => {
+      if (failed || field !== 'file') return;
+      if (!queryPath) {
+        stop(fail('invalidField', 'file', 'a part with a file name, or ?path=', undefined));
+        return;
+      }
+      if (info.valueTruncated) {
+        stop(
+          fail('invalidField', 'file', 'a file part (with a file name) for large content', field),
+        );
+        return;
+      }
+      if (seen.has(queryPath)) {
+        stop(fail('invalidField', 'file', 'parts with distinct paths', queryPath));
+        return;
+      }
+      seen.add(queryPath);
+      chain = chain.then(async () => {
+        if (failed) return;
+        try {
+          written.push(await write(queryPath, Readable.from([Buffer.from(value, 'utf8')])));
+        } catch (err) {
           stop(err);
         }
       });
