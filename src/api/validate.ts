@@ -190,6 +190,20 @@ function optionalNetwork(b: Body): { allow_out: unknown[] } | undefined {
   return { allow_out: rules };
 }
 
+/** Snapshot: no body, or `{"name": "..."}` (1 to 128 printable characters). */
+export function parseSnapshot(body: unknown): { name: string | null } {
+  const b = objectBody(body, true);
+  onlyFields(b, ['name']);
+  const name = b.name ?? null;
+  if (
+    name !== null &&
+    (typeof name !== 'string' || !/^[\x21-\x7e][\x20-\x7e]{0,127}$/.test(name))
+  ) {
+    throw fail('invalidField', 'name', '1 to 128 printable ASCII characters', name);
+  }
+  return { name: name as string | null };
+}
+
 /** Routes that take no body: anything sent is a mistake worth a 400. */
 export function parseNoBody(body: unknown, op: string): void {
   if (body !== undefined) throw fail('bodyNotAllowed', op);

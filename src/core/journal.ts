@@ -36,6 +36,8 @@ export interface SandboxRecord {
   /** A paused sandbox's machine on disk. */
   readonly paused?: PausedDescriptor;
   readonly paused_at?: string;
+  /** Who paused it (absent in records of older runs: unknown, shown as null). */
+  readonly paused_by?: 'request' | 'lifetime' | 'idle' | 'shutdown' | null;
   /** Why a lost sandbox was lost. */
   readonly error?: string;
 }
@@ -46,6 +48,8 @@ export interface SnapshotRecord {
   readonly template: string;
   readonly created_at: string;
   readonly size_bytes: number;
+  /** A name of the caller's (absent in records of older runs: none). */
+  readonly name?: string | null;
   /** The source sandbox's egress rules: sandboxes created from the snapshot inherit them. */
   readonly allow_out?: readonly string[];
   readonly state: StateDescriptor;

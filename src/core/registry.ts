@@ -10,7 +10,7 @@ import { fail, type HostdError } from '../errors.js';
 import type { Hypervisor, Machine } from '../vm/machine.js';
 import { isSandboxId, newSandboxId } from './ids.js';
 import { memoryRecords, type RecordStore, type SandboxRecord } from './journal.js';
-import { Sandbox, type Lifetime, type SandboxOrigin } from './sandbox.js';
+import { Sandbox, type Lifetime, type PauseReason, type SandboxOrigin } from './sandbox.js';
 import type { Release } from './serial-queue.js';
 
 /** A sandbox whose machine is running, as an operation that holds its turn sees it. */
@@ -137,20 +137,33 @@ export class SandboxRegistry {
     sandbox.brokenReason = null;
     sandbox.paused = null;
     sandbox.pausedAt = null;
+    sandbox.pausedBy = null;
     this.watch(sandbox, machine);
     this.save(sandbox);
     this.onExpiryChange();
   }
 
   /** Records that `sandbox` is now on disk (its machine stopped): its lifetime's clock stops. */
-  markPaused(sandbox: Sandbox, paused: NonNullable<Sandbox['paused']>): void {
+  markPaused(
+    sandbox: Sandbox,
+    paused: NonNullable<Sandbox['paused']>,
+    by: PauseReason = 'request',
+  ): void {
     sandbox.setMachine(null);
     sandbox.paused = paused;
     sandbox.pausedAt = new Date();
+    sandbox.pausedBy = by;
     sandbox.expiresAt = null;
     this.save(sandbox);
     this.stopped(sandbox.id, 'paused');
     this.onExpiryChange();
+  }
+
+  /** Records who paused a paused sandbox (a client pausing one hostd paused). */
+  setPausedBy(sandbox: Sandbox, by: PauseReason): void {
+    if (!sandbox.paused || sandbox.pausedBy === by) return;
+    sandbox.pausedBy = by;
+    this.save(sandbox);
   }
 
   /**

@@ -14,11 +14,12 @@ import { ForkStandby } from './fork-standby.js';
 import type { HostFree } from './host-resources.js';
 import { IdleReaper } from './idle-reaper.js';
 import { LifetimeKeeper } from './lifetimes.js';
+import { MetricsSampler, type SandboxMetric } from './sandbox-metrics.js';
 import type { RecordStore, SandboxRecord, SnapshotRecord } from './journal.js';
 import { asMachineError, Lineage } from './lineage.js';
 import { TemplatePool, type PoolStats, type RefillPauses } from './pool.js';
 import { SandboxRegistry, type StopListener } from './registry.js';
-import { Sandbox, type Lifetime, type SandboxInfo } from './sandbox.js';
+import { Sandbox, type Lifetime, type PauseReason, type SandboxInfo } from './sandbox.js';
 import { Snapshots, type SnapshotInfo } from './snapshots.js';
 import { SandboxFiles } from './sandbox-files.js';
 import { SandboxContexts } from './sandbox-contexts.js';
@@ -32,7 +33,8 @@ export { validateAllowOut } from './network.js';
 export type { FileDownload, FileEntry, ExtractResult, WriteResult } from './sandbox-files.js';
 export type { Language } from '../vm/machine.js';
 export type { SnapshotInfo } from './snapshots.js';
-export type { Lifetime, SandboxInfo } from './sandbox.js';
+export type { Lifetime, PauseReason, SandboxInfo } from './sandbox.js';
+export type { SandboxMetric } from './sandbox-metrics.js';
 export type { TemplateInfo } from './template-catalog.js';
 
 /** Hooks for metrics; the api layer wires them to prom-client. */
@@ -119,6 +121,7 @@ export class SandboxManager {
   private readonly lineage: Lineage;
   private readonly reaper: IdleReaper;
   private readonly lifetimes: LifetimeKeeper;
+  private readonly sampler: MetricsSampler;
   private readonly snapshots: Snapshots;
   private readonly network: SandboxNetwork;
   /** Reading and writing sandboxes' files (docs/api.md, Files). */
@@ -196,7 +199,7 @@ export class SandboxManager {
         idle: async (s) => {
           const pause = (options.idleAction ?? 'pause') === 'pause';
           log.info({ sandbox: s.id, idleS: options.idleTimeoutS, pause }, 'idle sandbox');
-          await (pause ? this.pause(s.id) : this.delete(s.id));
+          await (pause ? this.pause(s.id, 'idle') : this.delete(s.id));
         },
         expired: async (s) => {
           log.info({ sandbox: s.id }, 'deleting a sandbox paused for too long');
@@ -209,6 +212,20 @@ export class SandboxManager {
       (s) => this.expire(s),
     );
     this.registry.onExpiryChange = () => this.lifetimes.reschedule();
+    this.sampler = new MetricsSampler(
+      () => this.registry.all(),
+      (s) => {
+        try {
+          const t = this.catalog.describe(s.template);
+          return { vcpus: t.vcpus, memoryMib: t.memory_mib, diskMib: t.disk_mib };
+        } catch {
+          return { vcpus: 1, memoryMib: 0, diskMib: 0 }; // a template no longer served
+        }
+      },
+    );
+    this.registry.onStopped((id, why) => {
+      if (why === 'deleted') this.sampler.forget(id);
+    });
   }
 
   /**
@@ -222,7 +239,7 @@ export class SandboxManager {
     try {
       if (!pause) return await this.delete(s.id);
       s.currentRun?.interrupt('the sandbox reached the end of its lifetime');
-      await this.pause(s.id);
+      await this.pause(s.id, 'lifetime');
     } catch (err) {
       if (!this.registry.holds(s) || s.paused) return;
       this.log.error({ err, sandbox: s.id }, 'could not end a sandbox whose lifetime is up');
@@ -249,6 +266,7 @@ export class SandboxManager {
     if (removed) this.log.info({ removed }, 'removed frozen states no record uses');
     this.catalog.buildMissing();
     this.reaper.start();
+    this.sampler.start();
     // Lifetimes that ended while hostd was down end now.
     this.lifetimes.sweep();
   }
@@ -411,6 +429,15 @@ export class SandboxManager {
     return sandbox.info();
   }
 
+  /**
+   * What sandbox `id` used, sampled every 5 s while it ran, in [fromMs, toMs] (core/
+   * sandbox-metrics.ts); the last 30 minutes are kept.
+   */
+  metrics(id: string, fromMs?: number, toMs?: number): SandboxMetric[] {
+    this.registry.get(id, false);
+    return this.sampler.samples(id, fromMs, toMs);
+  }
+
   /** Forks `id` into n copy-on-write children, all or nothing (core/lineage.ts). */
   fork(id: string, n: number): Promise<Sandbox[]> {
     this.ensureRunning();
@@ -423,8 +450,8 @@ export class SandboxManager {
     return this.lineage.merge(parentId, winnerId);
   }
 
-  /** Keeps the sandbox's whole state as a snapshot; the sandbox runs on. */
-  async snapshot(id: string): Promise<SnapshotInfo> {
+  /** Keeps the sandbox's whole state as a snapshot (named `name`, if given); the sandbox runs on. */
+  async snapshot(id: string, name: string | null = null): Promise<SnapshotInfo> {
     this.ensureRunning();
     const { sandbox, release } = await this.registry.acquire(id, undefined, 'both');
     try {
@@ -435,7 +462,7 @@ export class SandboxManager {
       });
       await state.discardPrepared();
       const size = this.hypervisor.stateSizeBytes(state);
-      const info = this.snapshots.add(state, sandbox, size);
+      const info = this.snapshots.add(state, sandbox, size, name);
       sandbox.touch();
       this.log.info({ sandbox: id, snapshot: info.snapshot_id, size }, 'snapshot taken');
       return info;
@@ -452,25 +479,36 @@ export class SandboxManager {
     return this.snapshots.describe(id);
   }
 
+  /** The newest snapshot named `name`, or null. */
+  snapshotByName(name: string): SnapshotInfo | null {
+    return this.snapshots.byName(name);
+  }
+
   deleteSnapshot(id: string): void {
     this.snapshots.delete(id);
     this.log.info({ snapshot: id }, 'snapshot deleted');
   }
 
-  /** Writes the sandbox to disk and stops its machine; a no-op when it is paused already. */
-  async pause(id: string): Promise<SandboxInfo> {
+  /**
+   * Writes the sandbox to disk and stops its machine; when it is paused already, only who paused
+   * it changes (a client's pause of a sandbox hostd paused makes it the client's).
+   */
+  async pause(id: string, by: PauseReason = 'request'): Promise<SandboxInfo> {
     const sandbox = this.registry.get(id, true);
     const release = await sandbox.acquireAll();
     try {
       if (!this.registry.holds(sandbox)) throw fail('sandboxNotFound', id);
       const { machine } = sandbox;
-      if (!machine) return sandbox.info();
+      if (!machine) {
+        if (by === 'request') this.registry.setPausedBy(sandbox, by);
+        return sandbox.info();
+      }
       this.ensureStorage(0);
       const paused = await machine.pause().catch((err: unknown) => {
         throw asMachineError(err, this.log, 'vmOperationFailed', 'pause the sandbox');
       });
-      this.registry.markPaused(sandbox, paused);
-      this.log.info({ sandbox: id, bytes: paused.sizeBytes }, 'sandbox paused');
+      this.registry.markPaused(sandbox, paused, by);
+      this.log.info({ sandbox: id, bytes: paused.sizeBytes, by }, 'sandbox paused');
       return sandbox.info();
     } finally {
       release();
@@ -506,6 +544,7 @@ export class SandboxManager {
     this.stopping = true;
     this.reaper.stop();
     this.lifetimes.stop();
+    this.sampler.stop();
     this.catalog.stopBuilding();
     await Promise.allSettled([...this.creating]);
     const all = this.registry.all();
@@ -625,6 +664,7 @@ export class SandboxManager {
         if (record.state === 'paused' && record.paused) {
           sandbox.paused = await this.hypervisor.openPaused(record.paused);
           sandbox.pausedAt = new Date(record.paused_at ?? Date.now());
+          sandbox.pausedBy = record.paused_by ?? null;
         } else if (record.running) {
           const machine = await this.hypervisor.adopt(record.running);
           sandbox.setMachine(machine);
@@ -662,7 +702,7 @@ export class SandboxManager {
         try {
           const { machine } = sandbox;
           if (!machine || !this.registry.holds(sandbox)) continue;
-          this.registry.markPaused(sandbox, await machine.pause());
+          this.registry.markPaused(sandbox, await machine.pause(), 'shutdown');
         } catch (err) {
           this.log.error({ err, sandbox: sandbox.id }, 'could not pause on shutdown: it is lost');
         } finally {

@@ -35,7 +35,16 @@ export interface SandboxInfo {
   on_timeout: 'delete' | 'pause' | null;
   /** When its time is up, while it runs; null while paused (the clock stops) or without one. */
   expires_at: string | null;
+  /** Why a paused sandbox was paused; null while it runs. */
+  paused_by: PauseReason | null;
 }
+
+/**
+ * Who paused a sandbox: a client (`request`), its lifetime (`lifetime`, on_timeout pause), the
+ * idle timeout (`idle`), or hostd's own shutdown (`shutdown`). The E2B front shows the last two
+ * as running: E2B's clients did not pause them (docs/e2b.md).
+ */
+export type PauseReason = 'request' | 'lifetime' | 'idle' | 'shutdown';
 
 /**
  * A running-time limit: at `expiresAt` the sandbox is deleted or paused. The clock runs while
@@ -82,6 +91,8 @@ export class Sandbox {
   /** The machine on disk while paused. */
   paused: PausedMachine | null = null;
   pausedAt: Date | null = null;
+  /** Who paused it, while paused. */
+  pausedBy: PauseReason | null = null;
   /** The exec running now, if any. */
   currentRun: ExecRun | null = null;
   readonly metadata: Readonly<Record<string, string>>;
@@ -176,6 +187,7 @@ export class Sandbox {
       timeout: this.lifetime?.timeoutS ?? null,
       on_timeout: this.lifetime?.onTimeout ?? null,
       expires_at: this.expiresAt?.toISOString() ?? null,
+      paused_by: this.paused ? this.pausedBy : null,
     };
   }
 
@@ -200,6 +212,7 @@ export class Sandbox {
         state: 'paused',
         paused: this.paused.describe(),
         paused_at: (this.pausedAt ?? new Date()).toISOString(),
+        paused_by: this.pausedBy,
       };
     }
     const { machine } = this;

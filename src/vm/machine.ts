@@ -116,6 +116,16 @@ export interface NetworkPolicy {
   readonly hostPorts: readonly number[];
 }
 
+/** What a running machine costs the host now, read cheaply (no guest round trip). */
+export interface MachineUsage {
+  /** CPU seconds (user + system) its hypervisor process has used since it started. */
+  readonly cpuSeconds: number;
+  /** Host memory its hypervisor process holds: its resident set, in bytes. */
+  readonly memoryBytes: number;
+  /** Bytes its writable disk takes on the host: what the guest wrote, its layers included. */
+  readonly diskBytes: number;
+}
+
 /** A running VM, as a sandbox drives it. */
 export interface Machine {
   /** For logs and metrics; not a sandbox id. */
@@ -181,6 +191,11 @@ export interface Machine {
   destroy(reason?: string): Promise<void>;
   /** The guest console and hypervisor log tail, for error reports and failing tests. */
   logTail(): Promise<string>;
+  /**
+   * What the machine costs the host now (the sandbox metrics the E2B front serves). Optional:
+   * a machine that cannot tell has none; it rejects once the machine is gone.
+   */
+  usage?(): Promise<MachineUsage>;
   /** What to store so that a hostd that restarts after a crash can re-adopt it (`adopt`). */
   describe(): MachineDescriptor;
 }

@@ -201,3 +201,66 @@ describe('stop events', () => {
     await manager.shutdown();
   });
 });
+
+describe('who paused', () => {
+  test('a pause call, the idle timeout, a lifetime and a shutdown each say so; a resume clears it', async () => {
+    const records = {
+      sandboxes: memoryRecords<SandboxRecord>(),
+      snapshots: memoryRecords<SnapshotRecord>(),
+    };
+    const first = setup({ records, idleTimeoutS: 60 });
+    await first.manager.start();
+    const m = first.manager;
+    const { id: asked } = await m.create({ template: 'slim' });
+    const { id: idle } = await m.create({ template: 'slim' });
+    const { id: timed } = await m.create({
+      template: 'slim',
+      lifetime: { timeoutS: 0.05, onTimeout: 'pause' },
+    });
+    const { id: running } = await m.create({
+      template: 'slim',
+      lifetime: { timeoutS: 3600, onTimeout: 'delete' },
+    });
+    assert.equal(m.describe(asked).paused_by, null);
+    await m.pause(asked);
+    const reaper = (m as unknown as { reaper: { sweep(now: number): Promise<number> } }).reaper;
+    await reaper.sweep(Date.now() + 61_000);
+    await eventually('the lifetime to pause it', () => m.describe(timed).state === 'paused');
+    assert.equal(m.describe(asked).paused_by, 'request');
+    assert.equal(m.describe(idle).paused_by, 'idle');
+    assert.equal(m.describe(timed).paused_by, 'lifetime');
+    await m.pause(idle); // a client's pause of a sandbox hostd paused makes it the client's
+    assert.equal(m.describe(idle).paused_by, 'request');
+    await m.resume(asked);
+    assert.equal(m.describe(asked).paused_by, null);
+    await m.shutdown();
+    assert.equal(records.sandboxes.map.get(running)!.paused_by, 'shutdown');
+    assert.equal(records.sandboxes.map.get(timed)!.paused_by, 'lifetime');
+
+    const second = new SandboxManager(
+      { ...setupOptions(), records },
+      first.hv,
+      pino({ level: 'silent' }),
+    );
+    await second.start();
+    assert.equal(second.describe(running).paused_by, 'shutdown');
+    assert.equal(second.describe(timed).paused_by, 'lifetime');
+    await second.shutdown();
+  });
+});
+
+describe('snapshot names', () => {
+  test('a snapshot keeps its name; the newest of a name is found by it; unnamed ones are null', async () => {
+    const { manager } = await started();
+    const { id } = await manager.create({ template: 'slim' });
+    const first = await manager.snapshot(id, 'base-image');
+    const unnamed = await manager.snapshot(id);
+    const second = await manager.snapshot(id, 'base-image');
+    assert.equal(first.name, 'base-image');
+    assert.equal(unnamed.name, null);
+    assert.equal(manager.snapshotByName('base-image')?.snapshot_id, second.snapshot_id);
+    assert.equal(manager.snapshotByName('nothing'), null);
+    assert.equal(manager.describeSnapshot(first.snapshot_id).name, 'base-image');
+    await manager.shutdown();
+  });
+});

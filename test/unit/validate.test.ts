@@ -7,6 +7,7 @@ import {
   parseFork,
   parseGuestPath,
   parseSetTimeout,
+  parseSnapshot,
 } from '../../src/api/validate.js';
 import { HostdError, type ErrorName } from '../../src/errors.js';
 
@@ -61,6 +62,15 @@ test('set timeout: seconds or null, required; on_timeout optional', () => {
   rejects400(() => parseSetTimeout({}), 'invalidField', 'timeout');
   rejects400(() => parseSetTimeout(undefined), 'bodyNotObject');
   rejects400(() => parseSetTimeout({ timeout: -1 }), 'invalidField', 'timeout');
+});
+
+test('snapshot takes no body or a printable name', () => {
+  assert.deepEqual(parseSnapshot(undefined), { name: null });
+  assert.deepEqual(parseSnapshot({ name: 'team/base:v1' }), { name: 'team/base:v1' });
+  rejects400(() => parseSnapshot({ name: '' }), 'invalidField', 'name');
+  rejects400(() => parseSnapshot({ name: 'a\nb' }), 'invalidField', 'name');
+  rejects400(() => parseSnapshot({ name: 'x'.repeat(129) }), 'invalidField', 'name');
+  rejects400(() => parseSnapshot({ label: 'x' }), 'unknownField', 'label');
 });
 
 test('exec needs code; language defaults to python; timeout is seconds', () => {

@@ -186,9 +186,9 @@ class AsyncSandbox:
         winner_id = winner if isinstance(winner, str) else winner.id
         await _ahttp.call_bytes(self._config, _calls.merge(self.id, winner_id))
 
-    async def snapshot(self) -> AsyncSnapshot:
+    async def snapshot(self, name: Optional[str] = None) -> AsyncSnapshot:
         """Saves this sandbox's whole state as a snapshot; see Sandbox.snapshot."""
-        return AsyncSnapshot(await _ahttp.call_json(self._config, _calls.take_snapshot(self.id)), self._config)
+        return AsyncSnapshot(await _ahttp.call_json(self._config, _calls.take_snapshot(self.id, name)), self._config)
 
     async def pause(self) -> None:
         """Writes the sandbox to disk and stops its VM; see Sandbox.pause."""

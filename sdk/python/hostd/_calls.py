@@ -160,8 +160,10 @@ def merge(sandbox_id: str, winner_id: str) -> Call:
     return Call("POST", sandbox_path(sandbox_id, "/merge_into/%s" % quote(winner_id, safe="")))
 
 
-def take_snapshot(sandbox_id: str) -> Call:
-    return Call("POST", sandbox_path(sandbox_id, "/snapshot"))
+def take_snapshot(sandbox_id: str, name: Optional[str] = None) -> Call:
+    if name is None:
+        return Call("POST", sandbox_path(sandbox_id, "/snapshot"))
+    return Call("POST", sandbox_path(sandbox_id, "/snapshot"), json={"name": name})
 
 
 def pause(sandbox_id: str) -> Call:

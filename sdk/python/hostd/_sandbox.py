@@ -205,14 +205,15 @@ class Sandbox:
         winner_id = winner if isinstance(winner, str) else winner.id
         _http.call_bytes(self._config, _calls.merge(self.id, winner_id))
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, name: Optional[str] = None) -> Snapshot:
         """Saves this sandbox's whole state (memory and files) as a snapshot to create sandboxes
-        from, any number of times. The sandbox keeps running::
+        from, any number of times; ``name`` is a name of yours for it (not unique). The sandbox
+        keeps running::
 
             snap = sandbox.snapshot()
             copy = Sandbox.create(snapshot=snap)
         """
-        return Snapshot(_http.call_json(self._config, _calls.take_snapshot(self.id)), self._config)
+        return Snapshot(_http.call_json(self._config, _calls.take_snapshot(self.id, name)), self._config)
 
     def pause(self) -> None:
         """Writes the sandbox to disk and stops its VM, so that it costs no host memory; its next

@@ -131,6 +131,8 @@ class SandboxInfo(_SandboxInfoRequired, total=False):
     on_timeout: Optional[str]
     #: When a running sandbox's lifetime ends (ISO 8601); None while paused or without one.
     expires_at: Optional[str]
+    #: Why a paused sandbox is paused (``request``, ``lifetime``, ``idle``, ``shutdown``); None while it runs.
+    paused_by: Optional[str]
 
 
 class _EntryInfoRequired(TypedDict):
@@ -174,6 +176,8 @@ class SnapshotInfo(TypedDict):
     size_bytes: int
     created_at: str
     sandboxes: int
+    #: The name it was given, or None.
+    name: Optional[str]
 
 
 class TemplateInfo(TypedDict):

@@ -130,6 +130,7 @@ class LifecycleTest(unittest.TestCase):
         self.assertEqual((snap.id, snap.info, str(snap)), (SNAP, SNAPSHOT, SNAP))
         Sandbox.create(base_url=self.fake.url, snapshot=snap)
         Sandbox.create(base_url=self.fake.url, snapshot=SNAP)
+        sandbox.snapshot(name="base:v1")
         self.assertEqual(
             self.seen(0),
             [
@@ -137,6 +138,7 @@ class LifecycleTest(unittest.TestCase):
                 ("POST", "/v1/sandboxes/%s/snapshot" % ID, None, None),
                 ("POST", "/v1/sandboxes", {"snapshot": SNAP}, "application/json"),
                 ("POST", "/v1/sandboxes", {"snapshot": SNAP}, "application/json"),
+                ("POST", "/v1/sandboxes/%s/snapshot" % ID, {"name": "base:v1"}, "application/json"),
             ],
         )
 

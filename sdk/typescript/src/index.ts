@@ -15,6 +15,8 @@ export type {
   ExecOptions,
   NetworkOptions,
   RunOptions,
+  SetTimeoutOptions,
+  SnapshotOptions,
 } from './sandbox.js';
 export { Files } from './files.js';
 export type { RemoveOptions, WriteData, WriteOptions } from './files.js';

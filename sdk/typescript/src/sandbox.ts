@@ -54,6 +54,11 @@ export interface CreateOptions extends ConnectionOptions, CallOptions {
   onTimeout?: 'delete' | 'pause';
 }
 
+export interface SnapshotOptions extends CallOptions {
+  /** A name of yours for the snapshot (printable ASCII, at most 128 characters; not unique). */
+  name?: string;
+}
+
 export interface SetTimeoutOptions extends CallOptions {
   /** What happens when the lifetime is up; kept as it was unless given. */
   onTimeout?: 'delete' | 'pause';
@@ -363,10 +368,11 @@ export class Sandbox {
    * const snap = await sandbox.snapshot();
    * const copy = await Sandbox.create({ snapshot: snap });
    */
-  async snapshot(opts: CallOptions = {}): Promise<Snapshot> {
+  async snapshot(opts: SnapshotOptions = {}): Promise<Snapshot> {
     const info = await requestJson<SnapshotInfo>(this.#config, {
       method: 'POST',
       path: sandboxPath(this.id, '/snapshot'),
+      ...(opts.name !== undefined ? { json: { name: opts.name } } : {}),
       signal: opts.signal,
     });
     return new Snapshot(info, this.#config);

@@ -190,6 +190,8 @@ export interface SandboxInfo {
   on_timeout?: 'delete' | 'pause' | null;
   /** When a running sandbox's lifetime ends (ISO 8601); null while paused or without one. */
   expires_at?: string | null;
+  /** Why a paused sandbox is paused (`request`, `lifetime`, `idle`, `shutdown`); null running. */
+  paused_by?: 'request' | 'lifetime' | 'idle' | 'shutdown' | null;
 }
 
 /** A file, directory or link inside a sandbox, as `files.list` and `files.stat` describe it. */
@@ -230,6 +232,8 @@ export interface SnapshotInfo {
   created_at: string;
   /** Running or paused sandboxes that still use the snapshot's files. */
   sandboxes: number;
+  /** The name it was given, or null. */
+  name?: string | null;
 }
 
 /** A template (guest environment) as hostd describes it. */

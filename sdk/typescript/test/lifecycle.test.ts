@@ -167,11 +167,13 @@ describe('create, snapshots, pause, templates', () => {
     assert.equal(String(snap), SNAP);
     await Sandbox.create({ baseUrl: fake.url, snapshot: snap });
     await Sandbox.create({ baseUrl: fake.url, snapshot: SNAP });
+    await sandbox.snapshot({ name: 'base:v1' });
     assert.deepEqual(seen(fake, from), [
       ['POST', '/v1/sandboxes', {}, 'application/json'],
       ['POST', `/v1/sandboxes/${ID}/snapshot`, null, null],
       ['POST', '/v1/sandboxes', { snapshot: SNAP }, 'application/json'],
       ['POST', '/v1/sandboxes', { snapshot: SNAP }, 'application/json'],
+      ['POST', `/v1/sandboxes/${ID}/snapshot`, { name: 'base:v1' }, 'application/json'],
     ]);
   });
 

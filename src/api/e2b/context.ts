@@ -11,7 +11,7 @@
 import type { Socket } from 'node:net';
 import type { FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
-import type { SandboxManager, StopListener } from '../../core/sandbox-manager.js';
+import type { SandboxInfo, SandboxManager, StopListener } from '../../core/sandbox-manager.js';
 import { fail, HostdError } from '../../errors.js';
 import type { SandboxTokens } from './auth.js';
 
@@ -27,6 +27,24 @@ export const INTERPRETER_PORT = 49999;
  * entries (0.6.3). A valid semver without pre-release part: `0.6.4-x` would compare lower.
  */
 export const ENVD_VERSION = '0.6.4';
+
+/**
+ * The metadata label that keeps E2B's `lifecycle.autoResume` with the sandbox (docs/e2b.md):
+ * `"true"` lets sandbox traffic resume a sandbox an E2B client paused. The E2B front hides it
+ * from E2B's metadata; the native API shows it.
+ */
+export const AUTO_RESUME_LABEL = 'e2b.auto_resume';
+
+/**
+ * How an E2B client sees a hostd sandbox: `running`, `paused` (by a client or its lifetime:
+ * sandbox traffic answers 502 until `connect`), or `gone` (failed). A sandbox hostd paused on
+ * its own (idle, its own restart) is `running` to E2B: its next use resumes it, as natively.
+ */
+export function e2bState(info: SandboxInfo): 'running' | 'paused' | 'gone' {
+  if (info.state === 'failed') return 'gone';
+  if (info.state === 'ready') return 'running';
+  return info.paused_by === 'request' || info.paused_by === 'lifetime' ? 'paused' : 'running';
+}
 
 /**
  * How a data-plane route is authorized, set per route as `config: { e2bToken }`:
@@ -74,7 +92,9 @@ export interface E2bContext {
   runningSandboxes(): DataPlaneSandbox[];
   /**
    * Throws `sandbox_not_running` (502, what E2B's proxy answers) unless `id` is a running
-   * sandbox: unknown, deleted, expired, paused and failed sandboxes are all "not found" to E2B.
+   * sandbox as E2B sees it (`e2bState`): unknown, deleted, expired, failed and client-paused
+   * sandboxes are all "not found" to E2B, but a client-paused one created with E2B's
+   * `autoResume` passes (its route's first manager call resumes it, as any native call does).
    */
   requireRunning(id: string): void;
   /**
@@ -130,14 +150,17 @@ export function makeContext(opts: {
 }): E2bContext {
   const { manager, tokens, resolved, stopWatch } = opts;
   const requireRunning = (id: string): void => {
-    let state: string;
+    let info: SandboxInfo;
     try {
-      state = manager.describe(id).state;
+      info = manager.describe(id);
     } catch (err) {
       if (err instanceof HostdError && err.status >= 500) throw err;
       throw fail('sandboxNotRunning', id);
     }
-    if (state !== 'ready') throw fail('sandboxNotRunning', id);
+    const state = e2bState(info);
+    if (state === 'running') return;
+    if (state === 'paused' && info.metadata[AUTO_RESUME_LABEL] === 'true') return;
+    throw fail('sandboxNotRunning', id);
   };
   return {
     manager,
@@ -150,7 +173,7 @@ export function makeContext(opts: {
     runningSandboxes: () =>
       manager
         .list()
-        .filter((s) => s.state === 'ready')
+        .filter((s) => e2bState(s) === 'running')
         .map((s) => ({ id: s.id, accessToken: tokens.accessToken(s.id), tokenChecked: false })),
     requireRunning,
     cutOnStop: (id, socket) => stopWatch.watch(id, socket),
