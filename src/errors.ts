@@ -102,6 +102,18 @@ export const Errors = {
     (path: string, hint: string) => `${path} is a directory${hint}`,
   ),
   notADirectory: def('not_a_directory', 400, (path: string) => `${path} is not a directory`),
+  /** A user name the sandbox has no account for (processes, files as a user). */
+  unknownUser: e2bDef('unknown_user', 400, (name: string) => `invalid username: '${name}'`),
+  /** A process's working directory that does not exist (the message is E2B's envd's). */
+  invalidCwd: e2bDef('invalid_cwd', 400, (path: string) => `cwd '${path}' does not exist`),
+  /** The guest could not execute a process's program. */
+  processStartFailed: e2bDef(
+    'process_start_failed',
+    400,
+    (why: string) => `the process could not start: ${why}`,
+  ),
+  /** A process request the guest refused as malformed (an environment variable named "A=B"). */
+  invalidProcessRequest: def('invalid_request', 400, (why: string) => why),
 
   // --- 403 ---------------------------------------------------------------------------------
   /** The guest refused a file operation (a read-only filesystem such as /proc, EACCES). */
@@ -126,6 +138,8 @@ export const Errors = {
     401,
     () => 'unauthorized access, please provide a valid access token or method signing if supported',
   ),
+  /** An E2B signed `/files` URL whose signature is missing, wrong or expired (envd's words). */
+  invalidSignature: e2bDef('invalid_signature', 401, (why: string) => why),
 
   // --- 404 / 410 ---------------------------------------------------------------------------
   /** Never existed, deleted, merged away, or malformed. */
@@ -150,6 +164,18 @@ export const Errors = {
   ),
   snapshotNotFound: def('snapshot_not_found', 404, (id: string) => `snapshot ${id} not found`),
   fileNotFound: def('file_not_found', 404, (path: string) => `${path} does not exist`),
+  /** E2B's polling watcher (CreateWatcher) that does not exist, or was removed. */
+  watcherNotFound: e2bDef(
+    'watcher_not_found',
+    404,
+    (id: string) => `watcher with id ${id} not found`,
+  ),
+  /** No running process has that pid (or tag); E2B's envd words it the same way. */
+  processNotFound: e2bDef(
+    'process_not_found',
+    404,
+    (what: string) => `process with ${what} not found`,
+  ),
   contextNotFound: def(
     'context_not_found',
     404,
@@ -162,6 +188,32 @@ export const Errors = {
   ),
 
   // --- 409 ---------------------------------------------------------------------------------
+  /** Input to a process started without stdin, or after its stdin was closed. */
+  stdinClosed: e2bDef(
+    'stdin_closed',
+    409,
+    (what: string) =>
+      `the stdin of the process with ${what} is not open (start it with stdin, and write before closing it)`,
+  ),
+  /** A process or watch stream that ended because the sandbox's machine went away. */
+  streamInterrupted: e2bDef(
+    'stream_interrupted',
+    409,
+    (why: string) => `the stream ended before its process: ${why}`,
+  ),
+  /** A sandbox restored from a state made before machines had the processes port. */
+  processesUnavailable: e2bDef(
+    'processes_unavailable',
+    409,
+    (id: string) =>
+      `sandbox ${id} was made by an earlier hostd, whose machines cannot run processes; create a new sandbox`,
+  ),
+  /** E2B's MakeDir of a directory that exists (the SDK's makeDir then answers false). */
+  directoryExists: e2bDef(
+    'already_exists',
+    409,
+    (path: string) => `directory ${path} already exists`,
+  ),
   contextExists: def(
     'context_exists',
     409,
@@ -255,6 +307,12 @@ export const Errors = {
     'sandbox_not_running',
     502,
     (_id: string) => 'The sandbox was not found',
+  ),
+  /** An E2B stream (a command, a watch) past its `Connect-Timeout-Ms`. */
+  deadlineExceeded: e2bDef(
+    'deadline_exceeded',
+    504,
+    (what: string, ms: number) => `${what} ran past its timeout of ${ms} ms`,
   ),
 
   // --- 503 ---------------------------------------------------------------------------------

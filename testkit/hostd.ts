@@ -111,8 +111,11 @@ export interface StartOptions {
 /** Resolves once hostd serves (it has written `hostd.url` into its state directory). */
 export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
   const stateDir = opts.stateDir ?? (await mkdtemp('/dev/shm/hostd-test-'));
-  const ownDataDir = opts.dataDir === undefined;
-  const dataDir = opts.dataDir ?? (await mkdtemp('/var/tmp/hostd-test-data-'));
+  // HOSTD_TEST_DATA_DIR: a data directory kept between runs, whose templates are booted already
+  // (a loaded machine, where a template's cold boot can take minutes). Unset in CI.
+  const dataDirGiven = opts.dataDir ?? process.env.HOSTD_TEST_DATA_DIR;
+  const ownDataDir = dataDirGiven === undefined;
+  const dataDir = dataDirGiven ?? (await mkdtemp('/var/tmp/hostd-test-data-'));
   const proc = spawn(process.execPath, [join(ROOT, 'dist', 'src', 'main.js')], {
     env: {
       ...process.env,

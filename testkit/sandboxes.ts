@@ -19,6 +19,11 @@ export interface SandboxInfo {
   queued: number;
   error: string | null;
   network: { allow_out: string[]; bytes_out: number; bytes_in: number };
+  metadata: Record<string, string>;
+  timeout: number | null;
+  on_timeout: 'delete' | 'pause' | null;
+  expires_at: string | null;
+  paused_by: 'request' | 'lifetime' | 'idle' | 'shutdown' | null;
 }
 
 export async function createSandbox(api: Api, body: unknown = {}): Promise<string> {

@@ -326,13 +326,13 @@ export function parseFork(body: unknown): { n: number } {
  * A guest path from the `path` query parameter: absolute, without NUL bytes or `..`
  * components (docs/api.md, Files). The guest checks again; this answers early and the same way.
  */
-export function parseGuestPath(value: unknown): string {
+export function parseGuestPath(value: unknown, param = 'path'): string {
   if (Array.isArray(value)) {
-    const times = `the path query parameter is given ${value.length} times`;
+    const times = `the ${param} query parameter is given ${value.length} times`;
     throw fail('invalidPath', String(value[0]), times);
   }
   if (typeof value !== 'string' || value === '') {
-    throw fail('invalidPath', String(value ?? ''), 'the path query parameter is required');
+    throw fail('invalidPath', String(value ?? ''), `the ${param} query parameter is required`);
   }
   if (!value.startsWith('/')) throw fail('invalidPath', value, 'it must be absolute');
   if (value.includes('\0')) throw fail('invalidPath', value, 'it holds a NUL byte');

@@ -22,6 +22,7 @@ import { SandboxRegistry, type StopListener } from './registry.js';
 import { Sandbox, type Lifetime, type PauseReason, type SandboxInfo } from './sandbox.js';
 import { Snapshots, type SnapshotInfo } from './snapshots.js';
 import { SandboxFiles } from './sandbox-files.js';
+import { SandboxProcesses } from './sandbox-processes.js';
 import { SandboxContexts } from './sandbox-contexts.js';
 import { SandboxNetwork, type EgressEnvironment } from './network.js';
 import { TemplateCatalog, type TemplateInfo } from './template-catalog.js';
@@ -30,7 +31,27 @@ import type { TemplatePlan } from './template-plan.js';
 export { MAX_FORK } from './lineage.js';
 export type { StopListener, StopReason } from './registry.js';
 export { validateAllowOut } from './network.js';
-export type { FileDownload, FileEntry, ExtractResult, WriteResult } from './sandbox-files.js';
+export type {
+  DetailedEntry,
+  FileDownload,
+  FileEntry,
+  ExtractResult,
+  MkdirResult,
+  MoveResult,
+  UserWriteResult,
+  WriteResult,
+} from './sandbox-files.js';
+export type {
+  ProcessEnd,
+  ProcessEvent,
+  ProcessInfo,
+  ProcessRun,
+  ProcessSelector,
+  ProcessSpec,
+  WatchEvent,
+  WatchRun,
+  WatchSpec,
+} from './sandbox-processes.js';
 export type { Language } from '../vm/machine.js';
 export type { SnapshotInfo } from './snapshots.js';
 export type { Lifetime, PauseReason, SandboxInfo } from './sandbox.js';
@@ -126,6 +147,8 @@ export class SandboxManager {
   private readonly network: SandboxNetwork;
   /** Reading and writing sandboxes' files (docs/api.md, Files). */
   readonly files: SandboxFiles;
+  /** Processes beside the exec queue, and directory watches (core/sandbox-processes.ts). */
+  readonly processes: SandboxProcesses;
   /** Sandboxes' REPL contexts (docs/api.md, Contexts). */
   readonly contexts: SandboxContexts;
   private stopping = false;
@@ -147,6 +170,7 @@ export class SandboxManager {
       options.records?.sandboxes,
     );
     this.files = new SandboxFiles(this.registry, log, options.maxFileBytes);
+    this.processes = new SandboxProcesses(this.registry, log);
     this.contexts = new SandboxContexts(this.registry, log);
     this.snapshots = new Snapshots(
       hypervisor,

@@ -11,6 +11,7 @@
 import type { EgressGate } from './channels/egress-gate.js';
 import type { FileChannel } from './channels/file-channel.js';
 import type { NetStats } from './channels/net-channel.js';
+import type { ProcChannel } from './channels/proc-channel.js';
 
 export type { EgressGate } from './channels/egress-gate.js';
 export type { NetStats } from './channels/net-channel.js';
@@ -22,7 +23,27 @@ export {
   FileOpError,
   type Upload,
   type WriteResult,
+  type DetailedEntry,
+  type MkdirResult,
+  type MoveResult,
+  type UserWriteResult,
 } from './channels/file-channel.js';
+export {
+  ProcChannelError,
+  ProcOpError,
+  type ProcErrorCode,
+  type ProcessEnd,
+  type ProcessInfo,
+  type ProcessOutputStream,
+  type ProcessSelector,
+  type ProcessSink,
+  type ProcessSpec,
+  type ProcStream,
+  type WatchEvent,
+  type WatchEventType,
+  type WatchSink,
+  type WatchSpec,
+} from './channels/proc-channel.js';
 import type { TemplateSpec } from './image/image-builder.js';
 
 export type Language = 'python' | 'bash';
@@ -105,7 +126,30 @@ export interface ContextAnswer {
  */
 export type GuestFiles = Pick<
   FileChannel,
-  'writeFile' | 'readFile' | 'tarOut' | 'tarIn' | 'list' | 'stat' | 'mkdir' | 'remove'
+  | 'writeFile'
+  | 'readFile'
+  | 'tarOut'
+  | 'tarIn'
+  | 'list'
+  | 'stat'
+  | 'mkdir'
+  | 'remove'
+  | 'move'
+  | 'writeFileAs'
+  | 'readFileAs'
+  | 'statAs'
+  | 'listAs'
+  | 'mkdirAs'
+  | 'removeAs'
+>;
+
+/**
+ * A machine's processes and directory watches (vm/channels/proc-channel.ts): many at once, next
+ * to execs and file operations, each a stream with its own flow control.
+ */
+export type GuestProcesses = Pick<
+  ProcChannel,
+  'start' | 'connect' | 'watch' | 'list' | 'input' | 'closeStdin' | 'signal'
 >;
 
 /** What a machine's guest may reach (vm/channels/net-channel.ts). */
@@ -157,6 +201,11 @@ export interface Machine {
    */
   setEnv(env: Readonly<Record<string, string>>): Promise<void>;
   readonly files: GuestFiles;
+  /**
+   * Its processes port. Throws ProcChannelError 'unavailable' on a machine restored from a
+   * state that predates the port (a snapshot or a paused sandbox of an earlier hostd).
+   */
+  readonly processes: GuestProcesses;
   /**
    * Applies the sandbox's network rules and resets the guest's connections. Call on every
    * machine a sandbox gets (new, restored, resumed, adopted): until then the guest reaches

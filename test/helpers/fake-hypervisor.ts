@@ -12,6 +12,7 @@
  *   `hang`     never ends by itself: only a cancel (124/130) or the machine's death ends it
  *   `die`      the machine dies while running it
  *   `value T`  a notebook result with text/plain T     `raise N V`  a cell error N: V, exits 1
+ * Processes (`machine.processes`): test/helpers/fake-processes.ts.
  *
  * Contexts (docs/api.md, Contexts) live in the memory, so forks copy them: `ctx:ID` holds a
  * context's cwd (`default` always exists) and `count:ID` its notebook cells. An exec naming a
@@ -38,7 +39,9 @@ import type {
   StateDescriptor,
   TemplateImage,
 } from '../../src/vm/machine.js';
+import { ProcChannelError } from '../../src/vm/machine.js';
 import { FakeFiles } from './fake-files.js';
+import { FakeProcesses } from './fake-processes.js';
 
 let ids = 0;
 
@@ -78,6 +81,9 @@ export class FakeMachine implements Machine {
   /** The last network policy applied, and how many times one was. */
   network: NetworkPolicy | null = null;
   networkResets = 0;
+  readonly procs = new FakeProcesses();
+  /** False: the machine predates the processes port (its `processes` throws). */
+  hasProcessPort = true;
 
   constructor(
     private readonly hv: FakeHypervisor,
@@ -86,6 +92,13 @@ export class FakeMachine implements Machine {
     this.memory = new Map(origin.memory);
     origin.retain();
     this.files = new FakeFiles(this.memory, () => hv.gate('file'));
+  }
+
+  get processes(): FakeProcesses {
+    if (!this.hasProcessPort) {
+      throw new ProcChannelError('unavailable', 'the machine has no processes port');
+    }
+    return this.procs;
   }
 
   async setNetwork(policy: NetworkPolicy): Promise<void> {
@@ -267,6 +280,7 @@ export class FakeMachine implements Machine {
     const sinks = [...this.running.values()];
     this.running.clear();
     for (const s of sinks) s.onLost(why);
+    this.procs.lose(why);
     this.listener?.(why);
   }
 
@@ -276,6 +290,7 @@ export class FakeMachine implements Machine {
     const sinks = [...this.running.values()];
     this.running.clear();
     for (const s of sinks) s.onLost(reason);
+    this.procs.lose(reason);
     this.origin.release();
     this.hv.destroyedIds.push(this.id);
   }

@@ -225,6 +225,10 @@ def mkdir(sandbox_id: str, path: str) -> Call:
     return Call("POST", _files(sandbox_id, "/mkdir"), query={"path": path})
 
 
+def move(sandbox_id: str, path: str, to: str) -> Call:
+    return Call("POST", _files(sandbox_id, "/move"), query={"path": path, "to": to})
+
+
 def remove(sandbox_id: str, path: str, recursive: bool) -> Call:
     return Call("DELETE", _files(sandbox_id), query={"path": path, "recursive": "1" if recursive else None})
 

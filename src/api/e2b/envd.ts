@@ -1,8 +1,9 @@
 /**
  * envd: processes and the filesystem over Connect RPC (`/process.Process/*`,
- * `/filesystem.Filesystem/*`) and plain HTTP `/files` (docs/e2b.md). Owned by the e2b-envd work;
- * a stub until then: every call answers `route_not_found` (Connect: `unimplemented`) from the front's
- * not-found handler.
+ * `/filesystem.Filesystem/*`) and plain HTTP `/files` (docs/e2b.md): what E2B's
+ * `sandbox.commands` and `sandbox.files` call, as translations of core's processes and files
+ * services (envd-process.ts, envd-filesystem.ts, envd-files.ts; the Connect codec is
+ * connect.ts, envd's messages envd-messages.ts).
  *
  * `app` is the envd scope of the front (server.ts): every route registered on it serves
  * `E2b-Sandbox-Port: 49983` (and headerless `/files`, for signed URLs), its sandbox is looked up
@@ -14,7 +15,12 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { E2bContext } from './context.js';
+import { registerFilesRoutes } from './envd-files.js';
+import { registerFilesystemRoutes } from './envd-filesystem.js';
+import { registerProcessRoutes } from './envd-process.js';
 
-export function registerEnvdRoutes(_app: FastifyInstance, _ctx: E2bContext): void {
-  // Filled by e2b-envd.
+export function registerEnvdRoutes(app: FastifyInstance, ctx: E2bContext): void {
+  registerProcessRoutes(app, ctx);
+  registerFilesystemRoutes(app, ctx);
+  registerFilesRoutes(app, ctx);
 }

@@ -77,6 +77,16 @@ export function connectCode(err: HostdError): ConnectCode {
       return 'unavailable';
     case 'client_closed_request':
       return 'canceled';
+    // envd's own codes for these (docs/e2b.md): an unknown user is an authentication failure,
+    // a closed stdin a failed write, a stream cut by a pause or merge a sandbox gone away
+    case 'unknown_user':
+      return 'unauthenticated';
+    case 'stdin_closed':
+      return 'internal';
+    case 'stream_interrupted':
+      return 'unavailable';
+    case 'processes_unavailable':
+      return 'failed_precondition';
     case 'limit_reached':
     case 'body_too_large':
     case 'file_too_large':

@@ -10,7 +10,13 @@ import { fail } from '../../errors.js';
 import { parseFileMode, parseFlag, parseGuestPath, parseNoBody } from '../validate.js';
 
 type IdParams = { id: string };
-type FileQuery = { path?: unknown; mode?: unknown; format?: unknown; recursive?: unknown };
+type FileQuery = {
+  path?: unknown;
+  mode?: unknown;
+  format?: unknown;
+  recursive?: unknown;
+  to?: unknown;
+};
 type FileRequest = FastifyRequest<{ Params: IdParams; Querystring: FileQuery }>;
 
 const TAR = 'application/x-tar';
@@ -64,6 +70,17 @@ export function registerFileRoutes(app: FastifyInstance, manager: SandboxManager
       parseNoBody(req.body, 'mkdir');
       const path = parseGuestPath(req.query.path);
       return { path: await files.mkdir(req.params.id, path, clientGone(reply)) };
+    },
+  );
+
+  app.post<{ Params: IdParams; Querystring: FileQuery }>(
+    '/v1/sandboxes/:id/files/move',
+    async (req, reply) => {
+      parseNoBody(req.body, 'move');
+      const from = parseGuestPath(req.query.path);
+      const to = parseGuestPath(req.query.to, 'to');
+      const moved = await files.move(req.params.id, from, to, clientGone(reply));
+      return { path: moved.path };
     },
   );
 

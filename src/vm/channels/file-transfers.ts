@@ -20,7 +20,8 @@ export type FileErrorCode =
   | 'file_too_large'
   | 'invalid_archive'
   | 'bad_request'
-  | 'io_error';
+  | 'io_error'
+  | 'unknown_user';
 
 const FILE_ERROR_CODES: ReadonlySet<string> = new Set<FileErrorCode>([
   'file_not_found',
@@ -33,6 +34,7 @@ const FILE_ERROR_CODES: ReadonlySet<string> = new Set<FileErrorCode>([
   'invalid_archive',
   'bad_request',
   'io_error',
+  'unknown_user',
 ]);
 
 /**

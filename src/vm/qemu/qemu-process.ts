@@ -91,6 +91,7 @@ export class QemuProcess extends EventEmitter {
       replSocket: join(this.dir, 'repl.sock'),
       filesSocket: join(this.dir, 'files.sock'),
       netSocket: join(this.dir, 'net.sock'),
+      procSocket: join(this.dir, 'proc.sock'),
       consoleLog: join(this.dir, 'console.log'),
     };
     this.exitPromise = new Promise((r) => (this.resolveExit = r));

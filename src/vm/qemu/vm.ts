@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { AgentChannel } from '../channels/agent-channel.js';
 import { NO_EGRESS } from '../channels/egress-gate.js';
 import { FileChannel } from '../channels/file-channel.js';
+import { ProcChannel, ProcChannelError } from '../channels/proc-channel.js';
 import type {
   CancelReason,
   ContextAnswer,
@@ -21,6 +22,7 @@ import type {
   ExecSpec,
   ForkTarget,
   GuestFiles,
+  GuestProcesses,
   Machine,
   MachineDescriptor,
   MachineUsage,
@@ -88,6 +90,7 @@ function isPreparedCopy(target: unknown): target is PreparedCopy {
 export class Vm implements Machine {
   private agent: AgentChannel | null = null;
   private filesChannel: FileChannel | null = null;
+  private procChannel: ProcChannel | null = null;
   private net: NetChannel | null = null;
   /** What the latest hello said of the guest's network relay, until a network sync uses it. */
   private quietRelay: QuietRelay | null = null;
@@ -374,6 +377,15 @@ export class Vm implements Machine {
     return this.filesChannel;
   }
 
+  get processes(): GuestProcesses {
+    if (this.procChannel) return this.procChannel;
+    if (this.spec.procPort) throw new VmError('VM has no processes connection');
+    throw new ProcChannelError(
+      'unavailable',
+      'the sandbox was made by an earlier hostd, whose machines had no processes port',
+    );
+  }
+
   async setNetwork(policy: NetworkPolicy): Promise<void> {
     const net = this.net;
     if (!net) throw new VmError('VM has no network connection');
@@ -605,7 +617,7 @@ export class Vm implements Machine {
   }
 
   /**
-   * Connects all four of the guest's ports. Before a restore, so that every port is "host
+   * Connects all the guest's ports (five with the processes port). Before a restore, so that every port is "host
    * connected" on both sides of it, as when the state was saved (see `standby`).
    */
   private async connectChannels(deadline: number): Promise<void> {
@@ -613,6 +625,9 @@ export class Vm implements Machine {
     const agent = await AgentChannel.connect(paths.agentSocket, paths.replSocket, deadline);
     this.agent = agent;
     this.filesChannel = new FileChannel(await connectWithRetry(paths.filesSocket, deadline));
+    if (this.spec.procPort && paths.procSocket) {
+      this.procChannel = new ProcChannel(await connectWithRetry(paths.procSocket, deadline));
+    }
     // Until setNetwork, the channel ignores the guest and the gate refuses everything.
     this.net = new NetChannel(await connectWithRetry(paths.netSocket, deadline), {
       gate: NO_EGRESS,
@@ -629,6 +644,7 @@ export class Vm implements Machine {
   private closeChannels(reason?: string): void {
     this.agent?.close(reason);
     this.filesChannel?.close(reason);
+    this.procChannel?.close(reason);
     this.net?.close(reason);
   }
 
