@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ExecEvent } from '../../src/core/exec-run.js';
-import { e2bLines, e2bResult } from '../../src/api/e2b/interpreter-lines.js';
+import { e2bLines, e2bResult, reasonPhrase } from '../../src/api/e2b/interpreter-lines.js';
 
 const at = (e: Omit<ExecEvent, 'seq' | 'ts'>): ExecEvent => ({
   ...e,
@@ -63,4 +63,9 @@ test('bundles become results with E2B field names; the rest is extra', () => {
     { type: 'result', is_main_result: false, text: 'q', extra: {} },
   ]);
   assert.equal(e2bResult({ 'text/plain': "'a' + 'b'" }, true).text, "a' + 'b", 'as E2B strips');
+});
+
+test('an error message becomes a reason phrase Node sends as it is', () => {
+  assert.equal(reasonPhrase('a\nb\u00e9c'), 'a b c');
+  assert.equal(reasonPhrase('x'.repeat(300)).length, 200);
 });

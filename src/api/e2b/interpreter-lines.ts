@@ -79,3 +79,12 @@ export function e2bLines(event: ExecEvent): E2bLine[] {
         : [{ type: 'error', name: 'UnexpectedEndOfExecution', value: event.error, traceback: '' }];
   }
 }
+
+/**
+ * An HTTP reason phrase saying `message`, for error answers whose body the code interpreter
+ * SDKs do not read: printable ASCII (what Node lets through), one line, at most 200 characters.
+ */
+export function reasonPhrase(message: string): string {
+  const phrase = message.replace(/[^\x20-\x7e]+/g, ' ').trim();
+  return phrase.length > 200 ? `${phrase.slice(0, 197)}...` : phrase;
+}

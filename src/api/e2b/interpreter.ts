@@ -15,7 +15,7 @@ import { fail, isError, toHostdError, type HostdError } from '../../errors.js';
 import { clientGone } from '../routes/files.js';
 import { CONTEXT_ID, optionalEnv, parseContextCreate } from '../validate.js';
 import type { E2bContext } from './context.js';
-import { e2bLines, type E2bLine } from './interpreter-lines.js';
+import { e2bLines, reasonPhrase, type E2bLine } from './interpreter-lines.js';
 
 /** The REPL context that is E2B's default Python context. */
 export const PYTHON_CONTEXT = 'python';
@@ -101,8 +101,31 @@ function e2bContext(c: { id: string; cwd: string }): { id: string; language: str
   return { id: c.id, language: 'python', cwd: c.cwd };
 }
 
+/** The `message` of an E2B error body, if `payload` is one. */
+function errorMessage(payload: string): string | undefined {
+  try {
+    const body = JSON.parse(payload) as unknown;
+    if (typeof body !== 'object' || body === null) return undefined;
+    const { message } = body as { message?: unknown };
+    return typeof message === 'string' && message !== '' ? message : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 export function registerInterpreterRoutes(app: FastifyInstance, ctx: E2bContext): void {
   const { manager } = ctx;
+
+  // The code interpreter SDKs read the body of a 404 or 502 only; any other error becomes
+  // `SandboxError("<status> <reason>")`. The reason phrase carries the error's message, so that
+  // `language: 'js'` says why it is refused instead of "501 Not Implemented".
+  app.addHook('onSend', async (_req, reply, payload) => {
+    if (reply.statusCode >= 400 && typeof payload === 'string') {
+      const message = errorMessage(payload);
+      if (message !== undefined) reply.raw.statusMessage = reasonPhrase(message);
+    }
+    return payload;
+  });
   const sandboxOf = (req: FastifyRequest): string => ctx.sandboxOf(req)!.id;
 
   /**
