@@ -433,8 +433,19 @@ describe('files', () => {
       const got = await fetch(download);
       assert.equal(got.status, 200);
       assert.equal(await got.text(), 'via url');
-      const forged = download.replace(/signature=[^&]+/, 'signature=v1_forged');
-      assert.equal((await fetch(forged)).status, 401);
+      // envd's exact error bodies: clients (E2B's own tests) compare them whole
+      const forged = await fetch(download.replace(/signature=[^&]+/, 'signature=v1_forged'));
+      assert.deepEqual(
+        [forged.status, await forged.json()],
+        [401, { code: 401, message: 'invalid signature' }],
+      );
+      const expired = await fetch(
+        await sbx.downloadUrl('signed/up.txt', { useSignatureExpiration: -10_000 }),
+      );
+      assert.deepEqual(
+        [expired.status, await expired.json()],
+        [401, { code: 401, message: 'signature is already expired' }],
+      );
       // A `file` part that is a plain field (FormData given a string): the file at ?path=.
       const plain = new FormData();
       plain.append('file', 'as a field');

@@ -117,13 +117,17 @@ function sandboxFor(ctx: E2bContext, req: FastifyRequest, operation: Operation):
   throw fail('invalidSignature', why);
 }
 
-/** envd's REST error: an unknown user is 401 there ("error looking up user"). */
+/**
+ * envd's REST error, exactly as envd words it: `{code, message}` and nothing else (clients
+ * compare the whole body, E2B's own signing tests among them). An unknown user is 401 there
+ * ("error looking up user").
+ */
 function sendFilesError(reply: FastifyReply, err: unknown): FastifyReply {
   const e = toHostdError(err);
-  const body = e2bErrorBody(e);
-  if (isError(e, 'unknownUser')) body.code = 401;
+  const { code, message } = e2bErrorBody(e);
+  const status = isError(e, 'unknownUser') ? 401 : code;
   if (e.retryAfterS !== undefined) void reply.header('retry-after', String(e.retryAfterS));
-  return reply.code(body.code).type('application/json').send(body);
+  return reply.code(status).type('application/json').send({ code: status, message });
 }
 
 /** `X-Metadata-<key>: value` headers: keys lowercased, printable ASCII only (envd's rule). */
