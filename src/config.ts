@@ -32,6 +32,12 @@ export interface TemplateDefaults {
 export interface Config {
   readonly host: string;
   readonly port: number;
+  /**
+   * Where the E2B-compatible front listens (SERVICE_E2B_ADDR, docs/e2b.md), or null when it is
+   * off. By default the native API's host on port 49982, or port 0 when the native API asks for
+   * port 0 (tests and scripts that start many hostds: each gets free ports for both).
+   */
+  readonly e2bAddr: { readonly host: string; readonly port: number } | null;
   readonly apiKeys: readonly string[];
   readonly authDisabled: boolean;
   /** Runtime files (tmpfs): VM sockets and logs, pid files. Survives a crash, not a reboot. */
@@ -166,14 +172,35 @@ function tcgCpuVar(env: Env): string | null {
 }
 
 /** Splits "host:port" and "[v6]:port"; a bare port binds loopback. */
-export function parseAddr(addr: string): { host: string; port: number } {
+export function parseAddr(
+  addr: string,
+  variable = 'SERVICE_HOSTD_ADDR',
+): { host: string; port: number } {
   const match =
     /^(?:\[([^\]]+)\]|([^:]*)):(\d+)$/.exec(addr.trim()) ?? /^()()(\d+)$/.exec(addr.trim());
-  if (!match) throw new ConfigError(`SERVICE_HOSTD_ADDR must look like host:port, got "${addr}"`);
+  if (!match) throw new ConfigError(`${variable} must look like host:port, got "${addr}"`);
   const host = match[1] || match[2] || '127.0.0.1';
   const port = Number(match[3]);
-  if (port > 65535) throw new ConfigError(`SERVICE_HOSTD_ADDR port out of range: ${port}`);
+  if (port > 65535) throw new ConfigError(`${variable} port out of range: ${port}`);
   return { host, port };
+}
+
+/** The E2B front's port unless SERVICE_E2B_ADDR says otherwise (docs/e2b.md). */
+export const E2B_DEFAULT_PORT = 49982;
+
+/**
+ * SERVICE_E2B_ADDR: `host:port` like SERVICE_HOSTD_ADDR, or `off` to serve no E2B front. Unset,
+ * it listens on the native API's host, port 49982 (port 0 when the native API's port is 0).
+ */
+export function parseE2bAddr(
+  raw: string | undefined,
+  native: { host: string; port: number },
+): { host: string; port: number } | null {
+  if (raw === undefined || raw.trim() === '') {
+    return { host: native.host, port: native.port === 0 ? 0 : E2B_DEFAULT_PORT };
+  }
+  if (raw.trim().toLowerCase() === 'off') return null;
+  return parseAddr(raw, 'SERVICE_E2B_ADDR');
 }
 
 /** Loopback means only processes on this machine can connect: 127.0.0.0/8, ::1, localhost. */
@@ -213,6 +240,7 @@ export function parseTemplates(raw: string | undefined): TemplateConfig[] | null
 
 export function loadConfig(env: Env = process.env): Config {
   const { host, port } = parseAddr(env.SERVICE_HOSTD_ADDR ?? '127.0.0.1:7070');
+  const e2bAddr = parseE2bAddr(env.SERVICE_E2B_ADDR, { host, port });
   const apiKeys = (env.SERVICE_API_KEYS ?? '')
     .split(',')
     .map((k) => k.trim())
@@ -233,6 +261,7 @@ export function loadConfig(env: Env = process.env): Config {
   return {
     host,
     port,
+    e2bAddr,
     apiKeys,
     authDisabled,
     stateDir: env.SERVICE_STATE_DIR || `/dev/shm/hostd-${uid}`,

@@ -17,6 +17,11 @@ export interface ErrorDef<A extends unknown[] = never[]> {
   readonly message: (...args: A) => string;
   /** Seconds after which a retry can work; sent as `Retry-After` (429 and 503 answers). */
   readonly retryAfterS?: number;
+  /**
+   * Only the E2B front (docs/e2b.md) answers it: listed in docs/e2b.md, not docs/api.md, and
+   * not among the native SDKs' error classes.
+   */
+  readonly e2bOnly?: true;
 }
 
 function def<A extends unknown[]>(
@@ -75,6 +80,15 @@ export function clip(s: string, max = SHOWN_CHARS): string {
   return s.length > max ? `${s.slice(0, max - 3)}...` : s;
 }
 
+/** An entry only the E2B front answers (ErrorDef.e2bOnly). */
+function e2bDef<A extends unknown[]>(
+  code: string,
+  status: number,
+  message: (...args: A) => string,
+): ErrorDef<A> {
+  return { code, status, message, e2bOnly: true };
+}
+
 export const Errors = {
   // --- 400: the request is wrong -----------------------------------------------------------
   /** A body that must be a JSON object is missing or is something else. */
@@ -116,6 +130,12 @@ export const Errors = {
     (why: string) => `malformed request: ${clip(why, 200)}`,
   ),
   mergeIntoSelf: def('merge_into_self', 400, () => 'cannot merge a sandbox into itself'),
+  /** The default REPL context is the sandbox's own namespace: it can be restarted, not deleted. */
+  contextIsDefault: def(
+    'context_is_default',
+    400,
+    () => 'the default context cannot be deleted (restart it instead)',
+  ),
   /** A `network.allow_out` rule that does not parse; the message names it and why. */
   invalidEgressRule: def('invalid_request', 400, (why: string) => why),
   /** A tar upload that is not a tar stream (or is truncated). */
@@ -145,6 +165,18 @@ export const Errors = {
     400,
     (path: string, why: string) => `${clip(path)} cannot be read or written that way: ${why}`,
   ),
+  /** A user name the sandbox has no account for (processes, files as a user). */
+  unknownUser: e2bDef('unknown_user', 400, (name: string) => `invalid username: '${name}'`),
+  /** A process's working directory that does not exist (the message is E2B's envd's). */
+  invalidCwd: e2bDef('invalid_cwd', 400, (path: string) => `cwd '${path}' does not exist`),
+  /** The guest could not execute a process's program. */
+  processStartFailed: e2bDef(
+    'process_start_failed',
+    400,
+    (why: string) => `the process could not start: ${why}`,
+  ),
+  /** A process request the guest refused as malformed (an environment variable named "A=B"). */
+  invalidProcessRequest: def('invalid_request', 400, (why: string) => why),
 
   // --- 403 ---------------------------------------------------------------------------------
   /** The guest refused a file operation (a read-only filesystem such as /proc, EACCES). */
@@ -158,6 +190,19 @@ export const Errors = {
   /** The contract fixes these two messages. */
   missingApiKey: def('missing_api_key', 401, () => 'missing Authorization: Bearer <key>'),
   invalidApiKey: def('invalid_api_key', 401, () => 'invalid api key'),
+  /** The E2B front's control plane (docs/e2b.md) takes its key in `X-API-KEY`. */
+  missingE2bApiKey: def('missing_api_key', 401, () => 'missing X-API-KEY header'),
+  /**
+   * E2B sandbox traffic without that sandbox's own access token (docs/e2b.md, Auth). The message
+   * is envd's, which E2B's users know.
+   */
+  invalidAccessToken: e2bDef(
+    'invalid_access_token',
+    401,
+    () => 'unauthorized access, please provide a valid access token or method signing if supported',
+  ),
+  /** An E2B signed `/files` URL whose signature is missing, wrong or expired (envd's words). */
+  invalidSignature: e2bDef('invalid_signature', 401, (why: string) => why),
 
   // --- 404 / 410 ---------------------------------------------------------------------------
   /** Never existed, deleted, merged away, or malformed. */
@@ -186,6 +231,23 @@ export const Errors = {
     (id: string) => `snapshot ${clip(id)} not found`,
   ),
   fileNotFound: def('file_not_found', 404, (path: string) => `${clip(path)} does not exist`),
+  /** E2B's polling watcher (CreateWatcher) that does not exist, or was removed. */
+  watcherNotFound: e2bDef(
+    'watcher_not_found',
+    404,
+    (id: string) => `watcher with id ${id} not found`,
+  ),
+  /** No running process has that pid (or tag); E2B's envd words it the same way. */
+  processNotFound: e2bDef(
+    'process_not_found',
+    404,
+    (what: string) => `process with ${what} not found`,
+  ),
+  contextNotFound: def(
+    'context_not_found',
+    404,
+    (id: string, context: string) => `sandbox ${id} has no context ${context}`,
+  ),
   routeNotFound: def(
     'route_not_found',
     404,
@@ -198,6 +260,45 @@ export const Errors = {
     'request_timeout',
     408,
     () => 'the request did not arrive in time; the connection is closed',
+  ),
+
+  // --- 409 ---------------------------------------------------------------------------------
+  /** Input to a process started without stdin, or after its stdin was closed. */
+  stdinClosed: e2bDef(
+    'stdin_closed',
+    409,
+    (what: string) =>
+      `the stdin of the process with ${what} is not open (start it with stdin, and write before closing it)`,
+  ),
+  /** A process or watch stream that ended because the sandbox's machine went away. */
+  streamInterrupted: e2bDef(
+    'stream_interrupted',
+    409,
+    (why: string) => `the stream ended before its process: ${why}`,
+  ),
+  /** A sandbox restored from a state made before machines had the processes port. */
+  processesUnavailable: e2bDef(
+    'processes_unavailable',
+    409,
+    (id: string) =>
+      `sandbox ${id} was made by an earlier hostd, whose machines cannot run processes; create a new sandbox`,
+  ),
+  /** E2B's MakeDir of a directory that exists (the SDK's makeDir then answers false). */
+  directoryExists: e2bDef(
+    'already_exists',
+    409,
+    (path: string) => `directory ${path} already exists`,
+  ),
+  contextExists: def(
+    'context_exists',
+    409,
+    (id: string, context: string) => `sandbox ${id} already has a context ${context}`,
+  ),
+  /** E2B's pause of a sandbox that is paused already (the native pause is a no-op instead). */
+  sandboxAlreadyPaused: e2bDef(
+    'sandbox_paused',
+    409,
+    (id: string) => `sandbox ${id} is already paused`,
   ),
 
   // --- 413 / 415 / 431 ---------------------------------------------------------------------
@@ -288,6 +389,29 @@ export const Errors = {
     (requestId: string) => `internal error; hostd's log has the details (request ${requestId})`,
   ),
 
+  // --- 501 / 502 ---------------------------------------------------------------------------
+  /** An E2B SDK method or option hostd does not offer (docs/e2b.md says which and why). */
+  notSupported: e2bDef(
+    'not_supported',
+    501,
+    (what: string, why: string) => `${what} is not supported by hostd: ${why}`,
+  ),
+  /**
+   * E2B sandbox traffic for a sandbox that is not running (killed, expired, paused, unknown): the
+   * E2B SDKs read a 502 as "not running" (isRunning() is false). The message is E2B's own.
+   */
+  sandboxNotRunning: e2bDef(
+    'sandbox_not_running',
+    502,
+    (_id: string) => 'The sandbox was not found',
+  ),
+  /** An E2B stream (a command, a watch) past its `Connect-Timeout-Ms`. */
+  deadlineExceeded: e2bDef(
+    'deadline_exceeded',
+    504,
+    (what: string, ms: number) => `${what} ran past its timeout of ${ms} ms`,
+  ),
+
   // --- 503 ---------------------------------------------------------------------------------
   insufficientResources: def('insufficient_resources', 503, (why: string) => why, 5),
   templateUnavailable: def(
@@ -315,9 +439,14 @@ export const Errors = {
 export type ErrorName = keyof typeof Errors;
 type ArgsOf<K extends ErrorName> = Parameters<(typeof Errors)[K]['message']>;
 
-/** Every (code, status) pair clients can see: what docs/api.md must list. */
-export function errorCodes(): Map<string, number> {
-  return new Map(Object.values(Errors).map((d) => [d.code, d.status] as [string, number]));
+/**
+ * Every (code, status) pair clients can see: of the native API (what docs/api.md lists), or of
+ * entries only the E2B front answers (what docs/e2b.md lists).
+ */
+export function errorCodes(which: 'native' | 'e2b' = 'native'): Map<string, number> {
+  const defs = Object.values(Errors) as ErrorDef<never[]>[];
+  const picked = defs.filter((d) => (which === 'e2b') === (d.e2bOnly === true));
+  return new Map(picked.map((d) => [d.code, d.status] as [string, number]));
 }
 
 /** A failure with a registry entry. Throw it from any layer; the api layer renders it. */

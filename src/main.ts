@@ -8,6 +8,8 @@ import { exitOnUncaught } from './fail-fast.js';
 import { authMode } from './api/auth.js';
 import { createMetrics } from './api/metrics.js';
 import { buildServer } from './api/server.js';
+import { SandboxTokens } from './api/e2b/auth.js';
+import { buildE2bServer } from './api/e2b/server.js';
 import { sandboxCapFor } from './core/admission.js';
 import { hostFree, hostMemTotalMib } from './core/host-resources.js';
 import { FileRecords, type SandboxRecord } from './core/journal.js';
@@ -48,7 +50,8 @@ async function main(): Promise<void> {
     auth = authMode({
       apiKeys: config.apiKeys,
       authDisabled: config.authDisabled,
-      loopback: isLoopback(config.host),
+      // The E2B front runs code for whoever reaches it too: both binds must be loopback.
+      loopback: isLoopback(config.host) && (!config.e2bAddr || isLoopback(config.e2bAddr.host)),
     });
   } catch (err) {
     process.stderr.write(`hostd: ${(err as Error).message}\n`);
@@ -57,7 +60,15 @@ async function main(): Promise<void> {
   const log = pino({
     level: config.logLevel,
     base: { service: 'hostd' },
-    redact: { paths: ['req.headers.authorization', 'apiKeys'], censor: '[redacted]' },
+    redact: {
+      paths: [
+        'req.headers.authorization',
+        'req.headers["x-api-key"]',
+        'req.headers["x-access-token"]',
+        'apiKeys',
+      ],
+      censor: '[redacted]',
+    },
   });
   if (auth.kind === 'open' && auth.why === 'disabled') {
     log.warn(
@@ -190,9 +201,13 @@ async function main(): Promise<void> {
   await hypervisor.init();
   // The API's port is known once it listens (SERVICE_HOSTD_ADDR may ask for port 0).
   let apiPort = config.port;
+  let e2bPort: number | null = null;
   const egress = {
     get apiPort(): number {
       return apiPort;
+    },
+    get otherApiPorts(): number[] {
+      return e2bPort === null ? [] : [e2bPort];
     },
     hostAddresses: hostAddresses(),
   };
@@ -238,6 +253,17 @@ async function main(): Promise<void> {
     metrics,
     mcp: { sessionEnd: config.mcpSessionEnd, idleTimeoutS: config.mcpSessionIdleS },
   });
+  // The E2B-compatible front (docs/e2b.md), on its own port, over the same manager.
+  const e2b = config.e2bAddr
+    ? await buildE2bServer({
+        manager,
+        auth,
+        tokens: await SandboxTokens.load(join(config.dataDir, 'e2b-token-secret')),
+        maxBodyBytes: config.maxBodyBytes,
+        maxFileBytes: config.maxFileBytes,
+        logger: log,
+      })
+    : null;
   const stop = (signal: string): Promise<void> =>
     (stopping ??= (async () => {
       log.info({ signal }, 'shutting down: destroying all VMs');
@@ -245,6 +271,9 @@ async function main(): Promise<void> {
       await app
         .close()
         .catch((err: unknown) => log.warn({ err }, 'closing the HTTP server failed'));
+      await e2b?.app
+        .close()
+        .catch((err: unknown) => log.warn({ err }, 'closing the E2B server failed'));
       await releaseStateDir(config.stateDir);
       await releaseDataDir(config.dataDir);
       log.info('stopped');
@@ -260,7 +289,24 @@ async function main(): Promise<void> {
     await stop('startup-failure');
     process.exit(1);
   }
-  const address = await app.listen({ host: config.host, port: config.port });
+  let address: string;
+  try {
+    // The E2B front listens first: once hostd.url exists, both serve.
+    if (e2b && config.e2bAddr) {
+      const { host, port } = config.e2bAddr;
+      const e2bAddress = await e2b.app.listen({ host, port });
+      e2bPort = Number(new URL(e2bAddress).port) || port;
+      await writeFile(join(config.stateDir, 'e2b.url'), `${e2bAddress}\n`, { mode: 0o600 });
+      log.info({ address: e2bAddress }, `E2B-compatible API listening on ${e2bAddress}`);
+    }
+    address = await app.listen({ host: config.host, port: config.port });
+  } catch (err) {
+    // A port in use: say which, and leave no VM behind.
+    log.error({ err }, 'could not listen');
+    process.stderr.write(`hostd: could not listen: ${(err as Error).message}\n`);
+    await stop('listen-failure');
+    process.exit(1);
+  }
   const { port } = new URL(address);
   apiPort = port ? Number(port) : config.port;
   // Where a client that started hostd on port 0 (tests, scripts) finds it, without parsing logs.

@@ -46,6 +46,8 @@ export interface Api {
 
 /** A hostd this process started: its API, its process, its state directory and its logs. */
 export interface Hostd extends Api {
+  /** The E2B-compatible front's origin (docs/e2b.md), '' when SERVICE_E2B_ADDR=off. */
+  e2bUrl: string;
   stateDir: string;
   dataDir: string;
   proc: ChildProcess;
@@ -144,8 +146,11 @@ export interface StartOptions {
 /** Resolves once hostd serves (it has written `hostd.url` into its state directory). */
 export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
   const stateDir = opts.stateDir ?? (await mkdtemp('/dev/shm/hostd-test-'));
-  const ownDataDir = opts.dataDir === undefined;
-  const dataDir = opts.dataDir ?? (await mkdtemp('/var/tmp/hostd-test-data-'));
+  // HOSTD_TEST_DATA_DIR: a data directory kept between runs, whose templates are booted already
+  // (a loaded machine, where a template's cold boot can take minutes). Unset in CI.
+  const dataDirGiven = opts.dataDir ?? process.env.HOSTD_TEST_DATA_DIR;
+  const ownDataDir = dataDirGiven === undefined;
+  const dataDir = dataDirGiven ?? (await mkdtemp('/var/tmp/hostd-test-data-'));
   const [file, ...args] = opts.command ?? [process.execPath, join(ROOT, 'dist', 'src', 'main.js')];
   const proc = spawn(file!, args, {
     cwd: ROOT,
@@ -228,12 +233,17 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
     );
   }
   const cacheDir = opts.env?.SERVICE_CACHE_DIR ?? process.env.SERVICE_CACHE_DIR ?? '';
+  // Written before hostd.url: it is there once hostd serves (absent when the front is off).
+  const e2bUrl = url
+    ? (await readFile(join(stateDir, 'e2b.url'), 'utf8').catch(() => '')).trim()
+    : '';
   return {
     ...connect(
       url,
       opts.apiKey,
       [stateDir, dataDir, cacheDir].filter((d) => d !== ''),
     ),
+    e2bUrl,
     stateDir,
     dataDir,
     proc,

@@ -22,6 +22,11 @@ export interface SandboxInfo {
   network: { allow_out: string[]; bytes_out: number; bytes_in: number };
   memory_mib: number | null;
   merged_from: { id: string; merged_at: string }[];
+  metadata: Record<string, string>;
+  timeout: number | null;
+  on_timeout: 'delete' | 'pause' | null;
+  expires_at: string | null;
+  paused_by: 'request' | 'lifetime' | 'idle' | 'shutdown' | null;
 }
 
 export async function createSandbox(api: Api, body: unknown = {}): Promise<string> {

@@ -35,6 +35,7 @@ import cpu_quirks
 import files_server
 import guest_system
 import net_relay
+import proc_server
 from bash_runner import BashRunner, Exec
 from cgroups import Cgroups
 from default_env import DefaultEnvironment, invalid_entry
@@ -135,6 +136,8 @@ class Agent:
         # Python-level generators with its siblings; a VM that goes on (resumed, re-adopted)
         # keeps them, seeded as its user left them
         self.supervisor.on_hello(copy=msg.get("copy") is not False)
+        # A new host connection: the processes port's streams were the old one's
+        proc_server.host_changed()
         # Written from this thread, not through the control writer: a hello comes right after a
         # restore, when nothing else writes and the host reads, and under TCG every first run
         # of code is translated anew in each restored VM: a thread hand-off costs a fork child
@@ -289,14 +292,15 @@ def main(argv=None):
     except OSError as e:
         log("cannot open the virtio ports: %s" % e)
         return 1
+    cgroups = Cgroups(system, log)
     if not args.stdio:
         files_server.start(open_port)    # hostd.files, in its own thread: never behind an exec
         net_relay.start(open_port)       # hostd.net: the guest's only way out
+        proc_server.start(open_port, env, cgroups)   # hostd.proc: processes outside the queue
     for fd in repl_fds:
         os.set_inheritable(fd, False)    # only the worker gets them (pass_fds)
     channel = Channel(wfd, log)
     executor = Executor(channel, log)
-    cgroups = Cgroups(system, log)
     bash = BashRunner(executor, cgroups, env, workdir)
     supervisor = Supervisor(executor, env, repl_fds, cgroups, workdir, template.preload, log)
     Agent(channel, executor, bash, supervisor, system).serve(rfd, stdio=args.stdio)

@@ -197,3 +197,23 @@ class Cgroups:
                     os.rmdir(path)
                 except OSError:
                     pass
+
+    def remove(self, name):
+        """Removes group `name` if no process is left in it."""
+        if self.enabled:
+            try:
+                os.rmdir(os.path.join(SANDBOX_CGROUP, name))
+            except OSError:
+                pass
+
+    def sweep_prefix(self, prefix, keep):
+        """Removes the groups named `prefix`* but those in `keep` whose processes have all
+        exited (the process manager's: a process's background children keep its group)."""
+        if not self.enabled:
+            return
+        for path in glob.glob(os.path.join(SANDBOX_CGROUP, prefix + "*")):
+            if os.path.basename(path) not in keep:
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    pass

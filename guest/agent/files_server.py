@@ -24,6 +24,7 @@ import traceback
 
 import files_ops
 import files_tar
+import files_user
 from files_ops import OpError, check_path
 from port_frames import (DATA, END, HEADER, JSON, SYNC_EVENT, SYNC_REPLY, EofBackoff, FrameReader,
                          frame, serve_port)
@@ -333,7 +334,24 @@ def op_tar_in(link, frame_id, msg):
 
 OPERATIONS = {"write": op_write, "read": op_read, "list": op_list, "stat": op_stat,
               "mkdir": op_mkdir, "remove": op_remove, "tar_out": op_tar_out,
-              "tar_in": op_tar_in}
+              "tar_in": op_tar_in, "move": files_user.op_move}
+
+
+def operation(msg):
+    """The function serving request `msg`, or None: a request naming a `user` gets the
+    operations as a user (files_user.py); those it has no own version of (read, tar_out,
+    tar_in) run as the plain ones on the path resolved for the user."""
+    op = msg.get("op")
+    if msg.get("user") is None or op not in OPERATIONS:
+        return OPERATIONS.get(op)
+    as_user = files_user.USER_OPERATIONS.get(op)
+    if as_user is not None:
+        return as_user
+    plain = OPERATIONS[op]
+
+    def resolved(link, frame_id, request):
+        return plain(link, frame_id, dict(request, path=files_user.resolve_read(request)))
+    return resolved
 
 
 class Server:
@@ -376,7 +394,7 @@ class Server:
                 if op == "hello":
                     self._hello(msg)
                 elif op in OPERATIONS:
-                    self._run(frame_id, OPERATIONS[op], msg)
+                    self._run(frame_id, operation(msg), msg)
                 elif op != "cancel":         # a cancel of an operation already over: nothing
                     self._reply(frame_id, {"op": "done", "ok": False, "code": "bad_request",
                                            "message": "unknown op %r" % (op,)})

@@ -149,16 +149,20 @@ def parse_line(line):
 
 class LineCutter:
     """One output stream (stdout or stderr) of one exec, cut into `out` messages: one per line,
-    long lines in pieces of at most MAX_PIECE bytes. Messages are appended to `outbox`."""
+    long lines in pieces of at most MAX_PIECE bytes. Messages are appended to `outbox`. Armed
+    with `mark_partial` (notebook execs), a piece that does not end its line (a piece of a long
+    line, a last line without its newline) says so: `"partial":true`."""
 
     def __init__(self, name, outbox):
         self.name, self.outbox = name, outbox
         self.buf = bytearray()          # the current, incomplete line
         self.prefix = b""
+        self.mark_partial = False
 
-    def arm(self, exec_id):
+    def arm(self, exec_id, mark_partial=False):
         """Attribute what is fed from now on to exec `exec_id`."""
         self.prefix = ('{"op":"out","id":%d,"stream":"%s","data":' % (exec_id, self.name)).encode()
+        self.mark_partial = mark_partial
         del self.buf[:]
 
     def feed(self, data):
@@ -174,12 +178,12 @@ class LineCutter:
         pos = 0
         nl = buf.find(b"\n")
         while nl >= 0:
-            self._line(buf, pos, nl)
+            self._line(buf, pos, nl, True)
             pos = nl + 1
             nl = buf.find(b"\n", pos)
         if final:
             if pos < len(buf):
-                self._line(buf, pos, len(buf))
+                self._line(buf, pos, len(buf), False)
             pos = len(buf)
         else:
             # A line longer than MAX_PIECE is sent as it arrives (never buffered whole). What
@@ -187,20 +191,21 @@ class LineCutter:
             # can follow.
             while len(buf) - pos > MAX_PIECE:
                 cut = utf8_cut(buf, pos, pos + MAX_PIECE)
-                msgs.append(self._msg(buf[pos:cut]))
+                msgs.append(self._msg(buf[pos:cut], False))
                 pos = cut
         del buf[:pos]
 
-    def _line(self, buf, start, end):
+    def _line(self, buf, start, end, complete):
         while end - start > MAX_PIECE:
             cut = utf8_cut(buf, start, start + MAX_PIECE)
-            self.outbox.append(self._msg(buf[start:cut]))
+            self.outbox.append(self._msg(buf[start:cut], False))
             start = cut
-        self.outbox.append(self._msg(buf[start:end]))
+        self.outbox.append(self._msg(buf[start:end], complete))
 
-    def _msg(self, piece):
+    def _msg(self, piece, complete):
         data = json.dumps(piece.decode("utf-8", "replace"), ensure_ascii=False)
-        return self.prefix + data.encode("utf-8") + b"}\n"
+        end = b"}\n" if complete or not self.mark_partial else b',"partial":true}\n'
+        return self.prefix + data.encode("utf-8") + end
 
 
 def _field(index):

@@ -4,6 +4,11 @@ The code is compiled as a module; if its last statement is an expression, that e
 evaluated separately and its value, if not None, echoed (printed, or displayed as a rich
 output). Top-level `await` is allowed: a cell that uses it runs on the worker's persistent
 event loop (repl_loop.py).
+
+In notebook mode (docs/api.md, "Notebook mode") the cell is first turned from IPython's syntax
+into Python (repl_notebook.py); the value of its last expression is its `result` (unless the
+expression ends with `;`, as in IPython), an uncaught exception is an `exception` message
+rather than a traceback on stderr, and the figures it leaves open are shown at its end.
 """
 
 import ast
@@ -13,6 +18,8 @@ import sys
 import traceback
 
 from repl_loop import CO_COROUTINE
+from repl_magics import UsageError
+from repl_notebook import prepare
 
 FLAGS = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -35,38 +42,26 @@ def _compile_expression(src, filename):
 
 
 class CellRunner:
-    """Runs cells in one namespace. `echo(value)` shows the value of a last expression that is
-    not None; `loop` runs the cells that await."""
+    """Runs cells. `display` shows their values (repl_display.Display); `loop` runs the cells
+    that await."""
 
-    def __init__(self, namespace, echo, loop, fallback_stderr):
-        self.ns, self.echo, self.loop = namespace, echo, loop
+    def __init__(self, display, loop, fallback_stderr):
+        self.display, self.loop = display, loop
+        self.ns = None
         self.fallback_stderr = fallback_stderr   # for a traceback when sys.stderr is broken
 
-    def run(self, src, filename):
-        """Runs one cell; returns its exit code. KeyboardInterrupt (a cancel) propagates."""
+    def run(self, src, filename, namespace, notebook=False):
+        """Runs one cell in `namespace`; returns its exit code. KeyboardInterrupt (a cancel)
+        propagates."""
+        self.ns = namespace
         # Registered so that tracebacks and inspect show the source, also from later cells
         linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+        if notebook:
+            return self._run_notebook(src, filename)
         try:
-            expression = _compile_expression(src, filename)
-            if expression is not None:
-                value = self._evaluate(expression)
-                if value is not None:
-                    self.echo(value)
-                return 0
-            tree = compile(src, filename, "exec", ast.PyCF_ONLY_AST | FLAGS, dont_inherit=True)
-            last = None
-            if tree.body and isinstance(tree.body[-1], ast.Expr):
-                expression = ast.Expression(tree.body.pop().value)
-                last = compile(expression, filename, "eval", FLAGS, dont_inherit=True)
-            body = compile(tree, filename, "exec", FLAGS, dont_inherit=True)
-            if (body.co_flags | (last.co_flags if last else 0)) & CO_COROUTINE:
-                # A cell that awaits anywhere runs on the loop as a whole
-                value = self.loop.run(self._run_async(body, last))
-            else:
-                eval(body, self.ns)
-                value = None if last is None else eval(last, self.ns)
+            value = self._run(src, filename)
             if value is not None:
-                self.echo(value)
+                self.display.echo(value)
             return 0
         except SystemExit as e:
             if e.code is None:
@@ -80,6 +75,65 @@ class CellRunner:
         except BaseException as e:
             self._print_exception(e)
             return 1
+
+    def _run_notebook(self, src, filename):
+        failure = None
+        status = 0
+        try:
+            src = prepare(src)           # one line for one line: the registered source holds
+            value = self._run(src, filename, notebook=True)
+            if value is not None:
+                self.display.result(value)
+        except SystemExit as e:
+            if e.code is not None and e.code != 0:
+                failure = e
+                status = e.code if isinstance(e.code, int) else 1
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:
+            failure, status = e, 1
+        if failure is not None:
+            self._report(failure)
+        try:
+            self.display.figures.flush()     # as Jupyter's inline backend, even after an error
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:
+            if failure is None:
+                self._report(e)
+                status = 1
+        return status
+
+    def _run(self, src, filename, notebook=False):
+        """Runs the cell's code; the value of its last expression (None when there is none, or
+        in notebook mode when it ends with ';')."""
+        expression = _compile_expression(src, filename)
+        if expression is not None:
+            return self._evaluate(expression)
+        tree = compile(src, filename, "exec", ast.PyCF_ONLY_AST | FLAGS, dont_inherit=True)
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            node = tree.body.pop()
+            if not (notebook and _ends_with_semicolon(src, node)):
+                last = compile(ast.Expression(node.value), filename, "eval", FLAGS,
+                               dont_inherit=True)
+            else:
+                tree.body.append(node)
+        body = compile(tree, filename, "exec", FLAGS, dont_inherit=True)
+        if (body.co_flags | (last.co_flags if last else 0)) & CO_COROUTINE:
+            # A cell that awaits anywhere runs on the loop as a whole
+            return self.loop.run(self._run_async(body, last))
+        eval(body, self.ns)
+        return None if last is None else eval(last, self.ns)
+
+    def _report(self, exc):
+        """Notebook mode: an uncaught exception as an `exception` message."""
+        sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, exc.__traceback__
+        if isinstance(exc, UsageError):  # a magic used wrongly: no frames, as in IPython
+            text = "".join(traceback.format_exception_only(type(exc), exc))
+        else:
+            text = self._format(exc)
+        self.display.exception(exc, text)
 
     def _evaluate(self, code):
         # eval, not exec: code that awaits evaluates to a coroutine, which exec would drop
@@ -100,16 +154,20 @@ class CellRunner:
             value = await value
         return value
 
-    def _print_exception(self, exc):
-        sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, exc.__traceback__
+    @staticmethod
+    def _format(exc):
         if sys.version_info >= (3, 12):
             sys.last_exc = exc  # pdb.pm() looks here
         try:
             tbe = traceback.TracebackException(type(exc), exc, exc.__traceback__)
             _strip_frames(tbe)
-            text = "".join(tbe.format())
+            return "".join(tbe.format())
         except Exception:
-            text = "".join(traceback.format_exception_only(type(exc), exc))
+            return "".join(traceback.format_exception_only(type(exc), exc))
+
+    def _print_exception(self, exc):
+        sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, exc.__traceback__
+        text = self._format(exc)
         try:
             sys.stderr.write(text)
             sys.stderr.flush()
@@ -122,6 +180,17 @@ class CellRunner:
             print(obj, file=sys.stderr, flush=True)
         except Exception:
             pass
+
+
+def _ends_with_semicolon(src, node):
+    """Whether the expression statement `node` is followed by ';' on its last line (IPython
+    then shows no result: `plt.plot(x, y);`)."""
+    lines = src.split("\n")
+    if node.end_lineno is None or node.end_lineno > len(lines):
+        return False
+    line = lines[node.end_lineno - 1].encode("utf-8")   # end_col_offset counts bytes
+    rest = line[node.end_col_offset:].decode("utf-8", "replace")
+    return rest.split("#", 1)[0].strip().startswith(";")
 
 
 def _is_own(filename):

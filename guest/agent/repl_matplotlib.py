@@ -1,16 +1,23 @@
-"""matplotlib figures as rich outputs: plt.show(), and a figure (or Axes) as a cell's value.
+"""matplotlib figures (and PIL images) as rich outputs: plt.show(), a figure (or Axes) as a
+cell's value, and in notebook mode every figure a cell leaves open, as Jupyter's inline backend
+shows them.
 
 matplotlib is never imported here. Once user code or the template's preload has loaded
 matplotlib.pyplot (an import hook notices), its show() is wrapped: in an exec with `display` on,
 it renders every open figure as a PNG display bundle and closes it, so memory does not grow
-cell after cell; otherwise the original show() runs (a no-op under the Agg backend).
+cell after cell; otherwise the original show() runs (a no-op under the Agg backend). In
+notebook mode a figure's bundle also carries its chart (repl_charts.py), and PIL's
+Image.show() and Image.save(path) display the image, as E2B's code interpreter does.
 """
 
 import base64
 import functools
-import importlib.machinery
 import io
+import os
 import sys
+
+from repl_charts import CHART_MIME, chart_of
+from repl_hooks import when_imported
 
 PYPLOT = "matplotlib.pyplot"
 
@@ -20,17 +27,16 @@ class Figures:
         self.display = display
 
     def install(self):
-        """Wraps pyplot.show now if pyplot is loaded, else as soon as it is."""
-        pyplot = sys.modules.get(PYPLOT)
-        if pyplot is not None:
-            self._wrap_show(pyplot)
-        else:
-            sys.meta_path.insert(0, _PyplotFinder(self._wrap_show))
+        """Wraps pyplot.show and PIL's Image.show and Image.save now if they are loaded, else
+        as soon as they are."""
+        when_imported(PYPLOT, self._wrap_show)
+        when_imported("PIL.Image", self._wrap_image)
 
-    def render(self, obj):
-        """The PNG (base64) of obj if it is a figure or an Axes, else None."""
+    def bundle(self, obj, notebook=False):
+        """The rich bundle of obj if it is a figure or an Axes (its PNG, and in notebook mode
+        its chart), else None."""
         figure = figure_of(obj)
-        return None if figure is None else png(figure)
+        return None if figure is None else figure_bundle(figure, notebook)
 
     def close(self, obj):
         """Closes the figure obj is or draws on, once it was displayed."""
@@ -41,22 +47,69 @@ class Figures:
     def show_all(self, pyplot):
         for number in pyplot.get_fignums():
             figure = pyplot.figure(number)
-            self.display.send({"image/png": png(figure), "text/plain": repr(figure)})
+            bundle = figure_bundle(figure, self.display.notebook)
+            bundle["text/plain"] = repr(figure)
+            self.display.send(bundle)
             pyplot.close(figure)
+
+    def flush(self):
+        """The end of a notebook cell: the figures it left open are shown (and closed)."""
+        pyplot = sys.modules.get(PYPLOT)
+        if pyplot is not None and pyplot.get_fignums():
+            self.show_all(pyplot)
+
+    def _active(self):
+        return self.display.enabled and self.display.output.current
 
     def _wrap_show(self, pyplot):
         original = pyplot.show
         if getattr(original, "_hostd_display", False):
             return
-        display = self.display
 
         @functools.wraps(original)
         def show(*args, **kwargs):
-            if display.enabled and display.output.current:
+            if self._active():
                 return self.show_all(pyplot)
             return original(*args, **kwargs)
         show._hostd_display = True
         pyplot.show = show
+
+    def _wrap_image(self, module):
+        image_cls = getattr(module, "Image", None)
+        if not isinstance(image_cls, type) or getattr(image_cls.show, "_hostd_display", False):
+            return
+        original_show, original_save = image_cls.show, image_cls.save
+        display = self.display
+
+        @functools.wraps(original_show)
+        def show(image, *args, **kwargs):
+            if display.notebook and self._active():
+                return display.display(image)
+            return original_show(image, *args, **kwargs)
+
+        @functools.wraps(original_save)
+        def save(image, fp, *args, **kwargs):
+            result = original_save(image, fp, *args, **kwargs)
+            # A save by the user's code, not by matplotlib's savefig("x.jpg") or PIL itself
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            if (display.notebook and self._active() and isinstance(fp, (str, os.PathLike))
+                    and not caller.startswith(("matplotlib", "PIL"))):
+                display.display(image)
+            return result
+        show._hostd_display = save._hostd_display = True
+        image_cls.show, image_cls.save = show, save
+
+
+def figure_bundle(figure, notebook):
+    bundle = {"image/png": png(figure)}  # drawn first: the chart reads its tick labels
+    if notebook:
+        try:
+            chart = chart_of(figure)
+        except Exception:                # a figure we cannot read still shows
+            chart = None
+        if chart is not None:
+            bundle[CHART_MIME] = chart
+    return bundle
 
 
 def figure_of(obj):
@@ -81,42 +134,3 @@ def png(figure):
 def _class(module, name):
     cls = getattr(module, name, None) if module is not None else None
     return cls if isinstance(cls, type) else None
-
-
-class _PyplotFinder:
-    """A meta path finder for matplotlib.pyplot alone: finds it as Python would, and has
-    on_loaded(module) called once it is executed; then leaves sys.meta_path."""
-
-    def __init__(self, on_loaded):
-        self.on_loaded = on_loaded
-
-    def find_spec(self, name, path, target=None):
-        if name != PYPLOT:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
-        if spec is None or spec.loader is None:
-            return None
-        spec.loader = _Loader(spec.loader, self._loaded)
-        return spec
-
-    def _loaded(self, module):
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        self.on_loaded(module)
-
-
-class _Loader:
-    """Delegates to the real loader, then reports the executed module."""
-
-    def __init__(self, loader, on_loaded):
-        self._loader, self._on_loaded = loader, on_loaded
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        self._loader.exec_module(module)
-        self._on_loaded(module)
-
-    def __getattr__(self, name):         # get_source, get_resource_reader, ...
-        return getattr(self._loader, name)

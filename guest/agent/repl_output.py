@@ -51,11 +51,11 @@ class Output:
             self.poller.register(fd, select.POLLIN)
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
-    def arm(self, exec_id):
+    def arm(self, exec_id, mark_partial=False):
         self.current = exec_id
         self.ended = False
         for cutter in self.cutters.values():
-            cutter.arm(exec_id)
+            cutter.arm(exec_id, mark_partial)
 
     def feed(self, name, data):
         if self.current:
@@ -107,18 +107,22 @@ class Output:
             return False
         return any(n)
 
-    def end(self, exec_id, code):
-        """The exec is over: what its pipes still hold, its last partial lines, its exit. Once
-        the exit is in the outbox the exec is done for the agent (shared.done), even while the
-        write waits for the host: a worker that dies then leaves the exit to the agent, which
-        must not add one of its own. Called again after a signal handler of user code raised
-        in it, it only finishes the write."""
+    def end(self, exec_id, code, rejected=None):
+        """The exec is over: what its pipes still hold, its last partial lines, its exit (with
+        `rejected`, the code of why it was not run). Once the exit is in the outbox the exec is
+        done for the agent (shared.done), even while the write waits for the host: a worker
+        that dies then leaves the exit to the agent, which must not add one of its own. Called
+        again after a signal handler of user code raised in it, it only finishes the write."""
         if not self.ended:
             self._read_pipes()
             for cutter in self.cutters.values():
                 cutter.finish()
             self.current = 0             # (no flush to schedule: it happens now)
-            self.pending.append(b'{"op":"exit","id":%d,"code":%d}\n' % (exec_id, code))
+            if rejected is None:
+                self.pending.append(b'{"op":"exit","id":%d,"code":%d}\n' % (exec_id, code))
+            else:
+                self.pending.append(encode({"op": "exit", "id": exec_id, "code": code,
+                                            "rejected": rejected}))
             self._commit()
             self.ended = True            # (after: an exit twice rather than none)
             self.shared.done = exec_id

@@ -36,8 +36,10 @@ import traceback
 import types
 
 import repl_interrupts
-from hostd_shared import TIMED_OUT, SharedPage, cancel_exit_code, parse_line, read_lines
+import repl_magics  # noqa: F401 -- notebook cells call it by name (repl_notebook.py)
+from hostd_shared import TIMED_OUT, SharedPage, cancel_exit_code, encode, parse_line, read_lines
 from repl_cells import CellRunner
+from repl_contexts import ContextError, Contexts
 from repl_display import Display
 from repl_interrupts import Commands, forget_cancels_before, on_sigint, state
 from repl_loop import EventLoop
@@ -63,8 +65,13 @@ class Worker:
         self.notices = Notices(output)
         self.loop = EventLoop(shared, log)
         self.display = Display(output)
-        self.cells = CellRunner(self.main_module.__dict__, self.display.echo, self.loop,
-                                self.notices)
+        self.cells = CellRunner(self.display, self.loop, self.notices)
+        self.contexts = Contexts(self.main_module, builtins, self._set_main_module)
+
+    def _set_main_module(self, module):
+        """The default context restarted: its fresh namespace is __main__ from now on."""
+        self.main_module = module
+        sys.modules["__main__"] = module
 
     def serve(self):
         read_lines(self.port_in, self.handle, self.log, before_read=self._before_read)
@@ -87,12 +94,21 @@ class Worker:
         if op == "exec":
             exec_id, code, env = msg.get("id"), msg.get("code"), msg.get("env")
             cwd, display = msg.get("cwd"), msg.get("display", False)
+            context, notebook = msg.get("context"), msg.get("notebook", False)
             if (isinstance(exec_id, int) and exec_id > 0 and isinstance(code, str)
                     and valid_env(env) and (cwd is None or isinstance(cwd, str))
-                    and isinstance(display, bool)):
-                return self.run(exec_id, code, env, cwd, display)
+                    and isinstance(display, bool) and isinstance(notebook, bool)
+                    and (context is None or isinstance(context, str))):
+                return self.run(exec_id, lambda key: self._cell(
+                    key, code, env, cwd, display, context, notebook), notebook)
             return self.reply({"op": "error", "message": "exec needs an id > 0 and a code; "
-                               "env, cwd and display are optional: object, string, bool"})
+                               "env, cwd, display, context and notebook are optional: object, "
+                               "string, bool, string, bool"})
+        if op == "context":
+            exec_id = msg.get("id")
+            if isinstance(exec_id, int) and exec_id > 0:
+                return self.run(exec_id, lambda key: self._context_request(exec_id, msg))
+            return self.reply({"op": "error", "message": "context needs an id > 0"})
         if op == "hello":
             return self.hello(msg)
         self.reply({"op": "error", "message": "unknown op %r on the REPL port" % (op,)})
@@ -113,27 +129,31 @@ class Worker:
         with self.output.lock:
             self.output.message(msg)
 
-    def run(self, exec_id, code, env=None, cwd=None, display=False):
-        """One exec, from taking it to its exit. The shared page says which exec the worker
-        holds (taken) and which it has finished (done), for the agent's cancels and for when
-        the worker dies; the cell itself runs in _execute."""
+    def run(self, exec_id, execute, notebook=False):
+        """One exec (or context request), from taking it to its exit. The shared page says
+        which exec the worker holds (taken) and which it has finished (done), for the agent's
+        cancels and for when the worker dies; execute(key) does the work and returns its exit
+        code, or (code, rejected) for an exec it did not run."""
         out, shared = self.output, self.shared
         key = (self.hello_epoch, exec_id)
         state.current = key
         shared.taken = exec_id
         with out.lock:
-            out.arm(exec_id)
+            out.arm(exec_id, mark_partial=notebook)
         repl_interrupts.commands.read()
         forget_cancels_before(key)
         if state.env_changes:
             apply_env_changes(state.env_changes)
             state.env_changes.clear()
+        rejected = None
         if self.hello_epoch != shared.epoch:
             # Sent before the agent's latest hello (by a hostd that has since gone): its
             # client is gone too, and what the new one sends must not wait behind it.
             status = cancel_exit_code("shutdown")
         else:
-            status = self._execute(key, code, env, cwd, display)
+            status = execute(key)
+            if isinstance(status, tuple):
+                status, rejected = status
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()           # user code may have replaced them with buffered ones
@@ -149,14 +169,56 @@ class Worker:
         for _ in range(3):               # the exit must go out, even if a signal handler of
             try:                         # user code (an alarm) raises in the middle
                 with out.lock:
-                    out.end(exec_id, status)
+                    out.end(exec_id, status, rejected)
                 break
             except BaseException:
                 pass
         state.current = None
 
-    def _execute(self, key, code, env, cwd, display):
-        """Runs the cell of exec `key` in its scope; returns its exit code."""
+    def _cell(self, key, code, env, cwd, display, context_id, notebook):
+        """An exec: in its context (rejected when there is no such context), announced with a
+        `start` message when it names a context or is a notebook cell."""
+        context = self.contexts.get(context_id)
+        if context is None:
+            return 1, "context_not_found"
+        if notebook:
+            context.count += 1
+        if notebook or context_id is not None:
+            start = {"op": "start", "id": key[1]}
+            if notebook:
+                start["execution_count"] = context.count
+            with self.output.lock:
+                self.output.insert(encode(start))
+        return self._execute(key, code, env, cwd, display or notebook, context, notebook)
+
+    def _context_request(self, exec_id, msg):
+        """A request about the contexts (create, list, delete, restart), answered with one
+        `context` message before its exit (guest/PROTOCOL.md)."""
+        action, context_id, cwd = msg.get("action"), msg.get("context"), msg.get("cwd")
+        answer = {"op": "context", "id": exec_id}
+        try:
+            if context_id is not None and not isinstance(context_id, str):
+                raise ContextError("bad_request", "context must be a string")
+            if cwd is not None and not isinstance(cwd, str):
+                raise ContextError("bad_request", "cwd must be a string")
+            if action == "list":
+                answer["contexts"] = self.contexts.list()
+            elif action == "create":
+                answer["context"] = self.contexts.create(context_id, cwd)
+            elif action == "restart":
+                answer["context"] = self.contexts.restart(context_id)
+            elif action == "delete":
+                self.contexts.delete(context_id)
+            else:
+                raise ContextError("bad_request", "unknown context action %r" % (action,))
+        except ContextError as e:
+            answer["error"], answer["message"] = e.code, str(e)
+        with self.output.lock:
+            self.output.insert(encode(answer))
+        return 0
+
+    def _execute(self, key, code, env, cwd, display, context, notebook):
+        """Runs the cell of exec `key` in its context and scope; returns its exit code."""
         if key in state.cancels:
             # Cancelled before it ran (its client may be gone: hostd ends a cancelled exec
             # when the worker that held it dies): the notice is for the next exec that runs.
@@ -168,32 +230,40 @@ class Worker:
         if self.reseed:
             self.reseed = False
             reseed_generators(self.log)
-        scope = ExecScope(env, cwd) if env or cwd is not None else None
-        if scope is not None:
-            error = scope.enter()
-            if error is not None:
-                self.notices.write(error + "\n")
-                return 1
-        self.display.enabled = display
-        status = INTERRUPTED
+        entered = self.contexts.enter(context)
+        if isinstance(entered, str):
+            self.notices.write(entered + "\n")
+            return 1
         try:
-            try:
-                state.running = True
-                if self.shared.commands != repl_interrupts.commands.seen:
-                    state.running = False        # one came since the read in run(): its
-                    repl_interrupts.commands.read()  # SIGINT may have found running False
-                    state.running = True
-                if key not in state.cancels:     # a cancel may come before the exec
-                    status = self.cells.run(code, "<exec-%d>" % key[1])
-            finally:
-                state.running = False
-        except KeyboardInterrupt:        # a cancel, or raised by user code
-            pass
-        finally:
-            self.display.enabled = False
+            scope = ExecScope(env, cwd) if env or cwd is not None else None
             if scope is not None:
-                scope.exit()
-        return status
+                error = scope.enter()
+                if error is not None:
+                    self.notices.write(error + "\n")
+                    return 1
+            self.display.enabled, self.display.notebook = display, notebook
+            status = INTERRUPTED
+            try:
+                try:
+                    state.running = True
+                    if self.shared.commands != repl_interrupts.commands.seen:
+                        state.running = False        # one came since the read in run(): its
+                        repl_interrupts.commands.read()  # SIGINT may have found running False
+                        state.running = True
+                    if key not in state.cancels:     # a cancel may come before the exec
+                        status = self.cells.run(code, "<exec-%d>" % key[1],
+                                                context.module.__dict__, notebook)
+                finally:
+                    state.running = False
+            except KeyboardInterrupt:        # a cancel, or raised by user code
+                pass
+            finally:
+                self.display.enabled = self.display.notebook = False
+                if scope is not None:
+                    scope.exit()
+            return status
+        finally:
+            self.contexts.leave(context, entered)
 
 
 def reseed_generators(log):

@@ -41,6 +41,10 @@ HOSTS = (
     "10.0.2.2\thost.hostd.internal\n"
     "::1\tlocalhost ip6-localhost ip6-loopback\n"
 )
+# The unprivileged account every template has (E2B's convention: its SDKs run commands and write
+# files as `user`, home /home/user, and sandboxed code may `sudo` to root without a password).
+# Root stays what hostd's own API runs as.
+SANDBOX_USER = {"name": "user", "uid": 1000, "home": "/home/user"}
 # Fixed UUIDs so the same spec gives the same bytes; derived from the key so that two templates'
 # filesystems still differ.
 UUID_NAMESPACE = uuid.UUID("6b1f1c52-3f0e-4a51-9d0b-5f7d2f0c2a10")
@@ -225,6 +229,67 @@ def configure(root, spec):
             os.unlink(inside(root, path))
 
 
+def _accounts(root, name):
+    """[fields] of each line of /etc/passwd or /etc/group in the root filesystem."""
+    path = inside(root, f"etc/{name}")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [line.rstrip("\n").split(":") for line in f if line.strip()]
+
+
+def _append(root, name, line, mode):
+    path = inside(root, f"etc/{name}")
+    if not os.path.exists(path) and name in ("shadow", "gshadow"):
+        return                      # a system without shadow files: nothing to keep in step
+    with open(path, "a") as f:
+        f.write(line + "\n")
+    os.chmod(path, mode)
+
+
+def add_sandbox_user(root):
+    """Adds SANDBOX_USER (group of the same name, a home from /etc/skel, passwordless sudo)
+    unless a setup command made it already. Written into the account files directly: the
+    Essential set has no useradd."""
+    step("sandbox user")
+    name, home = SANDBOX_USER["name"], SANDBOX_USER["home"]
+    users, groups = _accounts(root, "passwd"), _accounts(root, "group")
+    if any(u[0] == name for u in users):
+        log(f"the image has a {name} account already: kept as it is")
+        return
+    taken = {int(u[2]) for u in users if len(u) > 2 and u[2].isdigit()}
+    taken |= {int(g[2]) for g in groups if len(g) > 2 and g[2].isdigit()}
+    uid = SANDBOX_USER["uid"]
+    while uid in taken:
+        uid += 1
+    # No password: nobody logs in with one. The Essential set has no shadow files (base-passwd's
+    # entries say '*' in place): an 'x' there would send PAM, and with it sudo, looking for a
+    # shadow entry that does not exist ("could not obtain user info").
+    shadow = os.path.exists(inside(root, "etc/shadow"))
+    gshadow = os.path.exists(inside(root, "etc/gshadow"))
+    _append(root, "group", f"{name}:{'x' if gshadow else '*'}:{uid}:", 0o644)
+    _append(root, "gshadow", f"{name}:!::", 0o640)
+    _append(root, "passwd", f"{name}:{'x' if shadow else '*'}:{uid}:{uid}::{home}:/bin/bash", 0o644)
+    days = int(SOURCE_DATE_EPOCH) // 86400    # the password's "last changed", in days
+    _append(root, "shadow", f"{name}:*:{days}:0:99999:7:::", 0o640)
+    home_dir = inside(root, home)
+    skel = inside(root, "etc/skel")
+    if os.path.isdir(skel):
+        shutil.copytree(skel, home_dir, symlinks=True, dirs_exist_ok=True)
+    os.makedirs(home_dir, exist_ok=True)
+    os.chmod(home_dir, 0o755)
+    for dirpath, dirnames, filenames in os.walk(home_dir):
+        for entry in [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]:
+            os.lchown(entry, uid, uid)
+    sudoers = inside(root, "etc/sudoers.d")
+    if os.path.isdir(sudoers):
+        with open(os.path.join(sudoers, "hostd-user"), "w") as f:
+            f.write(f"{name} ALL=(ALL:ALL) NOPASSWD: ALL\n")
+        os.chmod(os.path.join(sudoers, "hostd-user"), 0o440)
+    else:
+        log("no /etc/sudoers.d (sudo is not installed): the user cannot become root")
+
+
 def python_packages(root):
     """Name and version of each package pip installed (they go to /usr/local on Debian)."""
     found = []
@@ -277,6 +342,7 @@ def main():
         install_python(root, spec["python"], env)
         compile_python(root)
     configure(root, spec)
+    add_sandbox_user(root)
     with open(os.path.join(spec["debian_dir"], "packages.lock")) as f:
         installed = f.read().split()
     with open(os.path.join(out, "contents.json"), "w") as f:

@@ -35,16 +35,30 @@ export function bearerToken(header: string | undefined): string | undefined {
   return header === undefined ? undefined : /^Bearer[ ]+(\S+)\s*$/i.exec(header)?.[1];
 }
 
+/**
+ * Returns a matcher: true when `key` is one of the configured keys (any key, and no key, when
+ * auth is open). Shared by the native bearer check and the E2B front's `X-API-KEY`, so the two
+ * accept exactly the same keys the same way.
+ */
+export function makeKeyMatcher(mode: AuthMode): (key: string | undefined) => boolean {
+  if (mode.kind === 'open') return () => true;
+  const digests = mode.keys.map(digest);
+  return (key) => {
+    if (key === undefined) return false;
+    const presented = digest(key);
+    let ok = false;
+    for (const d of digests) ok = timingSafeEqual(d, presented) || ok;
+    return ok;
+  };
+}
+
 /** Returns a checker: given the Authorization header, null when allowed, else the 401 error. */
 export function makeAuthChecker(mode: AuthMode): (header: string | undefined) => HostdError | null {
   if (mode.kind === 'open') return () => null;
-  const digests = mode.keys.map(digest);
+  const matches = makeKeyMatcher(mode);
   return (header) => {
     const token = bearerToken(header);
     if (token === undefined) return fail('missingApiKey');
-    const presented = digest(token);
-    let ok = false;
-    for (const d of digests) ok = timingSafeEqual(d, presented) || ok;
-    return ok ? null : fail('invalidApiKey');
+    return matches(token) ? null : fail('invalidApiKey');
   };
 }

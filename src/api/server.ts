@@ -23,6 +23,7 @@ import {
 } from './http-errors.js';
 import type { Metrics } from './metrics.js';
 import { registerConsoleRoutes } from './routes/console.js';
+import { registerContextRoutes } from './routes/contexts.js';
 import { registerExecRoutes } from './routes/exec.js';
 import { rawBodyParser, registerFileRoutes, UPLOAD_ROUTE } from './routes/files.js';
 import { registerLineageRoutes } from './routes/lineage.js';
@@ -132,6 +133,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   registerServiceRoutes(app, opts.metrics);
   registerSandboxRoutes(app, manager);
   registerExecRoutes(app, manager);
+  registerContextRoutes(app, manager);
   registerLineageRoutes(app, manager);
   registerSnapshotRoutes(app, manager);
   registerTemplateRoutes(app, manager);

@@ -61,6 +61,8 @@ export class EgressRuleError extends Error {
 /** The host's side of the decision: where hostd's own API listens. */
 export interface EgressEnvironment {
   readonly apiPort: number;
+  /** hostd's other ports on the host (the E2B front's), closed to sandboxes like `apiPort`. */
+  readonly otherApiPorts?: readonly number[];
   /** The host's own addresses (its interfaces'): the API port is closed on all of them. */
   readonly hostAddresses: readonly string[];
 }
@@ -201,7 +203,7 @@ export function checkEgressName(
   const name = hostName(host);
   if (name === null) return deny(`${JSON.stringify(host)} is not a valid host name`);
   if (name === INTERNAL_HOST) {
-    if (port === env.apiPort) return deny(apiPortReason(port));
+    if (isApiPort(env, port)) return deny(apiPortReason(port));
     if (rules.some((r) => r.kind === 'internal' && r.port === port)) return { allow: true };
     return deny(
       `${INTERNAL_HOST}:${port} needs the rule "${INTERNAL_HOST}:${port}" (${describeRules(rules)})`,
@@ -212,6 +214,10 @@ export function checkEgressName(
   );
   if (possible) return { allow: true };
   return deny(`${name}:${port} is not allowed by ${describeRules(rules)}`);
+}
+
+function isApiPort(env: EgressEnvironment, port: number): boolean {
+  return port === env.apiPort || (env.otherApiPorts?.includes(port) ?? false);
 }
 
 function apiPortReason(port: number): string {
@@ -244,7 +250,7 @@ export function checkEgressAddresses(
       special?.label === 'loopback' ||
       (special?.label.startsWith('unspecified') ?? false);
     let refusal: string | null = null;
-    if (port === env.apiPort && isHost) {
+    if (isApiPort(env, port) && isHost) {
       refusal = apiPortReason(port);
     } else if (name === INTERNAL_HOST) {
       const ruled = rules.some((r) => r.kind === 'internal' && r.port === port);

@@ -5,16 +5,22 @@
  * that pace into backpressure on the VM (pause reading the agent channel when too many events
  * wait), so `while True: print(...)` to a stalled client keeps hostd's memory bounded.
  */
-import type { DisplayData, ExecSpec, Machine, OutputStream } from '../vm/machine.js';
+import { fail, HostdError } from '../errors.js';
+import type { CellError, DisplayData, ExecSpec, Machine, OutputStream } from '../vm/machine.js';
 
 export interface ExecEvent {
-  /** `display` only when the exec asked for rich outputs (docs/api.md, Rich outputs). */
-  type: OutputStream | 'display' | 'exit';
-  data: string | number | DisplayData;
+  /**
+   * `display` only when the exec asked for rich outputs (docs/api.md, Rich outputs);
+   * `execution_count`, `result` and `error` only for notebook cells (Notebook mode).
+   */
+  type: OutputStream | 'display' | 'execution_count' | 'result' | 'error' | 'exit';
+  data: string | number | DisplayData | CellError;
   seq: number;
   ts: number;
   /** Only on an `exit` that hostd produced because the exec could not finish (VM died). */
   error?: string;
+  /** Notebook cells: a stdout/stderr piece that does not end its line. */
+  partial?: true;
 }
 
 /** Exit code hostd reports when the exec ended without the program's own exit code. */
@@ -33,6 +39,8 @@ const CANCEL_PATIENCE_MS = 10_000;
 const PING_TIMEOUT_MS = 10_000;
 
 export interface ExecOptions extends ExecSpec {
+  /** For error messages (an exec rejected for naming a context the sandbox lacks). */
+  sandboxId?: string;
   timeoutMs?: number;
   /** Aborted when the HTTP client goes away: the exec is interrupted so the queue moves on. */
   signal?: AbortSignal;
@@ -65,6 +73,13 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
   /** Resolves once the exec is over on the VM side (not when the consumer has read it all). */
   readonly done: Promise<void>;
   private resolveDone!: () => void;
+  /**
+   * Resolves once the guest runs the exec (or it produced anything, or ended); rejects with
+   * `context_not_found` when the guest refused it unrun. An exec naming a context waits for
+   * it before it answers its client: that is a 404, not a stream.
+   */
+  readonly started: Promise<void>;
+  private settleStarted!: (err?: HostdError) => void;
 
   constructor(
     private readonly vm: Machine,
@@ -73,14 +88,26 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
     private readonly onStuck: (reason: string) => void,
   ) {
     this.done = new Promise((r) => (this.resolveDone = r));
+    this.started = new Promise<void>((resolve, reject) => {
+      this.settleStarted = (err) => (err ? reject(err) : resolve());
+    });
+    this.started.catch(() => undefined); // read only by those who wait for it
     this.signal = options.signal;
     this.maxOutputBytes = options.maxOutputBytes ?? Infinity;
-    const { language, code, env, cwd, display } = options;
+    const { language, code, env, cwd, display, context, notebook } = options;
     this.execId = vm.exec(
-      { language, code, env, cwd, display },
+      { language, code, env, cwd, display, context, notebook },
       {
-        onOutput: (stream, data) => this.output(stream, data),
-        onDisplay: (data) => this.display(data),
+        onOutput: (stream, data, partial) => this.output(stream, data, partial),
+        onDisplay: (data) => this.rich('display', data),
+        onResult: (data) => this.rich('result', data),
+        onError: (error) => this.rich('error', error),
+        onStart: (count) => {
+          this.settleStarted();
+          if (notebook && count !== null) this.push({ type: 'execution_count', data: count });
+        },
+        onRejected: () =>
+          this.settleStarted(fail('contextNotFound', options.sandboxId ?? '', context ?? '')),
         onExit: (code) => this.finish({ type: 'exit', data: code }),
         onLost: (reason) => this.fail(reason),
       },
@@ -185,16 +212,19 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
     return false;
   }
 
-  private output(stream: OutputStream, data: string): void {
-    if (this.withinCap(Buffer.byteLength(data) + 1)) this.push({ type: stream, data });
+  private output(stream: OutputStream, data: string, partial?: boolean): void {
+    if (this.withinCap(Buffer.byteLength(data) + 1)) {
+      this.push(partial ? { type: stream, data, partial: true } : { type: stream, data });
+    }
   }
 
-  /** A rich output counts against the cap like text (its JSON size). */
-  private display(data: DisplayData): void {
-    if (this.withinCap(JSON.stringify(data).length)) this.push({ type: 'display', data });
+  /** A rich output, result or cell error counts against the cap like text (its JSON size). */
+  private rich(type: 'display' | 'result' | 'error', data: DisplayData | CellError): void {
+    if (this.withinCap(JSON.stringify(data).length)) this.push({ type, data });
   }
 
   private push(event: Omit<ExecEvent, 'seq' | 'ts'>): void {
+    this.settleStarted();
     if (this.finished) return;
     if (this.discarding) {
       this.seq++;
@@ -206,6 +236,7 @@ export class ExecRun implements AsyncIterable<ExecEvent> {
   }
 
   private finish(event: Omit<ExecEvent, 'seq' | 'ts'>): void {
+    this.settleStarted();
     if (this.finished) return;
     if (this.limitNotice) {
       this.push({ type: 'stderr', data: this.limitNotice });

@@ -1,7 +1,8 @@
 /**
  * Frees what nobody uses: a sandbox idle for `idleTimeoutS` is paused or deleted (an agent that
  * forgets a sandbox must not hold a VM forever), and a sandbox paused for `pausedTtlS` is
- * deleted (nor its disk). A sandbox that is running something is never idle.
+ * deleted (nor its disk). A sandbox that is running something is never idle, and neither is
+ * one with a lifetime (core/lifetimes.ts): its owner said how long it runs.
  */
 import type { Sandbox } from './sandbox.js';
 
@@ -47,7 +48,10 @@ export class IdleReaper {
         this.pausedTtlS > 0 &&
         (s.pausedAt?.getTime() ?? now) < now - this.pausedTtlS * 1000;
       const idle =
-        !s.paused && this.idleTimeoutS > 0 && s.lastUsedAt < now - this.idleTimeoutS * 1000;
+        !s.paused &&
+        s.lifetime === null &&
+        this.idleTimeoutS > 0 &&
+        s.lastUsedAt < now - this.idleTimeoutS * 1000;
       if (!expired && !idle) continue;
       await (expired ? this.actions.expired(s) : this.actions.idle(s)).catch((err: unknown) =>
         this.actions.failed(s, err),

@@ -21,6 +21,15 @@ export interface SandboxRecord {
   readonly allow_out?: readonly string[];
   /** Winners merged into it, oldest first (absent: none). */
   readonly merged_from?: readonly { readonly id: string; readonly merged_at: string }[];
+  /** Its labels (absent in records of older runs: none). */
+  readonly metadata?: Readonly<Record<string, string>>;
+  /** Its running-time limit (absent or null: none). */
+  readonly lifetime?: {
+    readonly timeout_s: number;
+    readonly on_timeout: 'delete' | 'pause';
+  } | null;
+  /** When a running sandbox's lifetime ends (ISO 8601); null while paused or without one. */
+  readonly expires_at?: string | null;
   readonly state: 'running' | 'paused' | 'lost';
   /** A running sandbox's machine id: its folder under `vms/`. */
   readonly vm?: string;
@@ -29,6 +38,8 @@ export interface SandboxRecord {
   /** A paused sandbox's machine on disk. */
   readonly paused?: PausedDescriptor;
   readonly paused_at?: string;
+  /** Who paused it (absent in records of older runs: unknown, shown as null). */
+  readonly paused_by?: 'request' | 'lifetime' | 'idle' | 'shutdown' | null;
   /** Why a lost sandbox was lost. */
   readonly error?: string;
 }
@@ -39,6 +50,8 @@ export interface SnapshotRecord {
   readonly template: string;
   readonly created_at: string;
   readonly size_bytes: number;
+  /** A name of the caller's (absent in records of older runs: none). */
+  readonly name?: string | null;
   /** The source sandbox's egress rules: sandboxes created from the snapshot inherit them. */
   readonly allow_out?: readonly string[];
   readonly state: StateDescriptor;

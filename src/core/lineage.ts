@@ -60,6 +60,8 @@ export class Lineage {
             parentId: sandbox.id,
             snapshotId: null,
             allowOut: sandbox.allowOut,
+            metadata: sandbox.metadata,
+            lifetime: sandbox.lifetime,
           }),
         );
         sandbox.touch();

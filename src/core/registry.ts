@@ -11,16 +11,24 @@ import type { Hypervisor, Machine } from '../vm/machine.js';
 import { isSandboxId, newSandboxId } from './ids.js';
 import { memoryRecords, type RecordStore, type SandboxRecord } from './journal.js';
 import { asMachineError } from './machine-error.js';
-import { Sandbox, type SandboxOrigin } from './sandbox.js';
+import { Sandbox, type Lifetime, type PauseReason, type SandboxOrigin } from './sandbox.js';
 import type { Release } from './serial-queue.js';
 
 /** A sandbox whose machine is running, as an operation that holds its turn sees it. */
 export type RunningSandbox = Sandbox & { machine: Machine };
 
+/** Why a sandbox stopped running: deleted (merged away, expired), paused, or its VM failed. */
+export type StopReason = 'deleted' | 'paused' | 'failed';
+/** Told when a sandbox stops running, after the fact; must not throw (errors are ignored). */
+export type StopListener = (id: string, why: StopReason) => void;
+
 export class SandboxRegistry {
   private readonly sandboxes = new Map<string, Sandbox>();
   /** Sandboxes whose VM died while hostd was not running: id -> why. */
   private readonly lost = new Map<string, string>();
+  private readonly stopListeners = new Set<StopListener>();
+  /** Called whenever a sandbox's `expiresAt` may have changed (core/lifetimes.ts re-arms). */
+  onExpiryChange: () => void = () => undefined;
 
   constructor(
     private readonly log: Logger,
@@ -30,6 +38,26 @@ export class SandboxRegistry {
     private readonly bindNetwork: (machine: Machine, allowOut: readonly string[]) => Promise<void>,
     private readonly journal: RecordStore<SandboxRecord> = memoryRecords(),
   ) {}
+
+  /**
+   * Calls `listener` whenever a sandbox stops running, however it stopped (an API call, the
+   * reaper, a merge, a dying VM): what holds a connection open for one (the E2B front's
+   * streams) ends it. Returns the unsubscribe function.
+   */
+  onStopped(listener: StopListener): () => void {
+    this.stopListeners.add(listener);
+    return () => this.stopListeners.delete(listener);
+  }
+
+  private stopped(id: string, why: StopReason): void {
+    for (const listener of this.stopListeners) {
+      try {
+        listener(id, why);
+      } catch (err) {
+        this.log.error({ err, sandbox: id }, 'a sandbox stop listener failed');
+      }
+    }
+  }
 
   get size(): number {
     return this.sandboxes.size;
@@ -54,9 +82,11 @@ export class SandboxRegistry {
   /** Registers a new sandbox driving `machine`. */
   adopt(machine: Machine, origin: SandboxOrigin): RunningSandbox {
     const sandbox = new Sandbox(newSandboxId(), origin, machine, this.maxQueued);
+    sandbox.startClock();
     this.sandboxes.set(sandbox.id, sandbox);
     this.watch(sandbox, machine);
     this.save(sandbox);
+    this.onExpiryChange();
     this.log.info(
       { sandbox: sandbox.id, vm: machine.id, template: origin.template, parent: origin.parentId },
       'sandbox ready',
@@ -69,6 +99,7 @@ export class SandboxRegistry {
     this.sandboxes.set(sandbox.id, sandbox);
     if (sandbox.machine) this.watch(sandbox, sandbox.machine);
     this.save(sandbox);
+    this.onExpiryChange();
   }
 
   /** Remembers a sandbox lost while hostd was down: its id answers `sandbox_lost` until deleted. */
@@ -79,11 +110,16 @@ export class SandboxRegistry {
 
   /** Unregisters it; its queue's waiters get `why`. */
   remove(sandbox: Sandbox, why: HostdError): void {
-    if (this.holds(sandbox)) {
+    const held = this.holds(sandbox);
+    if (held) {
       this.sandboxes.delete(sandbox.id);
       this.journal.remove(sandbox.id);
     }
     sandbox.close(why);
+    if (held) {
+      this.stopped(sandbox.id, 'deleted');
+      this.onExpiryChange();
+    }
   }
 
   /** Forgets a lost sandbox; true if `id` was one. */
@@ -95,21 +131,51 @@ export class SandboxRegistry {
 
   /** Points `sandbox` at another running machine (merge, resume) and watches that one. */
   rebind(sandbox: Sandbox, machine: Machine, template = sandbox.template): void {
+    // A paused sandbox that runs again gets its whole lifetime again.
+    if (sandbox.paused) sandbox.startClock();
     sandbox.setMachine(machine);
     sandbox.template = template;
     sandbox.brokenReason = null;
     sandbox.paused = null;
     sandbox.pausedAt = null;
+    sandbox.pausedBy = null;
     this.watch(sandbox, machine);
     this.save(sandbox);
+    this.onExpiryChange();
   }
 
-  /** Records that `sandbox` is now on disk (its machine stopped). */
-  markPaused(sandbox: Sandbox, paused: NonNullable<Sandbox['paused']>): void {
+  /** Records that `sandbox` is now on disk (its machine stopped): its lifetime's clock stops. */
+  markPaused(
+    sandbox: Sandbox,
+    paused: NonNullable<Sandbox['paused']>,
+    by: PauseReason = 'request',
+  ): void {
     sandbox.setMachine(null);
     sandbox.paused = paused;
     sandbox.pausedAt = new Date();
+    sandbox.pausedBy = by;
+    sandbox.expiresAt = null;
     this.save(sandbox);
+    this.stopped(sandbox.id, 'paused');
+    this.onExpiryChange();
+  }
+
+  /** Records who paused a paused sandbox (a client pausing one hostd paused). */
+  setPausedBy(sandbox: Sandbox, by: PauseReason): void {
+    if (!sandbox.paused || sandbox.pausedBy === by) return;
+    sandbox.pausedBy = by;
+    this.save(sandbox);
+  }
+
+  /**
+   * Sets the sandbox's lifetime and when it ends (null: no limit); a paused sandbox keeps no
+   * end (its clock starts when it runs again).
+   */
+  setLifetime(sandbox: Sandbox, lifetime: Lifetime | null, expiresAt: Date | null): void {
+    sandbox.lifetime = lifetime;
+    sandbox.expiresAt = lifetime && !sandbox.paused ? expiresAt : null;
+    this.save(sandbox);
+    this.onExpiryChange();
   }
 
   /**
@@ -205,6 +271,7 @@ export class SandboxRegistry {
     if (sandbox.machine !== machine || sandbox.brokenReason) return;
     sandbox.brokenReason = why;
     this.log.warn({ sandbox: sandbox.id, vm: machine.id, why }, 'sandbox VM failed');
+    this.stopped(sandbox.id, 'failed');
     void machine.logTail().then(
       (tail) => this.log.warn({ sandbox: sandbox.id, tail }, 'VM log tail'),
       (err: unknown) => this.log.warn({ sandbox: sandbox.id, err }, 'no VM log tail'),

@@ -10,10 +10,14 @@ import { fail, HostdError } from '../errors.js';
 import {
   FileChannelError,
   FileOpError,
+  type DetailedEntry,
   type ExtractResult,
   type FileEntry,
   type GuestFiles,
+  type MkdirResult,
+  type MoveResult,
   type Upload,
+  type UserWriteResult,
   type WriteResult,
 } from '../vm/machine.js';
 import { clientFileError } from './file-errors.js';
@@ -21,7 +25,15 @@ import type { SandboxRegistry } from './registry.js';
 import { clientReason } from './machine-error.js';
 import type { Release } from './serial-queue.js';
 
-export type { ExtractResult, FileEntry, WriteResult } from '../vm/machine.js';
+export type {
+  DetailedEntry,
+  ExtractResult,
+  FileEntry,
+  MkdirResult,
+  MoveResult,
+  UserWriteResult,
+  WriteResult,
+} from '../vm/machine.js';
 
 /** A download in progress: the lane is held until `stream` ended or failed. */
 export interface FileDownload {
@@ -90,6 +102,87 @@ export class SandboxFiles {
     return this.simple(id, path, signal, (files) => files.remove(path, { recursive, signal }));
   }
 
+  /** Renames `source` to `destination` (absolute paths; as `user` when given: see below). */
+  move(
+    id: string,
+    source: string,
+    destination: string,
+    signal: AbortSignal,
+    user?: string,
+  ): Promise<MoveResult> {
+    return this.simple(
+      id,
+      source,
+      signal,
+      (files) =>
+        files.move(source, destination, { signal, ...(user !== undefined ? { user } : {}) }),
+      user,
+    );
+  }
+
+  // ---- as a user (guest/PROTOCOL.md, "As a user"): what E2B's filesystem API means --------
+  // Paths may be relative to the user's home; what is created belongs to the user; entries
+  // are detailed (owner, group, permissions); writes go in place with optional metadata.
+
+  writeAs(
+    id: string,
+    user: string,
+    path: string,
+    body: Readable,
+    signal: AbortSignal,
+    metadata?: Readonly<Record<string, string>>,
+  ): Promise<UserWriteResult> {
+    return this.upload(
+      id,
+      path,
+      body,
+      signal,
+      (files, opSignal) =>
+        files.writeFileAs(user, path, { signal: opSignal, ...(metadata ? { metadata } : {}) }),
+      user,
+    );
+  }
+
+  readAs(id: string, user: string, path: string, signal: AbortSignal): Promise<FileDownload> {
+    return this.download(
+      id,
+      path,
+      signal,
+      (files) => files.readFileAs(user, path, { signal }),
+      user,
+    );
+  }
+
+  statAs(id: string, user: string, path: string, signal: AbortSignal): Promise<DetailedEntry> {
+    return this.simple(id, path, signal, (files) => files.statAs(user, path, { signal }), user);
+  }
+
+  /** The entries `depth` levels below `path`: a pre-order walk sorted by name at each level. */
+  listAs(
+    id: string,
+    user: string,
+    path: string,
+    depth: number,
+    signal: AbortSignal,
+  ): Promise<DetailedEntry[]> {
+    return this.simple(
+      id,
+      path,
+      signal,
+      (files) => files.listAs(user, path, depth, { signal }),
+      user,
+    );
+  }
+
+  mkdirAs(id: string, user: string, path: string, signal: AbortSignal): Promise<MkdirResult> {
+    return this.simple(id, path, signal, (files) => files.mkdirAs(user, path, { signal }), user);
+  }
+
+  /** rm -rf; false when there was nothing to remove. */
+  removeAs(id: string, user: string, path: string, signal: AbortSignal): Promise<boolean> {
+    return this.simple(id, path, signal, (files) => files.removeAs(user, path, { signal }), user);
+  }
+
   private async lease(id: string, signal: AbortSignal): Promise<Lease> {
     const { sandbox, release } = await this.registry.acquireFiles(id, signal);
     const { machine } = sandbox;
@@ -106,12 +199,13 @@ export class SandboxFiles {
     path: string,
     signal: AbortSignal,
     op: (files: GuestFiles) => Promise<T>,
+    user?: string,
   ): Promise<T> {
     const lease = await this.lease(id, signal);
     try {
       return await op(lease.files);
     } catch (err) {
-      throw this.translate(err, id, path, lease);
+      throw this.translate(err, id, path, lease, user);
     } finally {
       lease.release();
     }
@@ -123,6 +217,7 @@ export class SandboxFiles {
     body: Readable,
     signal: AbortSignal,
     start: (files: GuestFiles, signal: AbortSignal) => Upload<R>,
+    user?: string,
   ): Promise<R> {
     const lease = await this.lease(id, signal);
     // Ends the guest's side when the body is over the limit or broke off.
@@ -152,7 +247,7 @@ export class SandboxFiles {
         throw tooLarge ?? err;
       }
     } catch (err) {
-      throw this.translate(err, id, path, lease);
+      throw this.translate(err, id, path, lease, user);
     } finally {
       lease.release();
     }
@@ -167,6 +262,7 @@ export class SandboxFiles {
       stream: Readable;
       done: Promise<void>;
     }>,
+    user?: string,
   ): Promise<FileDownload> {
     const lease = await this.lease(id, signal);
     let started;
@@ -174,7 +270,7 @@ export class SandboxFiles {
       started = await start(lease.files);
     } catch (err) {
       lease.release();
-      throw this.translate(err, id, path, lease);
+      throw this.translate(err, id, path, lease, user);
     }
     // The lane is the transfer's until the guest said it is over (or it failed).
     started.done.then(lease.release, (err: unknown) => {
@@ -214,9 +310,10 @@ export class SandboxFiles {
   }
 
   /** What the guest or the channel said, as a registry error; never in the guest's words. */
-  private translate(err: unknown, id: string, path: string, lease: Lease): Error {
+  private translate(err: unknown, id: string, path: string, lease: Lease, user?: string): Error {
     if (err instanceof HostdError) return err;
     if (err instanceof FileOpError) {
+      if (err.code === 'unknown_user') return fail('unknownUser', user ?? '');
       const client = clientFileError(err, id, path);
       if (client) {
         this.log.debug({ sandbox: id, path, detail: err.detail }, 'file operation refused');

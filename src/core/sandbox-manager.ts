@@ -13,23 +13,50 @@ import { ExecRun } from './exec-run.js';
 import { ForkStandby } from './fork-standby.js';
 import type { HostFree } from './host-resources.js';
 import { IdleReaper } from './idle-reaper.js';
+import { LifetimeKeeper } from './lifetimes.js';
+import { MetricsSampler, type SandboxMetric } from './sandbox-metrics.js';
 import type { RecordStore, SandboxRecord, SnapshotRecord } from './journal.js';
 import { Lineage } from './lineage.js';
 import { asMachineError, clientReason } from './machine-error.js';
 import { TemplatePool, type PoolStats, type RefillPauses } from './pool.js';
-import { SandboxRegistry } from './registry.js';
-import { Sandbox, type SandboxInfo } from './sandbox.js';
+import { SandboxRegistry, type StopListener } from './registry.js';
+import { Sandbox, type Lifetime, type PauseReason, type SandboxInfo } from './sandbox.js';
 import { Snapshots, type SnapshotInfo } from './snapshots.js';
 import { SandboxFiles } from './sandbox-files.js';
+import { SandboxProcesses } from './sandbox-processes.js';
+import { SandboxContexts } from './sandbox-contexts.js';
 import { SandboxNetwork, type EgressEnvironment } from './network.js';
 import { TemplateCatalog, type TemplateInfo } from './template-catalog.js';
 import type { TemplatePlan } from './template-plan.js';
 
 export { MAX_FORK } from './lineage.js';
+export type { StopListener, StopReason } from './registry.js';
 export { validateAllowOut } from './network.js';
-export type { FileDownload, FileEntry, ExtractResult, WriteResult } from './sandbox-files.js';
+export type {
+  DetailedEntry,
+  FileDownload,
+  FileEntry,
+  ExtractResult,
+  MkdirResult,
+  MoveResult,
+  UserWriteResult,
+  WriteResult,
+} from './sandbox-files.js';
+export type {
+  ProcessEnd,
+  ProcessEvent,
+  ProcessInfo,
+  ProcessRun,
+  ProcessSelector,
+  ProcessSpec,
+  WatchEvent,
+  WatchRun,
+  WatchSpec,
+} from './sandbox-processes.js';
 export type { Language } from '../vm/machine.js';
 export type { SnapshotInfo } from './snapshots.js';
+export type { Lifetime, PauseReason, SandboxInfo } from './sandbox.js';
+export type { SandboxMetric } from './sandbox-metrics.js';
 export type { TemplateInfo } from './template-catalog.js';
 
 /** Hooks for metrics; the api layer wires them to prom-client. */
@@ -53,7 +80,16 @@ export interface CreateRequest {
   env?: Readonly<Record<string, string>>;
   /** Validated `network.allow_out` (validateAllowOut); from a snapshot, default its rules. */
   allowOut?: readonly string[];
+  /** Labels shown in its info and kept with it (docs/api.md, Metadata and lifetime). */
+  metadata?: Readonly<Record<string, string>>;
+  /** A running-time limit; none by default. */
+  lifetime?: Lifetime;
 }
+
+/** Longest lifetime a sandbox may be given, in seconds: 30 days. */
+export const MAX_LIFETIME_S = 30 * 24 * 3600;
+/** How long an expiry that could not pause the sandbox waits before it tries again. */
+const EXPIRY_RETRY_MS = 60_000;
 
 export interface ManagerOptions {
   /** The templates to serve, in order (core/template-plan.ts); the first is the default. */
@@ -92,6 +128,9 @@ export interface ManagerOptions {
   readonly maxFileBytes: number;
 }
 
+/** What a new sandbox is told besides its template: its labels and lifetime. */
+type Labels = { metadata: Readonly<Record<string, string>>; lifetime: Lifetime | null };
+
 const secondsSince = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1e9;
 /** Sandboxes paused at once on shutdown: each is a burst of disk writes. */
 const SHUTDOWN_PAUSES_AT_ONCE = 4;
@@ -103,10 +142,16 @@ export class SandboxManager {
   private readonly standby: ForkStandby;
   private readonly lineage: Lineage;
   private readonly reaper: IdleReaper;
+  private readonly lifetimes: LifetimeKeeper;
+  private readonly sampler: MetricsSampler;
   private readonly snapshots: Snapshots;
   private readonly network: SandboxNetwork;
   /** Reading and writing sandboxes' files (docs/api.md, Files). */
   readonly files: SandboxFiles;
+  /** Processes beside the exec queue, and directory watches (core/sandbox-processes.ts). */
+  readonly processes: SandboxProcesses;
+  /** Sandboxes' REPL contexts (docs/api.md, Contexts). */
+  readonly contexts: SandboxContexts;
   private stopping = false;
   /** Creates in flight: shutdown waits for them, so that no VM they start outlives hostd. */
   private readonly creating = new Set<Promise<unknown>>();
@@ -126,6 +171,8 @@ export class SandboxManager {
       options.records?.sandboxes,
     );
     this.files = new SandboxFiles(this.registry, log, options.maxFileBytes);
+    this.processes = new SandboxProcesses(this.registry, log);
+    this.contexts = new SandboxContexts(this.registry, log);
     this.snapshots = new Snapshots(
       hypervisor,
       options.records?.snapshots,
@@ -180,7 +227,7 @@ export class SandboxManager {
         idle: async (s) => {
           const pause = (options.idleAction ?? 'pause') === 'pause';
           log.info({ sandbox: s.id, idleS: options.idleTimeoutS, pause }, 'idle sandbox');
-          await (pause ? this.pause(s.id) : this.delete(s.id));
+          await (pause ? this.pause(s.id, 'idle') : this.delete(s.id));
         },
         expired: async (s) => {
           log.info({ sandbox: s.id }, 'deleting a sandbox paused for too long');
@@ -191,6 +238,45 @@ export class SandboxManager {
         failed: (s, err) => log.warn({ sandbox: s.id, err }, 'idle sandbox could not be reaped'),
       },
     );
+    this.lifetimes = new LifetimeKeeper(
+      () => this.registry.all(),
+      (s) => this.expire(s),
+    );
+    this.registry.onExpiryChange = () => this.lifetimes.reschedule();
+    this.sampler = new MetricsSampler(
+      () => this.registry.all(),
+      (s) => {
+        try {
+          const t = this.catalog.describe(s.template);
+          return { vcpus: t.vcpus, memoryMib: t.memory_mib, diskMib: t.disk_mib };
+        } catch {
+          return { vcpus: 1, memoryMib: 0, diskMib: 0 }; // a template no longer served
+        }
+      },
+    );
+    this.registry.onStopped((id, why) => {
+      if (why === 'deleted') this.sampler.forget(id);
+    });
+  }
+
+  /**
+   * At the end of its lifetime a sandbox is deleted, or paused (an exec running then is
+   * interrupted: the lifetime is a limit). A pause that fails leaves it running and is tried
+   * again a minute later.
+   */
+  private async expire(s: Sandbox): Promise<void> {
+    const pause = s.lifetime?.onTimeout === 'pause';
+    this.log.info({ sandbox: s.id, pause }, 'sandbox lifetime is up');
+    try {
+      if (!pause) return await this.delete(s.id);
+      s.currentRun?.interrupt('the sandbox reached the end of its lifetime');
+      await this.pause(s.id, 'lifetime');
+    } catch (err) {
+      if (!this.registry.holds(s) || s.paused) return;
+      this.log.error({ err, sandbox: s.id }, 'could not end a sandbox whose lifetime is up');
+      if (s.expiresAt)
+        this.registry.setLifetime(s, s.lifetime, new Date(Date.now() + EXPIRY_RETRY_MS));
+    }
   }
 
   /**
@@ -211,6 +297,9 @@ export class SandboxManager {
     if (removed) this.log.info({ removed }, 'removed frozen states no record uses');
     this.catalog.buildMissing();
     this.reaper.start();
+    this.sampler.start();
+    // Lifetimes that ended while hostd was down end now.
+    this.lifetimes.sweep();
   }
 
   templateBootMs(template = this.defaultTemplate): number {
@@ -240,6 +329,14 @@ export class SandboxManager {
     return { vms: this.standby.standby, filling: this.standby.filling };
   }
 
+  /**
+   * Calls `listener` whenever a sandbox stops running (deleted, expired, merged away, paused,
+   * failed). Returns the unsubscribe function.
+   */
+  onSandboxStopped(listener: StopListener): () => void {
+    return this.registry.onStopped(listener);
+  }
+
   get count(): number {
     return this.registry.size;
   }
@@ -254,10 +351,11 @@ export class SandboxManager {
 
   async create(req: CreateRequest): Promise<Sandbox> {
     this.ensureRunning();
+    const labels = { metadata: req.metadata ?? {}, lifetime: req.lifetime ?? null };
     const p =
       req.snapshot !== undefined
-        ? this.createFromSnapshot(req.snapshot, req.env, req.allowOut)
-        : this.createFromPool(req.template, req.env, req.allowOut ?? []);
+        ? this.createFromSnapshot(req.snapshot, req.env, req.allowOut, labels)
+        : this.createFromPool(req.template, req.env, req.allowOut ?? [], labels);
     this.creating.add(p);
     try {
       return await p;
@@ -270,6 +368,7 @@ export class SandboxManager {
     template: string | undefined,
     env: CreateRequest['env'],
     allowOut: readonly string[],
+    labels: Labels,
   ): Promise<Sandbox> {
     const name = template ?? this.defaultTemplate;
     const pool = this.catalog.pool(name);
@@ -289,6 +388,7 @@ export class SandboxManager {
       parentId: null,
       snapshotId: null,
       allowOut,
+      ...labels,
     });
     this.observer.created?.(taken.hit, secondsSince(started));
     return sandbox;
@@ -312,7 +412,7 @@ export class SandboxManager {
     try {
       run = new ExecRun(
         machine,
-        { ...req, maxOutputBytes: this.options.maxExecOutputBytes },
+        { ...req, sandboxId: id, maxOutputBytes: this.options.maxExecOutputBytes },
         (why) => this.registry.markBroken(sandbox, machine, why),
       );
     } catch (err) {
@@ -330,6 +430,50 @@ export class SandboxManager {
     return run;
   }
 
+  /**
+   * Sets sandbox `id`'s lifetime to `timeoutS` seconds from now (null: no limit), keeping what
+   * happens at its end unless `onTimeout` is given (default `delete`). With `extendOnly`, an end
+   * already later stays (E2B's connect). A paused sandbox keeps the lifetime for when it runs.
+   */
+  setTimeout(
+    id: string,
+    timeoutS: number | null,
+    opts: { onTimeout?: Lifetime['onTimeout']; extendOnly?: boolean } = {},
+  ): SandboxInfo {
+    const sandbox = this.registry.get(id, false);
+    if (timeoutS === null) {
+      this.registry.setLifetime(sandbox, null, null);
+      return sandbox.info();
+    }
+    if (!(timeoutS > 0 && timeoutS <= MAX_LIFETIME_S)) {
+      throw fail(
+        'invalidField',
+        'timeout',
+        `a number of seconds in (0, ${MAX_LIFETIME_S}]`,
+        timeoutS,
+      );
+    }
+    const onTimeout = opts.onTimeout ?? sandbox.lifetime?.onTimeout ?? 'delete';
+    let expiresAt = new Date(Date.now() + timeoutS * 1000);
+    let lifetime: Lifetime = { timeoutS, onTimeout };
+    if (opts.extendOnly && sandbox.lifetime) {
+      if (sandbox.expiresAt && sandbox.expiresAt > expiresAt) expiresAt = sandbox.expiresAt;
+      if (sandbox.lifetime.timeoutS > timeoutS)
+        lifetime = { ...lifetime, timeoutS: sandbox.lifetime.timeoutS };
+    }
+    this.registry.setLifetime(sandbox, lifetime, expiresAt);
+    return sandbox.info();
+  }
+
+  /**
+   * What sandbox `id` used, sampled every 5 s while it ran, in [fromMs, toMs] (core/
+   * sandbox-metrics.ts); the last 30 minutes are kept.
+   */
+  metrics(id: string, fromMs?: number, toMs?: number): SandboxMetric[] {
+    this.registry.get(id, false);
+    return this.sampler.samples(id, fromMs, toMs);
+  }
+
   /** Forks `id` into n copy-on-write children, all or nothing (core/lineage.ts). */
   fork(id: string, n: number): Promise<Sandbox[]> {
     this.ensureRunning();
@@ -342,8 +486,8 @@ export class SandboxManager {
     return this.lineage.merge(parentId, winnerId);
   }
 
-  /** Keeps the sandbox's whole state as a snapshot; the sandbox runs on. */
-  async snapshot(id: string): Promise<SnapshotInfo> {
+  /** Keeps the sandbox's whole state as a snapshot (named `name`, if given); the sandbox runs on. */
+  async snapshot(id: string, name: string | null = null): Promise<SnapshotInfo> {
     this.ensureRunning();
     const { sandbox, release } = await this.registry.acquire(id, undefined, 'both');
     try {
@@ -360,7 +504,7 @@ export class SandboxManager {
       });
       await state.discardPrepared();
       const size = this.hypervisor.stateSizeBytes(state);
-      const info = this.snapshots.add(state, sandbox, size);
+      const info = this.snapshots.add(state, sandbox, size, name);
       sandbox.touch();
       this.log.info({ sandbox: id, snapshot: info.snapshot_id, size }, 'snapshot taken');
       return info;
@@ -377,19 +521,30 @@ export class SandboxManager {
     return this.snapshots.describe(id);
   }
 
+  /** The newest snapshot named `name`, or null. */
+  snapshotByName(name: string): SnapshotInfo | null {
+    return this.snapshots.byName(name);
+  }
+
   deleteSnapshot(id: string): void {
     this.snapshots.delete(id);
     this.log.info({ snapshot: id }, 'snapshot deleted');
   }
 
-  /** Writes the sandbox to disk and stops its machine; a no-op when it is paused already. */
-  async pause(id: string): Promise<SandboxInfo> {
+  /**
+   * Writes the sandbox to disk and stops its machine; when it is paused already, only who paused
+   * it changes (a client's pause of a sandbox hostd paused makes it the client's).
+   */
+  async pause(id: string, by: PauseReason = 'request'): Promise<SandboxInfo> {
     const sandbox = this.registry.get(id, true);
     const release = await sandbox.acquireAll();
     try {
       if (!this.registry.holds(sandbox)) throw fail('sandboxNotFound', id);
       const { machine } = sandbox;
-      if (!machine) return sandbox.info();
+      if (!machine) {
+        if (by === 'request') this.registry.setPausedBy(sandbox, by);
+        return sandbox.info();
+      }
       this.ensureStorage(0);
       const paused = await machine.pause().catch((err: unknown) => {
         throw asMachineError(
@@ -400,8 +555,8 @@ export class SandboxManager {
           'pause the sandbox',
         );
       });
-      this.registry.markPaused(sandbox, paused);
-      this.log.info({ sandbox: id, bytes: paused.sizeBytes }, 'sandbox paused');
+      this.registry.markPaused(sandbox, paused, by);
+      this.log.info({ sandbox: id, bytes: paused.sizeBytes, by }, 'sandbox paused');
       return sandbox.info();
     } finally {
       release();
@@ -436,6 +591,8 @@ export class SandboxManager {
   async shutdown(): Promise<void> {
     this.stopping = true;
     this.reaper.stop();
+    this.lifetimes.stop();
+    this.sampler.stop();
     this.catalog.stopBuilding();
     await Promise.allSettled([...this.creating]);
     const all = this.registry.all();
@@ -501,6 +658,7 @@ export class SandboxManager {
     snapshotId: string,
     env: CreateRequest['env'],
     allowOutGiven: readonly string[] | undefined,
+    labels: Labels,
   ): Promise<Sandbox> {
     const { state, template, allowOut: inherited } = this.snapshots.get(snapshotId);
     const allowOut = allowOutGiven ?? inherited;
@@ -511,7 +669,13 @@ export class SandboxManager {
         throw asMachineError(err, this.log, { template, snapshot: snapshotId }, 'vmStartFailed');
       });
       await this.prepare(machine, env, allowOut);
-      return this.registry.adopt(machine, { template, parentId: null, snapshotId, allowOut });
+      return this.registry.adopt(machine, {
+        template,
+        parentId: null,
+        snapshotId,
+        allowOut,
+        ...labels,
+      });
     } finally {
       admitted();
     }
@@ -541,6 +705,10 @@ export class SandboxManager {
           parentId: record.parent_id,
           snapshotId: record.snapshot_id,
           allowOut: record.allow_out ?? [],
+          metadata: record.metadata ?? {},
+          lifetime: record.lifetime
+            ? { timeoutS: record.lifetime.timeout_s, onTimeout: record.lifetime.on_timeout }
+            : null,
         },
         null,
         this.options.maxQueuedExecs,
@@ -551,9 +719,15 @@ export class SandboxManager {
         if (record.state === 'paused' && record.paused) {
           sandbox.paused = await this.hypervisor.openPaused(record.paused);
           sandbox.pausedAt = new Date(record.paused_at ?? Date.now());
+          sandbox.pausedBy = record.paused_by ?? null;
         } else if (record.running) {
           const machine = await this.hypervisor.adopt(record.running);
           sandbox.setMachine(machine);
+          // Its lifetime ran on while hostd was down (the VM did): it ends when it would have.
+          if (sandbox.lifetime) {
+            sandbox.expiresAt = record.expires_at ? new Date(record.expires_at) : null;
+            if (!sandbox.expiresAt) sandbox.startClock();
+          }
           // The old hostd's relayed connections went with it; the guest's listeners are reset.
           await this.network.bind(machine, sandbox.allowOut).catch((err: unknown) => {
             this.log.error({ err, sandbox: record.id }, 'could not set up the network');
@@ -587,7 +761,7 @@ export class SandboxManager {
         try {
           const { machine } = sandbox;
           if (!machine || !this.registry.holds(sandbox)) continue;
-          this.registry.markPaused(sandbox, await machine.pause());
+          this.registry.markPaused(sandbox, await machine.pause(), 'shutdown');
         } catch (err) {
           this.log.error({ err, sandbox: sandbox.id }, 'could not pause on shutdown: it is lost');
         } finally {

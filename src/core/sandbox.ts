@@ -37,6 +37,32 @@ export interface SandboxInfo {
    * the winner's id, so this is the only trace a lineage view can draw the merge from.
    */
   merged_from: MergeRecord[];
+  /** The caller's labels, given at create (docs/api.md, Metadata and lifetime). */
+  metadata: Record<string, string>;
+  /** Seconds of running time it is given (from create, resume or `timeout`); null: no limit. */
+  timeout: number | null;
+  /** What happens when its time is up; null without a timeout. */
+  on_timeout: 'delete' | 'pause' | null;
+  /** When its time is up, while it runs; null while paused (the clock stops) or without one. */
+  expires_at: string | null;
+  /** Why a paused sandbox was paused; null while it runs. */
+  paused_by: PauseReason | null;
+}
+
+/**
+ * Who paused a sandbox: a client (`request`), its lifetime (`lifetime`, on_timeout pause), the
+ * idle timeout (`idle`), or hostd's own shutdown (`shutdown`). The E2B front shows the last two
+ * as running: E2B's clients did not pause them (docs/e2b.md).
+ */
+export type PauseReason = 'request' | 'lifetime' | 'idle' | 'shutdown';
+
+/**
+ * A running-time limit: at `expiresAt` the sandbox is deleted or paused. The clock runs while
+ * the sandbox runs: pausing stops it, and each resume gives the sandbox `timeoutS` again.
+ */
+export interface Lifetime {
+  readonly timeoutS: number;
+  readonly onTimeout: 'delete' | 'pause';
 }
 
 /** One merge into a sandbox: the winner's id, which is gone since, and when. */
@@ -54,6 +80,10 @@ export interface SandboxOrigin {
   readonly snapshotId: string | null;
   /** `network.allow_out` as given (validated); forks and snapshots carry it on. */
   readonly allowOut?: readonly string[];
+  /** Labels; fork children carry them on. */
+  readonly metadata?: Readonly<Record<string, string>>;
+  /** Its running-time limit; fork children get the same, from their own start. */
+  readonly lifetime?: Lifetime | null;
 }
 
 export class Sandbox {
@@ -82,8 +112,15 @@ export class Sandbox {
   /** The machine on disk while paused. */
   paused: PausedMachine | null = null;
   pausedAt: Date | null = null;
+  /** Who paused it, while paused. */
+  pausedBy: PauseReason | null = null;
   /** The exec running now, if any. */
   currentRun: ExecRun | null = null;
+  readonly metadata: Readonly<Record<string, string>>;
+  /** Its running-time limit, if any; change it through the registry (`setLifetime`). */
+  lifetime: Lifetime | null;
+  /** When its lifetime ends; null while paused or without one. */
+  expiresAt: Date | null = null;
 
   constructor(
     readonly id: string,
@@ -96,6 +133,8 @@ export class Sandbox {
     this.parentId = origin.parentId;
     this.snapshotId = origin.snapshotId;
     this.allowOut = origin.allowOut ?? [];
+    this.metadata = { ...origin.metadata };
+    this.lifetime = origin.lifetime ?? null;
     this.machine = machine;
     this.createdAt = createdAt;
     this.queue = new SerialQueue(maxQueued);
@@ -148,6 +187,11 @@ export class Sandbox {
     if (this.mergedFrom.length > MAX_MERGES_KEPT) this.mergedFrom.shift();
   }
 
+  /** Starts its lifetime's clock (a new or resumed sandbox): it ends `timeoutS` from `now`. */
+  startClock(now = Date.now()): void {
+    this.expiresAt = this.lifetime ? new Date(now + this.lifetime.timeoutS * 1000) : null;
+  }
+
   info(): SandboxInfo {
     const net = this.machine?.networkStats();
     return {
@@ -168,6 +212,11 @@ export class Sandbox {
       },
       memory_mib: this.brokenReason ? null : (this.machine?.ownMemoryMib() ?? null),
       merged_from: this.mergedFrom.map((m) => ({ ...m })),
+      metadata: { ...this.metadata },
+      timeout: this.lifetime?.timeoutS ?? null,
+      on_timeout: this.lifetime?.onTimeout ?? null,
+      expires_at: this.expiresAt?.toISOString() ?? null,
+      paused_by: this.paused ? this.pausedBy : null,
     };
   }
 
@@ -183,6 +232,11 @@ export class Sandbox {
       ...(this.mergedFrom.length > 0
         ? { merged_from: this.mergedFrom.map((m) => ({ ...m })) }
         : {}),
+      metadata: { ...this.metadata },
+      lifetime: this.lifetime
+        ? { timeout_s: this.lifetime.timeoutS, on_timeout: this.lifetime.onTimeout }
+        : null,
+      expires_at: this.expiresAt?.toISOString() ?? null,
     };
     if (this.paused) {
       return {
@@ -190,6 +244,7 @@ export class Sandbox {
         state: 'paused',
         paused: this.paused.describe(),
         paused_at: (this.pausedAt ?? new Date()).toISOString(),
+        paused_by: this.pausedBy,
       };
     }
     const { machine } = this;

@@ -18,6 +18,8 @@ export interface SnapshotInfo {
   created_at: string;
   /** Running or paused sandboxes still using its files (created from it, or forked from those). */
   sandboxes: number;
+  /** The name it was given, if any (not unique: creates by name take the newest). */
+  name: string | null;
 }
 
 interface Entry {
@@ -55,9 +57,11 @@ export class Snapshots {
     state: FrozenState,
     source: { id: string; template: string; allowOut: readonly string[] },
     sizeBytes: number,
+    name: string | null = null,
   ): SnapshotInfo {
     const record: SnapshotRecord = {
       id: newSnapshotId(),
+      name,
       source_sandbox_id: source.id,
       template: source.template,
       created_at: new Date().toISOString(),
@@ -84,6 +88,17 @@ export class Snapshots {
 
   describe(id: string): SnapshotInfo {
     return this.info(this.find(id));
+  }
+
+  /** The newest snapshot named `name`, or null. */
+  byName(name: string): SnapshotInfo | null {
+    let newest: Entry | null = null;
+    // In the order they were taken: of two taken in the same millisecond, the later wins.
+    for (const e of this.entries.values()) {
+      if (e.record.name !== name) continue;
+      if (!newest || e.record.created_at >= newest.record.created_at) newest = e;
+    }
+    return newest ? this.info(newest) : null;
   }
 
   /** Newest first. */
@@ -121,6 +136,7 @@ export class Snapshots {
       size_bytes: record.size_bytes,
       created_at: record.created_at,
       sandboxes: this.users(record.id),
+      name: record.name ?? null,
     };
   }
 }

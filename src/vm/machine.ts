@@ -17,6 +17,7 @@
 import type { EgressGate } from './channels/egress-gate.js';
 import type { FileChannel } from './channels/file-channel.js';
 import type { NetStats } from './channels/net-channel.js';
+import type { ProcChannel } from './channels/proc-channel.js';
 
 export type { EgressGate } from './channels/egress-gate.js';
 export type { NetStats } from './channels/net-channel.js';
@@ -28,7 +29,27 @@ export {
   FileOpError,
   type Upload,
   type WriteResult,
+  type DetailedEntry,
+  type MkdirResult,
+  type MoveResult,
+  type UserWriteResult,
 } from './channels/file-channel.js';
+export {
+  ProcChannelError,
+  ProcOpError,
+  type ProcErrorCode,
+  type ProcessEnd,
+  type ProcessInfo,
+  type ProcessOutputStream,
+  type ProcessSelector,
+  type ProcessSink,
+  type ProcessSpec,
+  type ProcStream,
+  type WatchEvent,
+  type WatchEventType,
+  type WatchSink,
+  type WatchSpec,
+} from './channels/proc-channel.js';
 import type { TemplateSpec } from './image/image-builder.js';
 export { VmError, type VmErrorKind, type VmOperation } from './vm-error.js';
 
@@ -47,19 +68,63 @@ export interface ExecSpec {
   readonly cwd?: string;
   /** Python: send rich outputs as display bundles. */
   readonly display?: boolean;
+  /** Python: the REPL context to run in (docs/api.md, Contexts); absent: the default one. */
+  readonly context?: string;
+  /** Python: run as a notebook cell (docs/api.md, Notebook mode). */
+  readonly notebook?: boolean;
 }
 
 /** A rich output: a MIME bundle as in Jupyter's display protocol. */
 export type DisplayData = Readonly<Record<string, unknown>>;
 
+/** A notebook cell's uncaught exception. */
+export interface CellError {
+  readonly name: string;
+  readonly value: string;
+  readonly traceback: string;
+}
+
 /** Receives one exec's output; exactly one of onExit / onLost is called, last. */
 export interface ExecSink {
-  onOutput(stream: OutputStream, data: string): void;
-  /** A rich output of a Python exec that asked for them (`display`). */
+  /** One line (or piece of one: `partial`, notebook cells only) of output. */
+  onOutput(stream: OutputStream, data: string, partial?: boolean): void;
+  /** A rich output of a Python exec that asked for them (`display`, `notebook`). */
   onDisplay?(data: DisplayData): void;
+  /** A notebook cell's value. */
+  onResult?(data: DisplayData): void;
+  /** A notebook cell's uncaught exception. */
+  onError?(error: CellError): void;
+  /**
+   * The exec names a context or is a notebook cell, and runs: its first message. The count of
+   * notebook cells its context ran, this one included; null for other execs.
+   */
+  onStart?(executionCount: number | null): void;
+  /** The guest did not run the exec (`context_not_found`); onExit follows. */
+  onRejected?(reason: string): void;
   onExit(code: number): void;
   /** The machine died or its channel closed before the exec's exit arrived. */
   onLost(reason: string): void;
+}
+
+/** A request about a machine's REPL contexts (docs/api.md, Contexts). */
+export type ContextRequest =
+  | { readonly action: 'list' }
+  | { readonly action: 'create'; readonly context?: string; readonly cwd?: string }
+  | { readonly action: 'delete' | 'restart'; readonly context: string };
+
+/** One REPL context, as the guest describes it. */
+export interface ContextInfo {
+  readonly id: string;
+  readonly cwd: string;
+  readonly execution_count: number;
+}
+
+/** The guest's answer to a ContextRequest: what it asked for, or why it could not be served. */
+export interface ContextAnswer {
+  readonly contexts?: readonly ContextInfo[];
+  readonly context?: ContextInfo;
+  /** `context_not_found`, `context_exists`, `context_is_default`, `invalid_cwd`, ... */
+  readonly error?: { readonly code: string; readonly message: string };
 }
 
 /**
@@ -68,7 +133,30 @@ export interface ExecSink {
  */
 export type GuestFiles = Pick<
   FileChannel,
-  'writeFile' | 'readFile' | 'tarOut' | 'tarIn' | 'list' | 'stat' | 'mkdir' | 'remove'
+  | 'writeFile'
+  | 'readFile'
+  | 'tarOut'
+  | 'tarIn'
+  | 'list'
+  | 'stat'
+  | 'mkdir'
+  | 'remove'
+  | 'move'
+  | 'writeFileAs'
+  | 'readFileAs'
+  | 'statAs'
+  | 'listAs'
+  | 'mkdirAs'
+  | 'removeAs'
+>;
+
+/**
+ * A machine's processes and directory watches (vm/channels/proc-channel.ts): many at once, next
+ * to execs and file operations, each a stream with its own flow control.
+ */
+export type GuestProcesses = Pick<
+  ProcChannel,
+  'start' | 'connect' | 'watch' | 'list' | 'input' | 'closeStdin' | 'signal'
 >;
 
 /** What a machine's guest may reach (vm/channels/net-channel.ts). */
@@ -77,6 +165,16 @@ export interface NetworkPolicy {
   readonly gate: EgressGate;
   /** Ports of host.hostd.internal the guest listens on (those its rules allow). */
   readonly hostPorts: readonly number[];
+}
+
+/** What a running machine costs the host now, read cheaply (no guest round trip). */
+export interface MachineUsage {
+  /** CPU seconds (user + system) its hypervisor process has used since it started. */
+  readonly cpuSeconds: number;
+  /** Host memory its hypervisor process holds: its resident set, in bytes. */
+  readonly memoryBytes: number;
+  /** Bytes its writable disk takes on the host: what the guest wrote, its layers included. */
+  readonly diskBytes: number;
 }
 
 /** A running VM, as a sandbox drives it. */
@@ -105,11 +203,21 @@ export interface Machine {
    */
   ping(timeoutMs: number): Promise<boolean>;
   /**
+   * Serves a request about the REPL's contexts, in turn with the Python execs (the caller
+   * holds the sandbox's turn). Rejects when the guest does not answer.
+   */
+  contexts(request: ContextRequest): Promise<ContextAnswer>;
+  /**
    * Sets the sandbox's default environment in the guest (every later exec starts from it); it
    * replaces the previous one. Resolves once the guest will apply it to the next exec.
    */
   setEnv(env: Readonly<Record<string, string>>): Promise<void>;
   readonly files: GuestFiles;
+  /**
+   * Its processes port. Throws ProcChannelError 'unavailable' on a machine restored from a
+   * state that predates the port (a snapshot or a paused sandbox of an earlier hostd).
+   */
+  readonly processes: GuestProcesses;
   /**
    * Applies the sandbox's network rules and resets the guest's connections. Call on every
    * machine a sandbox gets (new, restored, resumed, adopted): until then the guest reaches
@@ -150,6 +258,11 @@ export interface Machine {
   destroy(reason?: string): Promise<void>;
   /** The guest console and hypervisor log tail, for error reports and failing tests. */
   logTail(): Promise<string>;
+  /**
+   * What the machine costs the host now (the sandbox metrics the E2B front serves). Optional:
+   * a machine that cannot tell has none; it rejects once the machine is gone.
+   */
+  usage?(): Promise<MachineUsage>;
   /** What to store so that a hostd that restarts after a crash can re-adopt it (`adopt`). */
   describe(): MachineDescriptor;
 }

@@ -13,12 +13,22 @@
  *   `deaf`     as hang, but a cancel does not end it either (a slow or wedged guest): the
  *              test ends it with `finish`; the guest answers pings while `answersPings`
  *   `die`      the machine dies while running it
+ *   `value T`  a notebook result with text/plain T     `raise N V`  a cell error N: V, exits 1
+ * Processes (`machine.processes`): test/helpers/fake-processes.ts.
+ *
+ * Contexts (docs/api.md, Contexts) live in the memory, so forks copy them: `ctx:ID` holds a
+ * context's cwd (`default` always exists) and `count:ID` its notebook cells. An exec naming a
+ * context that does not exist is rejected; one naming a context, or a notebook cell, starts
+ * with onStart.
  *
  * Failures are VmErrors, as the port says (src/vm/machine.ts); `failNext` injects one into a
  * step, with the raw text a test chooses (a host path, to check that clients never see it).
  */
 import type {
   CancelReason,
+  ContextAnswer,
+  ContextInfo,
+  ContextRequest,
   ExecSink,
   ExecSpec,
   ForkTarget,
@@ -34,8 +44,9 @@ import type {
   StateDescriptor,
   TemplateImage,
 } from '../../src/vm/machine.js';
-import { VmError } from '../../src/vm/machine.js';
+import { ProcChannelError, VmError } from '../../src/vm/machine.js';
 import { FakeFiles } from './fake-files.js';
+import { FakeProcesses } from './fake-processes.js';
 
 let ids = 0;
 
@@ -79,6 +90,9 @@ export class FakeMachine implements Machine {
   /** The last network policy applied, and how many times one was. */
   network: NetworkPolicy | null = null;
   networkResets = 0;
+  readonly procs = new FakeProcesses();
+  /** False: the machine predates the processes port (its `processes` throws). */
+  hasProcessPort = true;
 
   constructor(
     private readonly hv: FakeHypervisor,
@@ -87,6 +101,13 @@ export class FakeMachine implements Machine {
     this.memory = new Map(origin.memory);
     origin.retain();
     this.files = new FakeFiles(this.memory, () => hv.gate('file'));
+  }
+
+  get processes(): FakeProcesses {
+    if (!this.hasProcessPort) {
+      throw new ProcChannelError('unavailable', 'the machine has no processes port');
+    }
+    return this.procs;
   }
 
   async setNetwork(policy: NetworkPolicy): Promise<void> {
@@ -131,7 +152,31 @@ export class FakeMachine implements Machine {
       const end = (code: number): void => {
         if (this.running.delete(id)) sink.onExit(code);
       };
-      if (cmd === 'set') {
+      const context = spec.context ?? 'default';
+      if (context !== 'default' && !this.memory.has(`ctx:${context}`)) {
+        sink.onRejected?.('context_not_found');
+        end(1);
+        return;
+      }
+      if (spec.notebook || spec.context !== undefined) {
+        let count: number | null = null;
+        if (spec.notebook) {
+          count = Number(this.memory.get(`count:${context}`) ?? '0') + 1;
+          this.memory.set(`count:${context}`, String(count));
+        }
+        sink.onStart?.(count);
+      }
+      if (cmd === 'value') {
+        sink.onResult?.({ 'text/plain': args.join(' ') });
+        end(0);
+      } else if (cmd === 'raise') {
+        sink.onError?.({
+          name: args[0]!,
+          value: args.slice(1).join(' '),
+          traceback: 'Traceback',
+        });
+        end(1);
+      } else if (cmd === 'set') {
         this.memory.set(args[0]!, args.slice(1).join(' '));
         end(0);
       } else if (cmd === 'get') {
@@ -174,6 +219,46 @@ export class FakeMachine implements Machine {
   async ping(): Promise<boolean> {
     this.pings++;
     return this.alive && this.answersPings;
+  }
+
+  async contexts(request: ContextRequest): Promise<ContextAnswer> {
+    await this.hv.gate('context');
+    if (!this.alive) throw new VmError('died', this.deathReason);
+    const info = (id: string): ContextInfo => ({
+      id,
+      cwd: this.memory.get(`ctx:${id}`) ?? '/root',
+      execution_count: Number(this.memory.get(`count:${id}`) ?? '0'),
+    });
+    const exists = (id: string): boolean => id === 'default' || this.memory.has(`ctx:${id}`);
+    const notFound = (id: string): ContextAnswer => ({
+      error: { code: 'context_not_found', message: `context ${id} not found` },
+    });
+    if (request.action === 'list') {
+      const ids = [...this.memory.keys()].filter((k) => k.startsWith('ctx:'));
+      return { contexts: ['default', ...ids.map((k) => k.slice(4))].map(info) };
+    }
+    if (request.action === 'create') {
+      const id = request.context ?? `auto${this.nextExec++}`;
+      if (exists(id)) {
+        return { error: { code: 'context_exists', message: `context ${id} already exists` } };
+      }
+      if (request.cwd !== undefined && !request.cwd.startsWith('/')) {
+        return { error: { code: 'invalid_cwd', message: `cwd ${request.cwd}` } };
+      }
+      this.memory.set(`ctx:${id}`, request.cwd ?? '/root');
+      return { context: info(id) };
+    }
+    if (!exists(request.context)) return notFound(request.context);
+    if (request.action === 'restart') {
+      this.memory.delete(`count:${request.context}`);
+      return { context: info(request.context) };
+    }
+    if (request.context === 'default') {
+      return { error: { code: 'context_is_default', message: 'the default context' } };
+    }
+    this.memory.delete(`ctx:${request.context}`);
+    this.memory.delete(`count:${request.context}`);
+    return {};
   }
 
   /** The default environment the guest was given (`setEnv`). */
@@ -225,6 +310,7 @@ export class FakeMachine implements Machine {
     const sinks = [...this.running.values()];
     this.running.clear();
     for (const s of sinks) s.onLost(why);
+    this.procs.lose(why);
     this.listener?.(why);
   }
 
@@ -234,6 +320,7 @@ export class FakeMachine implements Machine {
     const sinks = [...this.running.values()];
     this.running.clear();
     for (const s of sinks) s.onLost(reason);
+    this.procs.lose(reason);
     this.origin.release();
     this.hv.destroyedIds.push(this.id);
   }
@@ -295,7 +382,7 @@ class FakeTarget implements ForkTarget {
   }
 }
 
-type Step = 'restore' | 'capture' | 'boot' | 'pause' | 'resume' | 'file';
+type Step = 'restore' | 'capture' | 'boot' | 'pause' | 'resume' | 'file' | 'context';
 /** Steps `failNext` can make fail. */
 export type FaultStep = 'restore' | 'resume' | 'capture' | 'pause' | 'setEnv' | 'adopt';
 

@@ -193,3 +193,104 @@ test('a worker that dies holding the REPL hello gets a fresh one', async () => {
     assert.equal(await next.exit, 0);
   });
 });
+
+test('a notebook exec in a context: its fields go to the worker, its start, results, errors and partial lines come back', async () => {
+  await withChannel(async (guest, channel) => {
+    const seen: unknown[] = [];
+    let exited!: (code: number) => void;
+    const exit = new Promise<number>((r) => (exited = r));
+    const id = channel.exec(
+      { language: 'python', code: 'x', context: 'c1', notebook: true },
+      {
+        onOutput: (stream, data, partial) => seen.push(['out', stream, data, partial]),
+        onStart: (count) => seen.push(['start', count]),
+        onResult: (data) => seen.push(['result', data]),
+        onError: (error) => seen.push(['error', error]),
+        onExit: (code) => exited(code),
+        onLost: () => exited(-1),
+      },
+    );
+    await until(() => guest.lines.repl.length === 2);
+    assert.deepEqual(guest.lines.repl[1], {
+      op: 'exec',
+      code: 'x',
+      context: 'c1',
+      notebook: true,
+      id,
+    });
+    guest.send('repl', { op: 'hello', nonce: guest.lines.repl[0]!.nonce });
+    guest.send('repl', { op: 'start', id, execution_count: 3 });
+    guest.send('repl', { op: 'out', id, stream: 'stdout', data: 'ab', partial: true });
+    guest.send('repl', { op: 'result', id, data: { 'text/plain': '1' } });
+    guest.send('repl', { op: 'exception', id, name: 'E', value: 'v', traceback: 7 });
+    guest.send('repl', { op: 'exit', id, code: 1 });
+    assert.equal(await exit, 1);
+    assert.deepEqual(seen, [
+      ['start', 3],
+      ['out', 'stdout', 'ab', true],
+      ['result', { 'text/plain': '1' }],
+      ['error', { name: 'E', value: 'v', traceback: '' }],
+    ]);
+  });
+});
+
+test('an exec the worker rejects says why before its exit', async () => {
+  await withChannel(async (guest, channel) => {
+    let rejected = '';
+    let exited!: (code: number) => void;
+    const exit = new Promise<number>((r) => (exited = r));
+    const id = channel.exec(
+      { language: 'python', code: 'x', context: 'nope' },
+      {
+        onOutput: () => undefined,
+        onRejected: (why) => (rejected = why),
+        onExit: (code) => exited(code),
+        onLost: () => exited(-1),
+      },
+    );
+    await until(() => guest.lines.repl.length === 2);
+    guest.send('repl', { op: 'hello', nonce: guest.lines.repl[0]!.nonce });
+    guest.send('repl', { op: 'exit', id, code: 1, rejected: 'context_not_found' });
+    assert.equal(await exit, 1);
+    assert.equal(rejected, 'context_not_found');
+  });
+});
+
+test('context requests take an exec id on the REPL port and resolve with the checked answer', async () => {
+  await withChannel(async (guest, channel) => {
+    const listed = channel.context({ action: 'list' }, 2000);
+    await until(() => guest.lines.repl.length === 2);
+    const { id } = guest.lines.repl[1] as { id: number };
+    assert.deepEqual(guest.lines.repl[1], { op: 'context', action: 'list', id });
+    guest.send('repl', { op: 'hello', nonce: guest.lines.repl[0]!.nonce });
+    const contexts = [{ id: 'default', cwd: '/root', execution_count: 2 }];
+    guest.send('repl', { op: 'context', id, contexts });
+    guest.send('repl', { op: 'exit', id, code: 0 });
+    assert.deepEqual(await listed, { contexts });
+
+    const failed = channel.context({ action: 'delete', context: 'x' }, 2000);
+    await until(() => guest.lines.repl.length === 3);
+    const other = (guest.lines.repl[2] as { id: number }).id;
+    guest.send('repl', { op: 'context', id: other, error: 'context_not_found', message: 'm' });
+    guest.send('repl', { op: 'exit', id: other, code: 0 });
+    assert.deepEqual(await failed, { error: { code: 'context_not_found', message: 'm' } });
+
+    const malformed = channel.context({ action: 'create' }, 2000);
+    await until(() => guest.lines.repl.length === 4);
+    const third = (guest.lines.repl[3] as { id: number }).id;
+    guest.send('repl', { op: 'context', id: third, context: { id: 3 } });
+    guest.send('repl', { op: 'exit', id: third, code: 0 });
+    assert.equal((await malformed).error?.code, 'bad_answer');
+  });
+});
+
+test('a context request the worker never answers, or dies in, rejects', async () => {
+  await withChannel(async (guest, channel) => {
+    await assert.rejects(channel.context({ action: 'list' }, 50), /did not answer within 50 ms/);
+    const dying = channel.context({ action: 'list' }, 2000);
+    await until(() => guest.lines.repl.length === 3);
+    const { id } = guest.lines.repl[2] as { id: number };
+    guest.send('repl', { op: 'repl_died', code: 9, upto: id });
+    await assert.rejects(dying, /exited before it answered/);
+  });
+});

@@ -119,3 +119,21 @@ test('the TCG translation buffer defaults to 32 MiB: 16 thrashed under the data 
   assert.equal(loadConfig({}).tcgTbMib, 32);
   assert.equal(loadConfig({ SERVICE_TCG_TB_MIB: '16' }).tcgTbMib, 16);
 });
+
+test('SERVICE_E2B_ADDR: the native host on 49982 by default, port 0 with a native port 0, off', () => {
+  assert.deepEqual(loadConfig({}).e2bAddr, { host: '127.0.0.1', port: 49982 });
+  assert.deepEqual(loadConfig({ SERVICE_HOSTD_ADDR: '0.0.0.0:8080' }).e2bAddr, {
+    host: '0.0.0.0',
+    port: 49982,
+  });
+  assert.deepEqual(loadConfig({ SERVICE_HOSTD_ADDR: '127.0.0.1:0' }).e2bAddr, {
+    host: '127.0.0.1',
+    port: 0,
+  });
+  assert.deepEqual(loadConfig({ SERVICE_E2B_ADDR: '[::1]:9000' }).e2bAddr, {
+    host: '::1',
+    port: 9000,
+  });
+  assert.equal(loadConfig({ SERVICE_E2B_ADDR: 'off' }).e2bAddr, null);
+  assert.throws(() => loadConfig({ SERVICE_E2B_ADDR: 'nonsense' }), /SERVICE_E2B_ADDR/);
+});

@@ -181,3 +181,23 @@ test('the image manifest can set the TCG command-line addition and CPU model', (
   assert.deepEqual(argAfter(args, '-append'), ['console=ttyS0 quiet tsc_early_khz=1000']);
   assert.deepEqual(argAfter(args, '-cpu'), ['qemu64,+rdrand']);
 });
+
+test('machines booted now have the processes port; states frozen before it keep their five ports', () => {
+  const withPort = qemuArgs(
+    { ...spec, procPort: true },
+    { ...paths, procSocket: '/s/proc.sock' },
+    { kind: 'clone', memPath: '/m' },
+  );
+  assert.ok(argAfter(withPort, '-device').includes('virtio-serial-device,max_ports=6'));
+  assert.ok(argAfter(withPort, '-device').includes('virtserialport,chardev=proc,name=hostd.proc'));
+  assert.ok(
+    argAfter(withPort, '-chardev').includes('socket,id=proc,path=/s/proc.sock,server=on,wait=off'),
+  );
+  const before = qemuArgs(
+    spec,
+    { ...paths, procSocket: '/s/proc.sock' },
+    { kind: 'clone', memPath: '/m' },
+  );
+  assert.ok(argAfter(before, '-device').includes('virtio-serial-device,max_ports=5'));
+  assert.ok(!before.some((a) => a.includes('hostd.proc')));
+});

@@ -638,3 +638,104 @@ describe('environment and rich outputs', () => {
     await manager.shutdown();
   });
 });
+
+describe('notebook cells and contexts', () => {
+  const events = async (
+    manager: SandboxManager,
+    id: string,
+    code: string,
+    options: { context?: string; notebook?: boolean } = {},
+  ): Promise<ExecEvent[]> => {
+    const out: ExecEvent[] = [];
+    const execRun = await manager.exec(id, { code, language: 'python', ...options });
+    await execRun.started;
+    for await (const e of execRun) out.push(e);
+    return out;
+  };
+
+  test('a notebook cell starts with its execution count, then its result or error', async () => {
+    const { manager } = await started();
+    const { id } = await manager.create({ template: 'slim' });
+    const first = await events(manager, id, 'value 2', { notebook: true });
+    assert.deepEqual(
+      first.map((e) => [e.type, e.data]),
+      [
+        ['execution_count', 1],
+        ['result', { 'text/plain': '2' }],
+        ['exit', 0],
+      ],
+    );
+    const second = await events(manager, id, 'raise NameError x', { notebook: true });
+    assert.deepEqual(
+      second.map((e) => [e.type, e.data]),
+      [
+        ['execution_count', 2],
+        ['error', { name: 'NameError', value: 'x', traceback: 'Traceback' }],
+        ['exit', 1],
+      ],
+    );
+    assert.deepEqual(
+      (await run(manager, id, 'print 1')).map((e) => e.type),
+      ['stdout', 'exit'],
+      'a plain exec has no count',
+    );
+    await manager.shutdown();
+  });
+
+  test('contexts are created, listed, restarted and deleted through the sandbox turn', async () => {
+    const { manager } = await started();
+    const { id } = await manager.create({ template: 'slim' });
+    const created = await manager.contexts.create(id, { context: 'c1', cwd: '/tmp' });
+    assert.deepEqual(created, { id: 'c1', cwd: '/tmp', execution_count: 0 });
+    await events(manager, id, 'value 1', { context: 'c1', notebook: true });
+    assert.deepEqual(
+      (await manager.contexts.list(id)).map((c) => [c.id, c.execution_count]),
+      [
+        ['default', 0],
+        ['c1', 1],
+      ],
+    );
+    assert.equal((await manager.contexts.restart(id, 'c1')).execution_count, 0);
+    await manager.contexts.delete(id, 'c1');
+    assert.deepEqual(
+      (await manager.contexts.list(id)).map((c) => c.id),
+      ['default'],
+    );
+    await manager.shutdown();
+  });
+
+  test('what the guest refuses becomes registry errors', async () => {
+    const { manager } = await started();
+    const { id } = await manager.create({ template: 'slim' });
+    await manager.contexts.create(id, { context: 'c1' });
+    await rejectsWith(manager.contexts.create(id, { context: 'c1' }), 'contextExists');
+    await rejectsWith(manager.contexts.delete(id, 'nope'), 'contextNotFound');
+    await rejectsWith(manager.contexts.restart(id, 'nope'), 'contextNotFound');
+    await rejectsWith(manager.contexts.delete(id, 'default'), 'contextIsDefault');
+    await rejectsWith(manager.contexts.create(id, { cwd: 'relative' }), 'invalidField');
+    await rejectsWith(manager.contexts.list('sbx_unknown'), 'sandboxNotFound');
+    await manager.shutdown();
+  });
+
+  test('an exec in a context the sandbox lacks is context_not_found, and the turn moves on', async () => {
+    const { manager } = await started();
+    const { id } = await manager.create({ template: 'slim' });
+    const execRun = await manager.exec(id, { code: 'print 1', language: 'python', context: 'x' });
+    const err = await rejectsWith(execRun.started, 'contextNotFound');
+    assert.equal(err.status, 404);
+    assert.equal(await stdout(manager, id, 'print next'), 'next');
+    await manager.shutdown();
+  });
+
+  test('fork children have their parent’s contexts', async () => {
+    const { manager } = await started();
+    const { id } = await manager.create({ template: 'slim' });
+    await manager.contexts.create(id, { context: 'c1' });
+    const [child] = await manager.fork(id, 1);
+    assert.deepEqual(
+      (await manager.contexts.list(child!.id)).map((c) => c.id),
+      ['default', 'c1'],
+    );
+    await manager.shutdown();
+  });
+});

@@ -1,6 +1,14 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseCreate, parseExec, parseFork, parseGuestPath } from '../../src/api/validate.js';
+import {
+  parseContextCreate,
+  parseCreate,
+  parseExec,
+  parseFork,
+  parseGuestPath,
+  parseSetTimeout,
+  parseSnapshot,
+} from '../../src/api/validate.js';
 import { HostdError, type ErrorName } from '../../src/errors.js';
 
 /** Throws `invalid_request` from registry entry `entry`, about `field` when one is given. */
@@ -22,6 +30,47 @@ test('create accepts no body, {} and a template name', () => {
   rejects400(() => parseCreate({ template: 3 }), 'invalidField', 'template');
   rejects400(() => parseCreate([]), 'bodyNotObject');
   rejects400(() => parseCreate({ tmpl: 'x' }), 'unknownField', 'tmpl');
+});
+
+test('create takes metadata (string labels) and a lifetime; on_timeout needs a timeout', () => {
+  assert.deepEqual(parseCreate({ metadata: { a: 'b' }, timeout: 300 }), {
+    metadata: { a: 'b' },
+    lifetime: { timeoutS: 300, onTimeout: 'delete' },
+  });
+  assert.deepEqual(parseCreate({ timeout: 0.5, on_timeout: 'pause' }).lifetime, {
+    timeoutS: 0.5,
+    onTimeout: 'pause',
+  });
+  rejects400(() => parseCreate({ metadata: { a: 1 } }), 'invalidField', 'metadata.a');
+  rejects400(() => parseCreate({ metadata: ['x'] }), 'invalidField', 'metadata');
+  const many = Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`k${i}`, 'v']));
+  rejects400(() => parseCreate({ metadata: many }), 'invalidField', 'metadata');
+  rejects400(() => parseCreate({ timeout: 0 }), 'invalidField', 'timeout');
+  rejects400(() => parseCreate({ timeout: 31 * 86400 }), 'invalidField', 'timeout');
+  rejects400(() => parseCreate({ timeout: '300' }), 'invalidField', 'timeout');
+  rejects400(() => parseCreate({ on_timeout: 'pause' }), 'invalidField', 'timeout');
+  rejects400(() => parseCreate({ timeout: 5, on_timeout: 'kill' }), 'invalidField', 'on_timeout');
+});
+
+test('set timeout: seconds or null, required; on_timeout optional', () => {
+  assert.deepEqual(parseSetTimeout({ timeout: 60 }), { timeoutS: 60 });
+  assert.deepEqual(parseSetTimeout({ timeout: null }), { timeoutS: null });
+  assert.deepEqual(parseSetTimeout({ timeout: 5, on_timeout: 'pause' }), {
+    timeoutS: 5,
+    onTimeout: 'pause',
+  });
+  rejects400(() => parseSetTimeout({}), 'invalidField', 'timeout');
+  rejects400(() => parseSetTimeout(undefined), 'bodyNotObject');
+  rejects400(() => parseSetTimeout({ timeout: -1 }), 'invalidField', 'timeout');
+});
+
+test('snapshot takes no body or a printable name', () => {
+  assert.deepEqual(parseSnapshot(undefined), { name: null });
+  assert.deepEqual(parseSnapshot({ name: 'team/base:v1' }), { name: 'team/base:v1' });
+  rejects400(() => parseSnapshot({ name: '' }), 'invalidField', 'name');
+  rejects400(() => parseSnapshot({ name: 'a\nb' }), 'invalidField', 'name');
+  rejects400(() => parseSnapshot({ name: 'x'.repeat(129) }), 'invalidField', 'name');
+  rejects400(() => parseSnapshot({ label: 'x' }), 'unknownField', 'label');
 });
 
 test('exec needs code; language defaults to python; timeout is seconds', () => {
@@ -78,6 +127,38 @@ test('exec takes env, an absolute cwd and display', () => {
   assert.deepEqual(parseExec({ code: 'x', display: false }), { code: 'x', language: 'python' });
   rejects400(() => parseExec({ code: 'x', cwd: 'tmp' }), 'invalidField', 'cwd');
   rejects400(() => parseExec({ code: 'x', display: 'yes' }), 'invalidField', 'display');
+});
+
+test('exec takes a context id and notebook mode, for Python only', () => {
+  assert.deepEqual(parseExec({ code: 'x', context: 'ctx-1.a_b', notebook: true }), {
+    code: 'x',
+    language: 'python',
+    context: 'ctx-1.a_b',
+    notebook: true,
+  });
+  assert.deepEqual(parseExec({ code: 'x', notebook: false }), { code: 'x', language: 'python' });
+  for (const bad of ['', '-x', 'a/b', 'x'.repeat(65), 7, 'a b']) {
+    rejects400(() => parseExec({ code: 'x', context: bad }), 'invalidField', 'context');
+  }
+  rejects400(() => parseExec({ code: 'x', notebook: 1 }), 'invalidField', 'notebook');
+  rejects400(
+    () => parseExec({ code: 'x', language: 'bash', notebook: true }),
+    'invalidField',
+    'notebook',
+  );
+  rejects400(
+    () => parseExec({ code: 'x', language: 'bash', context: 'c' }),
+    'invalidField',
+    'context',
+  );
+});
+
+test('a context is created from nothing, or its id and an absolute cwd', () => {
+  assert.deepEqual(parseContextCreate(undefined), {});
+  assert.deepEqual(parseContextCreate({ id: 'c1', cwd: '/tmp' }), { context: 'c1', cwd: '/tmp' });
+  rejects400(() => parseContextCreate({ id: 'a/b' }), 'invalidField', 'id');
+  rejects400(() => parseContextCreate({ cwd: 'tmp' }), 'invalidField', 'cwd');
+  rejects400(() => parseContextCreate({ language: 'python' }), 'unknownField', 'language');
 });
 
 test('a file path is one absolute path: missing, repeated, relative, NUL and .. are refused', () => {

@@ -30,12 +30,18 @@ if AGENT_DIR not in sys.path:
 
 
 class Result:
-    def __init__(self, events, code):
-        self.events = events                       # `out` and `display` messages, in order
+    def __init__(self, events, code, rejected=None):
+        self.events = events                       # the exec's messages but its exit, in order
         self.code = code
+        self.rejected = rejected                   # why the exec was not run, if it was not
         self.stdout = [m["data"] for m in events if m.get("stream") == "stdout"]
         self.stderr = [m["data"] for m in events if m.get("stream") == "stderr"]
         self.displays = [m["data"] for m in events if m["op"] == "display"]
+        # Notebook mode and contexts (docs/api.md, "Notebook mode")
+        self.results = [m["data"] for m in events if m["op"] == "result"]
+        self.exceptions = [m for m in events if m["op"] == "exception"]
+        self.starts = [m for m in events if m["op"] == "start"]
+        self.answers = [m for m in events if m["op"] == "context"]
 
 
 class Port:
@@ -144,8 +150,17 @@ class AgentProcess:
 
     # ---- execs ------------------------------------------------------------------------------
 
+    def context(self, action, **fields):
+        """A context request (create, list, delete, restart) on the REPL port; its answer."""
+        exec_id, self.next_id = self.next_id, self.next_id + 1
+        self.send_repl(dict(op="context", id=exec_id, action=action, **fields))
+        result = self.collect(exec_id)
+        assert result.code == 0 and len(result.answers) == 1, result.events
+        return result.answers[0]
+
     def start(self, code, language="python", **options):
-        """Sends an exec (options: env, cwd, display) to the port of its language."""
+        """Sends an exec (options: env, cwd, display, context, notebook) to the port of its
+        language."""
         exec_id, self.next_id = self.next_id, self.next_id + 1
         msg = dict(op="exec", id=exec_id, code=code, **options)
         if language == "python":
@@ -166,10 +181,11 @@ class AgentProcess:
             msg = port.recv(max(0.01, deadline - time.monotonic()))
             if msg["op"] == "repl_died" or msg.get("id") in ignore:
                 continue
-            if msg.get("id") != exec_id or msg["op"] not in ("out", "display", "exit"):
+            if msg.get("id") != exec_id or msg["op"] not in (
+                    "out", "display", "exit", "result", "exception", "start", "context"):
                 raise AssertionError("unexpected message %r" % (msg,))
             if msg["op"] == "exit":
-                return Result(events, msg["code"])
+                return Result(events, msg["code"], msg.get("rejected"))
             events.append(msg)
 
     def run(self, code, language="python", timeout=15.0, **options):

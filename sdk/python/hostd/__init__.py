@@ -17,6 +17,8 @@ from ._errors import (
     AuthenticationError,
     AuthenticationException,
     ConnectionException,
+    ContextExistsError,
+    ContextNotFoundError,
     ExecutorError,
     ExecutorException,
     HostdError,
@@ -55,6 +57,8 @@ from ._snapshot import AsyncSnapshot, Snapshot
 from ._template import AsyncTemplate, Template
 from ._trace import traceparent
 from ._types import (
+    CellError,
+    ContextInfo,
     Display,
     EntryInfo,
     EventType,
@@ -80,8 +84,12 @@ __all__ = [
     "AsyncTemplate",
     "AuthenticationError",
     "AuthenticationException",
+    "CellError",
     "ClientConfig",
     "ConnectionException",
+    "ContextExistsError",
+    "ContextInfo",
+    "ContextNotFoundError",
     "DEFAULT_BASE_URL",
     "DEFAULT_MAX_RETRIES",
     "DEFAULT_REQUEST_TIMEOUT",

@@ -98,6 +98,10 @@ class AsyncFiles:
         """Creates directory ``path`` and its parents; no error if it exists."""
         await _ahttp.call_bytes(self._config, _calls.mkdir(self._id, path))
 
+    async def move(self, path: str, to: str) -> str:
+        """Renames ``path`` to ``to``; see Files.move."""
+        return (await _ahttp.call_json(self._config, _calls.move(self._id, path, to)))["path"]
+
     async def remove(self, path: str, recursive: bool = False) -> None:
         """Removes the file or symlink at ``path``, or a whole directory with ``recursive=True``."""
         await _ahttp.call_bytes(self._config, _calls.remove(self._id, path, recursive))

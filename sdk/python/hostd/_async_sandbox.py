@@ -13,7 +13,7 @@ from ._errors import HostdError
 from ._exec import aexec_events
 from ._sandbox import _Collector, gone
 from ._snapshot import AsyncSnapshot, Snapshot
-from ._types import Display, ExecEvent, RunResult, SandboxInfo
+from ._types import CellError, ContextInfo, Display, ExecEvent, RunResult, SandboxInfo
 
 
 class _Creating:
@@ -60,6 +60,9 @@ class AsyncSandbox:
         snapshot: Union[Snapshot, AsyncSnapshot, str, None] = None,
         env: Optional[Dict[str, str]] = None,
         allow_out: Optional[List[str]] = None,
+        metadata: Optional[Dict[str, str]] = None,
+        timeout: Optional[float] = None,
+        on_timeout: Optional[str] = None,
         request_timeout: Optional[float] = None,
         max_retries: Optional[int] = None,
     ) -> _Creating:
@@ -68,7 +71,7 @@ class AsyncSandbox:
         snapshot_id = snapshot if snapshot is None or isinstance(snapshot, str) else snapshot.id
 
         async def created() -> "AsyncSandbox":
-            body = await _ahttp.call_json(config, _calls.create(template, snapshot_id, env, allow_out))
+            body = await _ahttp.call_json(config, _calls.create(template, snapshot_id, env, allow_out, metadata, timeout, on_timeout))
             return cls(body["id"], config)
 
         return _Creating(created())
@@ -114,6 +117,8 @@ class AsyncSandbox:
         env: Optional[Dict[str, str]] = None,
         cwd: Optional[str] = None,
         display: Optional[bool] = None,
+        context: Optional[str] = None,
+        notebook: Optional[bool] = None,
     ) -> AsyncIterator[ExecEvent]:
         """Runs code and yields its events as they arrive; see Sandbox.exec. Closing the
         generator (``await events.aclose()``, or ``contextlib.aclosing``) closes the connection,
@@ -123,7 +128,9 @@ class AsyncSandbox:
             async for event in sandbox.exec("print(1)"):
                 print(event.type, event.data)
         """
-        call = _calls.exec_code(self._config, self.id, code, language, timeout, env, cwd, display)
+        call = _calls.exec_code(
+            self._config, self.id, code, language, timeout, env, cwd, display, context, notebook
+        )
         async for event in aexec_events(await _ahttp.send(self._config, call)):
             yield event
 
@@ -139,12 +146,35 @@ class AsyncSandbox:
         cwd: Optional[str] = None,
         display: Optional[bool] = None,
         on_display: Optional[Callable[[Display], None]] = None,
+        context: Optional[str] = None,
+        notebook: Optional[bool] = None,
+        on_result: Optional[Callable[[Display], None]] = None,
+        on_error: Optional[Callable[[CellError], None]] = None,
     ) -> RunResult:
         """Runs code to completion and collects its output; see Sandbox.run."""
-        collected = _Collector(on_stdout, on_stderr, on_display)
-        async for event in self.exec(code, language, timeout, env=env, cwd=cwd, display=display):
+        collected = _Collector(on_stdout, on_stderr, on_display, on_result, on_error)
+        events = self.exec(
+            code, language, timeout, env=env, cwd=cwd, display=display, context=context, notebook=notebook
+        )
+        async for event in events:
             collected.add(event)
         return collected.result()
+
+    async def create_context(self, id: Optional[str] = None, cwd: Optional[str] = None) -> ContextInfo:
+        """Creates a REPL context; see Sandbox.create_context."""
+        return await _ahttp.call_json(self._config, _calls.create_context(self.id, id, cwd))
+
+    async def list_contexts(self) -> List[ContextInfo]:
+        """The sandbox's REPL contexts, ``default`` first."""
+        return (await _ahttp.call_json(self._config, _calls.list_contexts(self.id)))["contexts"]
+
+    async def restart_context(self, context: str) -> ContextInfo:
+        """Gives a context a fresh namespace; see Sandbox.restart_context."""
+        return await _ahttp.call_json(self._config, _calls.restart_context(self.id, context))
+
+    async def delete_context(self, context: str) -> None:
+        """Deletes a context (not ``default``)."""
+        await _ahttp.call_bytes(self._config, _calls.delete_context(self.id, context))
 
     async def fork(self, n: int) -> List["AsyncSandbox"]:
         """Creates ``n`` (1 to 32) copy-on-write children; see Sandbox.fork."""
@@ -156,13 +186,17 @@ class AsyncSandbox:
         winner_id = winner if isinstance(winner, str) else winner.id
         await _ahttp.call_bytes(self._config, _calls.merge(self.id, winner_id))
 
-    async def snapshot(self) -> AsyncSnapshot:
+    async def snapshot(self, name: Optional[str] = None) -> AsyncSnapshot:
         """Saves this sandbox's whole state as a snapshot; see Sandbox.snapshot."""
-        return AsyncSnapshot(await _ahttp.call_json(self._config, _calls.take_snapshot(self.id)), self._config)
+        return AsyncSnapshot(await _ahttp.call_json(self._config, _calls.take_snapshot(self.id, name)), self._config)
 
     async def pause(self) -> None:
         """Writes the sandbox to disk and stops its VM; see Sandbox.pause."""
         await _ahttp.call_bytes(self._config, _calls.pause(self.id))
+
+    async def set_timeout(self, timeout: Optional[float], on_timeout: Optional[str] = None) -> SandboxInfo:
+        """Sets the sandbox's lifetime; see Sandbox.set_timeout."""
+        return await _ahttp.call_json(self._config, _calls.set_timeout(self.id, timeout, on_timeout))  # type: ignore[return-value]
 
     async def resume(self) -> None:
         """Starts a paused sandbox again now, rather than on its next use."""

@@ -63,6 +63,9 @@ def create(
     snapshot: Optional[str],
     env: Optional[Dict[str, str]],
     allow_out: Optional[List[str]],
+    metadata: Optional[Dict[str, str]] = None,
+    timeout: Optional[float] = None,
+    on_timeout: Optional[str] = None,
 ) -> Call:
     body: Dict[str, Any] = {}
     if template is not None:
@@ -73,6 +76,12 @@ def create(
         body["env"] = dict(env)
     if allow_out is not None:
         body["network"] = {"allow_out": list(allow_out)}
+    if metadata is not None:
+        body["metadata"] = dict(metadata)
+    if timeout is not None:
+        body["timeout"] = timeout
+    if on_timeout is not None:
+        body["on_timeout"] = on_timeout
     return Call("POST", "/v1/sandboxes", json=body)
 
 
@@ -93,6 +102,8 @@ def exec_code(
     env: Optional[Dict[str, str]],
     cwd: Optional[str],
     display: Optional[bool],
+    context: Optional[str] = None,
+    notebook: Optional[bool] = None,
 ) -> Call:
     body: Dict[str, Any] = {"code": code, "language": language}
     if timeout is not None:
@@ -103,6 +114,10 @@ def exec_code(
         body["cwd"] = cwd
     if display is not None:
         body["display"] = display
+    if context is not None:
+        body["context"] = context
+    if notebook is not None:
+        body["notebook"] = notebook
     # A running exec may print nothing for as long as its own timeout allows; without one, for
     # as long as the code runs.
     silence = config.request_timeout
@@ -116,6 +131,27 @@ def exec_code(
     )
 
 
+def create_context(sandbox_id: str, context_id: Optional[str], cwd: Optional[str]) -> Call:
+    body: Dict[str, Any] = {}
+    if context_id is not None:
+        body["id"] = context_id
+    if cwd is not None:
+        body["cwd"] = cwd
+    return Call("POST", sandbox_path(sandbox_id, "/contexts"), json=body)
+
+
+def list_contexts(sandbox_id: str) -> Call:
+    return Call("GET", sandbox_path(sandbox_id, "/contexts"))
+
+
+def restart_context(sandbox_id: str, context: str) -> Call:
+    return Call("POST", sandbox_path(sandbox_id, "/contexts/%s/restart" % quote(context, safe="")))
+
+
+def delete_context(sandbox_id: str, context: str) -> Call:
+    return Call("DELETE", sandbox_path(sandbox_id, "/contexts/%s" % quote(context, safe="")))
+
+
 def fork(sandbox_id: str, n: int) -> Call:
     return Call("POST", sandbox_path(sandbox_id, "/fork"), json={"n": n})
 
@@ -124,12 +160,21 @@ def merge(sandbox_id: str, winner_id: str) -> Call:
     return Call("POST", sandbox_path(sandbox_id, "/merge_into/%s" % quote(winner_id, safe="")))
 
 
-def take_snapshot(sandbox_id: str) -> Call:
-    return Call("POST", sandbox_path(sandbox_id, "/snapshot"))
+def take_snapshot(sandbox_id: str, name: Optional[str] = None) -> Call:
+    if name is None:
+        return Call("POST", sandbox_path(sandbox_id, "/snapshot"))
+    return Call("POST", sandbox_path(sandbox_id, "/snapshot"), json={"name": name})
 
 
 def pause(sandbox_id: str) -> Call:
     return Call("POST", sandbox_path(sandbox_id, "/pause"))
+
+
+def set_timeout(sandbox_id: str, timeout: Optional[float], on_timeout: Optional[str]) -> Call:
+    body: Dict[str, Any] = {"timeout": timeout}
+    if on_timeout is not None:
+        body["on_timeout"] = on_timeout
+    return Call("POST", sandbox_path(sandbox_id, "/timeout"), json=body)
 
 
 def resume(sandbox_id: str) -> Call:
@@ -178,6 +223,10 @@ def stat(sandbox_id: str, path: str) -> Call:
 
 def mkdir(sandbox_id: str, path: str) -> Call:
     return Call("POST", _files(sandbox_id, "/mkdir"), query={"path": path})
+
+
+def move(sandbox_id: str, path: str, to: str) -> Call:
+    return Call("POST", _files(sandbox_id, "/move"), query={"path": path, "to": to})
 
 
 def remove(sandbox_id: str, path: str, recursive: bool) -> Call:

@@ -46,4 +46,8 @@ def to_display(data: MimeBundle) -> Display:
             fields[name] = decoded
     if "application/json" in data:
         fields["json"] = data["application/json"]
+    if isinstance(data.get("application/vnd.hostd.dataframe+json"), dict):
+        fields["dataframe"] = data["application/vnd.hostd.dataframe+json"]
+    if isinstance(data.get("application/vnd.hostd.chart+json"), dict):
+        fields["chart"] = data["application/vnd.hostd.chart+json"]
     return Display(data=data, **fields)

@@ -19,6 +19,9 @@ codes are the TypeScript SDK's.
 ``file_not_found``                                              SandboxFileNotFoundError     NotFoundError, and the
                                                                                              builtin FileNotFoundError
 ``route_not_found``                                             RouteNotFoundError           NotFoundError
+``context_not_found``                                           ContextNotFoundError         NotFoundError
+``context_exists`` (409)                                        ContextExistsError           InvalidRequestError
+``context_is_default``                                          InvalidRequestError          HostdError
 ``limit_reached`` (429)                                         RateLimitError               HostdError
 ``executor_error``, ``internal_error``                          ExecutorError                HostdError
 ``template_failed``                                             TemplateFailedError          ExecutorError
@@ -134,6 +137,18 @@ class RouteNotFoundError(NotFoundError):
     """The server has no such route: it is older than this SDK (a feature it lacks yet)."""
 
     code = "route_not_found"
+
+
+class ContextNotFoundError(NotFoundError):
+    """An exec or a request named a REPL context the sandbox does not have."""
+
+    code = "context_not_found"
+
+
+class ContextExistsError(InvalidRequestError):
+    """A context was created under an id the sandbox already has."""
+
+    code = "context_exists"
 
 
 class RateLimitError(HostdError):
@@ -256,6 +271,9 @@ _CLASS_BY_CODE: Dict[str, Type[HostdError]] = {
     "snapshot_not_found": SnapshotNotFoundError,
     "file_not_found": SandboxFileNotFoundError,
     "route_not_found": RouteNotFoundError,
+    "context_not_found": ContextNotFoundError,
+    "context_exists": ContextExistsError,
+    "context_is_default": InvalidRequestError,
     "limit_reached": RateLimitError,
     "executor_error": ExecutorError,
     "internal_error": ExecutorError,

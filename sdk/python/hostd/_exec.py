@@ -10,7 +10,7 @@ import json
 from typing import TYPE_CHECKING, AsyncIterator, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from ._errors import ConnectionException, ExecutorError, RequestTimeoutError
-from ._types import ExecEvent
+from ._types import CellError, ExecEvent
 
 if TYPE_CHECKING:
     from ._ahttp import AsyncResponse
@@ -30,13 +30,17 @@ def parse_event(line: str) -> Tuple[int, Optional[ExecEvent]]:
     kind, data = value.get("type"), value.get("data")
     ts = int(value.get("ts", 0))
     if kind in ("stdout", "stderr") and isinstance(data, str):
+        return seq, ExecEvent(kind, data, seq, ts, partial=value.get("partial") is True)
+    if kind in ("display", "result") and isinstance(data, dict):
         return seq, ExecEvent(kind, data, seq, ts)
-    if kind == "display" and isinstance(data, dict):
-        return seq, ExecEvent(kind, data, seq, ts)
-    if kind == "exit" and isinstance(data, int) and not isinstance(data, bool):
-        error = value.get("error")
+    if kind in ("exit", "execution_count") and isinstance(data, int) and not isinstance(data, bool):
+        error = value.get("error") if kind == "exit" else None
         return seq, ExecEvent(kind, data, seq, ts, None if error is None else str(error))
-    if kind in ("stdout", "stderr", "display", "exit"):
+    if kind == "error" and isinstance(data, dict) and all(
+        isinstance(data.get(k), str) for k in ("name", "value", "traceback")
+    ):
+        return seq, ExecEvent(kind, CellError(data["name"], data["value"], data["traceback"]), seq, ts)
+    if kind in ("stdout", "stderr", "display", "result", "execution_count", "error", "exit"):
         raise ExecutorError("hostd sent a malformed exec event: %s" % line[:200])
     return seq, None
 

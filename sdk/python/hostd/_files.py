@@ -112,6 +112,11 @@ class Files:
         """Creates directory ``path`` and its parents; no error if it exists."""
         _http.call_bytes(self._config, _calls.mkdir(self._id, path))
 
+    def move(self, path: str, to: str) -> str:
+        """Renames ``path`` to ``to`` (a file or a whole directory), making ``to``'s parents;
+        returns the new path. A file at ``to`` is replaced."""
+        return _http.call_json(self._config, _calls.move(self._id, path, to))["path"]
+
     def remove(self, path: str, recursive: bool = False) -> None:
         """Removes the file or symlink at ``path``, or a whole directory with ``recursive=True``
         (without it, a directory is InvalidRequestError with code ``is_a_directory``)."""

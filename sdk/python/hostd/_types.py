@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Literal, Optional, TypedDict, Union
 
-#: The kinds of exec events: output lines, rich outputs (with ``display=True``), the exit code.
-EventType = Literal["stdout", "stderr", "display", "exit"]
+#: The kinds of exec events: output lines, rich outputs (with ``display=True``), a notebook
+#: cell's count, value and exception (with ``notebook=True``), the exit code.
+EventType = Literal["stdout", "stderr", "display", "execution_count", "result", "error", "exit"]
 
 #: A MIME bundle as in Jupyter's display protocol: ``image/png`` and ``image/jpeg`` are base64,
 #: ``text/*`` and ``image/svg+xml`` strings, ``application/json`` any JSON value.
@@ -20,17 +21,30 @@ MimeBundle = Dict[str, Any]
 class ExecEvent:
     """One event of an exec stream.
 
-    ``type`` ``"stdout"`` or ``"stderr"``: ``data`` is one line, without its newline;
-    ``"display"``: ``data`` is a MIME bundle; ``"exit"``: ``data`` is the exit code. ``seq``
-    counts from 0 within one exec; ``ts`` is host wall-clock milliseconds. ``error`` is set only
-    on hostd's in-stream failure report, which the SDK raises as ExecutorError instead.
+    ``type`` ``"stdout"`` or ``"stderr"``: ``data`` is one line, without its newline (in a
+    notebook cell ``partial`` says it does not end its line); ``"display"`` and ``"result"``:
+    ``data`` is a MIME bundle; ``"execution_count"``: ``data`` is the notebook cell's count;
+    ``"error"``: ``data`` is a CellError; ``"exit"``: ``data`` is the exit code. ``seq`` counts
+    from 0 within one exec; ``ts`` is host wall-clock milliseconds. ``error`` is set only on
+    hostd's in-stream failure report, which the SDK raises as ExecutorError instead.
     """
 
     type: EventType
-    data: Union[str, int, MimeBundle]
+    data: Union[str, int, MimeBundle, "CellError"]
     seq: int
     ts: int
     error: Optional[str] = None
+    partial: bool = False
+
+
+@dataclass(frozen=True)
+class CellError:
+    """A notebook cell's uncaught exception: its class name (``NameError``), its message, and
+    its traceback as Python prints it."""
+
+    name: str
+    value: str
+    traceback: str
 
 
 @dataclass(frozen=True)
@@ -51,6 +65,10 @@ class Display:
     jpeg: Optional[bytes] = None
     #: ``application/json``.
     json: Any = None
+    #: Notebook cells: a DataFrame's columns, ``{column: [value, ...]}``.
+    dataframe: Optional[Dict[str, List[Any]]] = None
+    #: Notebook cells: what a matplotlib figure plots (docs/api.md, Notebook mode).
+    chart: Optional[Dict[str, Any]] = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +80,21 @@ class RunResult:
     stderr: str
     exit_code: int
     displays: List[Display] = field(default_factory=list)
+    #: Notebook cells: the value of the last expression (None when it had none).
+    result: Optional[Display] = None
+    #: Notebook cells: the uncaught exception, if there was one.
+    error: Optional[CellError] = None
+    #: Notebook cells: the cell's execution count in its context.
+    execution_count: Optional[int] = None
+
+
+class ContextInfo(TypedDict):
+    """A REPL context (docs/api.md, Contexts): ``id`` (``default`` for the REPL's own
+    namespace), its working directory, and the notebook cells it has run."""
+
+    id: str
+    cwd: str
+    execution_count: int
 
 
 class NetworkInfo(TypedDict):
@@ -101,6 +134,16 @@ class SandboxInfo(_SandboxInfoRequired, total=False):
     network: NetworkInfo
     memory_mib: Optional[float]
     merged_from: List[MergeInfo]
+    #: The labels given at create (``{}`` without).
+    metadata: Dict[str, str]
+    #: Its lifetime in seconds of running time, or None.
+    timeout: Optional[float]
+    #: ``delete`` or ``pause``: what happens when its lifetime is up; None without one.
+    on_timeout: Optional[str]
+    #: When a running sandbox's lifetime ends (ISO 8601); None while paused or without one.
+    expires_at: Optional[str]
+    #: Why a paused sandbox is paused (``request``, ``lifetime``, ``idle``, ``shutdown``); None while it runs.
+    paused_by: Optional[str]
 
 
 class _EntryInfoRequired(TypedDict):
@@ -144,6 +187,8 @@ class SnapshotInfo(TypedDict):
     size_bytes: int
     created_at: str
     sandboxes: int
+    #: The name it was given, or None.
+    name: Optional[str]
 
 
 class TemplateInfo(TypedDict):

@@ -23,6 +23,11 @@ PROBES = {
         Call("POST", _NOBODY + "/exec", json={"code": "", "env": {}, "cwd": "/", "display": False}),
         "invalid_request",
     ),
+    "notebook": (
+        "notebook cells and contexts",
+        Call("POST", _NOBODY + "/exec", json={"code": "", "context": "default", "notebook": False}),
+        "invalid_request",
+    ),
     "create-options": (
         "create env and network",
         Call(

@@ -104,6 +104,8 @@ class FilesTest(unittest.TestCase):
                 return res.json(200, ENTRY)
             if req.route == FILES + "/mkdir":
                 return res.json(200, {"path": "/root/d"})
+            if req.route == FILES + "/move":
+                return res.json(200, {"path": "/root/new name"})
             if req.params.get("path") == "/root/file":
                 return res.error(400, "/root/file is a directory", "is_a_directory")
             res.empty()
@@ -113,6 +115,7 @@ class FilesTest(unittest.TestCase):
         self.assertEqual(self.files.list("/root"), [ENTRY])
         self.assertEqual(self.files.stat("/root/a b.txt"), ENTRY)
         self.assertIsNone(self.files.mkdir("/root/d"))
+        self.assertEqual(self.files.move("/root/d", "/root/new name"), "/root/new name")
         self.files.remove("/root/d", recursive=True)
         self.files.remove("/root/e")
         with self.assertRaises(InvalidRequestError) as caught:
@@ -124,6 +127,7 @@ class FilesTest(unittest.TestCase):
                 ("GET", FILES + "/list?path=%2Froot", b""),
                 ("GET", FILES + "/stat?path=%2Froot%2Fa%20b.txt", b""),
                 ("POST", FILES + "/mkdir?path=%2Froot%2Fd", b""),
+                ("POST", FILES + "/move?path=%2Froot%2Fd&to=%2Froot%2Fnew%20name", b""),
                 ("DELETE", FILES + "?path=%2Froot%2Fd&recursive=1", b""),
                 ("DELETE", FILES + "?path=%2Froot%2Fe", b""),
                 ("DELETE", FILES + "?path=%2Froot%2Ffile", b""),

@@ -52,6 +52,8 @@ def answer(req, res):
         return res.json(200, SNAPSHOT)
     if m == "POST" and p.endswith("/pause"):
         return res.json(200, {"id": ID, "state": "paused"})
+    if m == "POST" and p.endswith("/timeout"):
+        return res.json(200, {"id": ID, "state": "ready", "timeout": 60, "on_timeout": "pause"})
     if m == "POST" and p.endswith("/resume"):
         return res.json(200, {"id": ID, "state": "ready"})
     if m == "GET" and p == "/v1/snapshots":
@@ -109,6 +111,20 @@ class LifecycleTest(unittest.TestCase):
             ],
         )
 
+    def test_create_sends_metadata_and_a_lifetime_set_timeout_sets_or_removes_it(self):
+        sandbox = Sandbox.create(base_url=self.fake.url, metadata={"run": "7"}, timeout=1.5, on_timeout="pause")
+        info = sandbox.set_timeout(60, on_timeout="pause")
+        self.assertEqual(info["on_timeout"], "pause")
+        sandbox.set_timeout(None)
+        self.assertEqual(
+            self.seen(0),
+            [
+                ("POST", "/v1/sandboxes", {"metadata": {"run": "7"}, "timeout": 1.5, "on_timeout": "pause"}, "application/json"),
+                ("POST", "/v1/sandboxes/%s/timeout" % ID, {"timeout": 60, "on_timeout": "pause"}, "application/json"),
+                ("POST", "/v1/sandboxes/%s/timeout" % ID, {"timeout": None}, "application/json"),
+            ],
+        )
+
     def test_snapshot_and_create_from_it_or_its_id(self):
         sandbox = Sandbox.create(base_url=self.fake.url)
         snap = sandbox.snapshot()
@@ -116,6 +132,7 @@ class LifecycleTest(unittest.TestCase):
         self.assertEqual((snap.id, snap.info, str(snap)), (SNAP, SNAPSHOT, SNAP))
         Sandbox.create(base_url=self.fake.url, snapshot=snap)
         Sandbox.create(base_url=self.fake.url, snapshot=SNAP)
+        sandbox.snapshot(name="base:v1")
         self.assertEqual(
             self.seen(0),
             [
@@ -123,6 +140,7 @@ class LifecycleTest(unittest.TestCase):
                 ("POST", "/v1/sandboxes/%s/snapshot" % ID, None, None),
                 ("POST", "/v1/sandboxes", {"snapshot": SNAP}, "application/json"),
                 ("POST", "/v1/sandboxes", {"snapshot": SNAP}, "application/json"),
+                ("POST", "/v1/sandboxes/%s/snapshot" % ID, {"name": "base:v1"}, "application/json"),
             ],
         )
 

@@ -36,7 +36,15 @@ export function toDisplay(data: MimeBundle): Display {
     if (typeof value === 'string') display[field] = Buffer.from(value, 'base64');
   }
   if (Object.hasOwn(data, 'application/json')) display.json = data['application/json'];
+  const frame = data['application/vnd.hostd.dataframe+json'];
+  if (isObject(frame)) display.dataframe = frame as Record<string, unknown[]>;
+  const chart = data['application/vnd.hostd.chart+json'];
+  if (isObject(chart)) display.chart = chart;
   return display;
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 /** File extension for a display's image, the first of png, jpeg, svg it has; else undefined. */

@@ -13,6 +13,9 @@
  * | `snapshot_not_found`                          | SnapshotNotFoundError      | NotFoundError             |
  * | `file_not_found`                              | SandboxFileNotFoundError   | NotFoundError             |
  * | `route_not_found`                             | RouteNotFoundError         | NotFoundError             |
+ * | `context_not_found`                           | ContextNotFoundError       | NotFoundError             |
+ * | `context_exists` (409)                        | ContextExistsError         | InvalidRequestError       |
+ * | `context_is_default`                          | InvalidRequestError        | HostdError                |
  * | `limit_reached` (429)                         | RateLimitError             | HostdError                |
  * | `executor_error`, `internal_error`            | ExecutorError              | HostdError                |
  * | `template_failed`                             | TemplateFailedError        | ExecutorError             |
@@ -58,6 +61,9 @@ export type KnownErrorCode =
   | 'snapshot_not_found'
   | 'file_not_found'
   | 'route_not_found'
+  | 'context_not_found'
+  | 'context_exists'
+  | 'context_is_default'
   | 'limit_reached'
   | 'executor_error'
   | 'template_failed'
@@ -240,6 +246,16 @@ export class StorageLimitError extends InsufficientStorageError {
   static override readonly errorCode: string = 'storage_limit_reached';
 }
 
+/** An exec or a request named a REPL context the sandbox does not have. */
+export class ContextNotFoundError extends NotFoundError {
+  static override readonly errorCode: string = 'context_not_found';
+}
+
+/** A context was created under an id the sandbox already has. */
+export class ContextExistsError extends InvalidRequestError {
+  static override readonly errorCode: string = 'context_exists';
+}
+
 /** No HTTP response: connection refused, DNS failure, connection reset before the headers. */
 export class ConnectionError extends HostdError {
   static override readonly errorCode: string = 'connection_error';
@@ -264,6 +280,8 @@ const CLASSES = [
   SnapshotNotFoundError,
   SandboxFileNotFoundError,
   RouteNotFoundError,
+  ContextNotFoundError,
+  ContextExistsError,
   RateLimitError,
   ExecutorError,
   TemplateFailedError,
@@ -305,6 +323,9 @@ const CLASS_BY_CODE: Readonly<Record<string, ErrorClass>> = {
   snapshot_not_found: SnapshotNotFoundError,
   file_not_found: SandboxFileNotFoundError,
   route_not_found: RouteNotFoundError,
+  context_not_found: ContextNotFoundError,
+  context_exists: ContextExistsError,
+  context_is_default: InvalidRequestError,
   limit_reached: RateLimitError,
   executor_error: ExecutorError,
   internal_error: ExecutorError,

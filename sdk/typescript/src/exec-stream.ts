@@ -67,8 +67,17 @@ export function parseEvent(line: string): { seq: number; event: ExecEvent | unde
     return { seq, event: value as ExecEvent };
   }
   if (e.type === 'exit' && typeof e.data === 'number') return { seq, event: value as ExitEvent };
-  if (e.type === 'display' && isBundle(e.data)) return { seq, event: value as ExecEvent };
-  if (e.type === 'stdout' || e.type === 'stderr' || e.type === 'exit' || e.type === 'display') {
+  if ((e.type === 'display' || e.type === 'result') && isBundle(e.data)) {
+    return { seq, event: value as ExecEvent };
+  }
+  if (e.type === 'execution_count' && typeof e.data === 'number') {
+    return { seq, event: value as ExecEvent };
+  }
+  if (e.type === 'error' && isCellError(e.data)) return { seq, event: value as ExecEvent };
+  if (
+    typeof e.type === 'string' &&
+    ['stdout', 'stderr', 'exit', 'display', 'result', 'execution_count', 'error'].includes(e.type)
+  ) {
     throw new ExecutorError(`hostd sent a malformed exec event: ${line.slice(0, 200)}`);
   }
   return { seq, event: undefined };
@@ -76,6 +85,12 @@ export function parseEvent(line: string): { seq: number; event: ExecEvent | unde
 
 function isBundle(data: unknown): boolean {
   return typeof data === 'object' && data !== null && !Array.isArray(data);
+}
+
+function isCellError(data: unknown): boolean {
+  if (!isBundle(data)) return false;
+  const { name, value, traceback } = data as Record<string, unknown>;
+  return typeof name === 'string' && typeof value === 'string' && typeof traceback === 'string';
 }
 
 /**

@@ -124,6 +124,20 @@ export class Files {
     });
   }
 
+  /**
+   * Renames `path` to `to` (a file or a whole directory), making `to`'s parents; resolves with
+   * the new path. A file at `to` is replaced.
+   */
+  async move(path: string, to: string, opts: CallOptions = {}): Promise<string> {
+    const body = await requestJson<{ path: string }>(this.#config, {
+      method: 'POST',
+      path: this.#path('/move'),
+      query: { path, to },
+      signal: opts.signal,
+    });
+    return body.path;
+  }
+
   /** Removes the file or symlink at `path`, or a whole directory with `recursive: true`. */
   async remove(path: string, opts: RemoveOptions = {}): Promise<void> {
     await requestText(this.#config, {

@@ -9,7 +9,15 @@
  * console.log((await sandbox.run('print(x)')).stdout); // "42\n"
  */
 export { Sandbox } from './sandbox.js';
-export type { CreateOptions, ExecOptions, NetworkOptions, RunOptions } from './sandbox.js';
+export type {
+  CreateContextOptions,
+  CreateOptions,
+  ExecOptions,
+  NetworkOptions,
+  RunOptions,
+  SetTimeoutOptions,
+  SnapshotOptions,
+} from './sandbox.js';
 export { Files } from './files.js';
 export type { RemoveOptions, WriteData, WriteOptions } from './files.js';
 export { Snapshot } from './snapshot.js';
@@ -24,6 +32,8 @@ export type { CallOptions, ClientConfig, ConnectionOptions } from './config.js';
 export {
   AuthenticationError,
   ConnectionError,
+  ContextExistsError,
+  ContextNotFoundError,
   ExecutorError,
   HostdError,
   InsufficientResourcesError,
@@ -55,16 +65,21 @@ export type { ErrorResponse, HostdErrorCode, HostdErrorOptions, KnownErrorCode }
 export { UnsafeArchiveError } from './tar-extract.js';
 export { toDisplay } from './display.js';
 export type {
+  CellError,
+  ContextInfo,
   Display,
   DisplayEvent,
   EntryInfo,
+  ErrorEvent,
   ExecEvent,
+  ExecutionCountEvent,
   ExitEvent,
   Language,
   MergeInfo,
   MimeBundle,
   NetworkInfo,
   OutputEvent,
+  ResultEvent,
   RunResult,
   SandboxInfo,
   SandboxState,

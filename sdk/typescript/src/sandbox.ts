@@ -15,6 +15,8 @@ import { Files } from './files.js';
 import { request, requestJson, requestText, sandboxPath } from './http.js';
 import { Snapshot } from './snapshot.js';
 import type {
+  CellError,
+  ContextInfo,
   Display,
   ExecEvent,
   Language,
@@ -40,6 +42,26 @@ export interface CreateOptions extends ConnectionOptions, CallOptions {
   env?: Record<string, string>;
   /** Outbound network access; without it the sandbox has none. */
   network?: NetworkOptions;
+  /** Labels of yours, shown in `info()` and kept with the sandbox; fork children inherit them. */
+  metadata?: Record<string, string>;
+  /**
+   * A lifetime: milliseconds of running time (sent as `timeout` in seconds), after which the
+   * sandbox is deleted, or paused with `onTimeout: 'pause'`. Pausing stops the clock; each
+   * resume gives the whole lifetime again. Without it the sandbox runs until deleted.
+   */
+  timeoutMs?: number;
+  /** What happens when the lifetime is up: `delete` (the default) or `pause`. */
+  onTimeout?: 'delete' | 'pause';
+}
+
+export interface SnapshotOptions extends CallOptions {
+  /** A name of yours for the snapshot (printable ASCII, at most 128 characters; not unique). */
+  name?: string;
+}
+
+export interface SetTimeoutOptions extends CallOptions {
+  /** What happens when the lifetime is up; kept as it was unless given. */
+  onTimeout?: 'delete' | 'pause';
 }
 
 export interface NetworkOptions {
@@ -69,6 +91,17 @@ export interface ExecOptions extends CallOptions {
    * `display` events, and in `run`'s `displays`.
    */
   display?: boolean;
+  /**
+   * Python only: the REPL context to run in (see `createContext`); default: the sandbox's own
+   * namespace. One the sandbox does not have is a ContextNotFoundError.
+   */
+  context?: string;
+  /**
+   * Python only: run as a notebook cell (docs/api.md, Notebook mode): the last expression's
+   * value comes as a `result` event (`run`'s `result`), an uncaught exception as an `error`
+   * event (`run`'s `error`), rich outputs are on, and IPython's `!cmd` and `%magic` work.
+   */
+  notebook?: boolean;
 }
 
 export interface RunOptions extends ExecOptions {
@@ -78,6 +111,17 @@ export interface RunOptions extends ExecOptions {
   onStderr?: (line: string) => void;
   /** Called with each rich output as it arrives (with `display: true`). */
   onDisplay?: (display: Display) => void;
+  /** Called with a notebook cell's value when it arrives. */
+  onResult?: (result: Display) => void;
+  /** Called with a notebook cell's uncaught exception when it arrives. */
+  onError?: (error: CellError) => void;
+}
+
+export interface CreateContextOptions extends CallOptions {
+  /** Its id (1 to 64 letters, digits, `_`, `.`, `-`); default: 16 random hex digits. */
+  id?: string;
+  /** Its working directory (it must exist); default: the default context's. */
+  cwd?: string;
 }
 
 interface CreatedBody {
@@ -113,6 +157,9 @@ export class Sandbox {
     }
     if (opts.env !== undefined) body.env = opts.env;
     if (opts.network !== undefined) body.network = { allow_out: opts.network.allowOut ?? [] };
+    if (opts.metadata !== undefined) body.metadata = opts.metadata;
+    if (opts.timeoutMs !== undefined) body.timeout = opts.timeoutMs / 1000;
+    if (opts.onTimeout !== undefined) body.on_timeout = opts.onTimeout;
     const created = await requestJson<CreatedBody>(config, {
       method: 'POST',
       path: '/v1/sandboxes',
@@ -178,6 +225,8 @@ export class Sandbox {
     if (opts.env !== undefined) body.env = opts.env;
     if (opts.cwd !== undefined) body.cwd = opts.cwd;
     if (opts.display !== undefined) body.display = opts.display;
+    if (opts.context !== undefined) body.context = opts.context;
+    if (opts.notebook !== undefined) body.notebook = opts.notebook;
     const silence = this.#config.requestTimeoutMs;
     const res = await request(this.#config, {
       method: 'POST',
@@ -203,22 +252,79 @@ export class Sandbox {
     let stderr = '';
     let exitCode = -1;
     const displays: Display[] = [];
+    const notebook: Pick<RunResult, 'result' | 'error' | 'executionCount'> = {};
     for await (const event of this.exec(code, opts)) {
       if (event.type === 'exit') {
         exitCode = event.data;
       } else if (event.type === 'stdout') {
-        stdout += `${event.data}\n`;
+        stdout += event.partial ? event.data : `${event.data}\n`;
         opts.onStdout?.(event.data);
       } else if (event.type === 'stderr') {
-        stderr += `${event.data}\n`;
+        stderr += event.partial ? event.data : `${event.data}\n`;
         opts.onStderr?.(event.data);
-      } else {
+      } else if (event.type === 'display') {
         const display = toDisplay(event.data);
         displays.push(display);
         opts.onDisplay?.(display);
+      } else if (event.type === 'result') {
+        notebook.result = toDisplay(event.data);
+        opts.onResult?.(notebook.result);
+      } else if (event.type === 'error') {
+        notebook.error = event.data;
+        opts.onError?.(event.data);
+      } else {
+        notebook.executionCount = event.data;
       }
     }
-    return { stdout, stderr, exitCode, displays };
+    return { stdout, stderr, exitCode, displays, ...notebook };
+  }
+
+  /**
+   * Creates a REPL context: an independent Python namespace with its own working directory,
+   * for execs that name it (`context`). Fork children get their parent's contexts.
+   *
+   * @example
+   * const ctx = await sandbox.createContext({ cwd: '/tmp' });
+   * await sandbox.run('x = 1', { context: ctx.id });
+   */
+  async createContext(opts: CreateContextOptions = {}): Promise<ContextInfo> {
+    const body: Record<string, unknown> = {};
+    if (opts.id !== undefined) body.id = opts.id;
+    if (opts.cwd !== undefined) body.cwd = opts.cwd;
+    return requestJson<ContextInfo>(this.#config, {
+      method: 'POST',
+      path: sandboxPath(this.id, '/contexts'),
+      json: body,
+      signal: opts.signal,
+    });
+  }
+
+  /** The sandbox's REPL contexts, `default` (its own namespace) first. */
+  async listContexts(opts: CallOptions = {}): Promise<ContextInfo[]> {
+    const body = await requestJson<{ contexts: ContextInfo[] }>(this.#config, {
+      method: 'GET',
+      path: sandboxPath(this.id, '/contexts'),
+      signal: opts.signal,
+    });
+    return body.contexts;
+  }
+
+  /** Gives a context a fresh namespace, its first working directory and a count of 0. */
+  async restartContext(context: string, opts: CallOptions = {}): Promise<ContextInfo> {
+    return requestJson<ContextInfo>(this.#config, {
+      method: 'POST',
+      path: sandboxPath(this.id, `/contexts/${encodeURIComponent(context)}/restart`),
+      signal: opts.signal,
+    });
+  }
+
+  /** Deletes a context (not `default`: restart that one). */
+  async deleteContext(context: string, opts: CallOptions = {}): Promise<void> {
+    await requestText(this.#config, {
+      method: 'DELETE',
+      path: sandboxPath(this.id, `/contexts/${encodeURIComponent(context)}`),
+      signal: opts.signal,
+    });
   }
 
   /**
@@ -262,10 +368,11 @@ export class Sandbox {
    * const snap = await sandbox.snapshot();
    * const copy = await Sandbox.create({ snapshot: snap });
    */
-  async snapshot(opts: CallOptions = {}): Promise<Snapshot> {
+  async snapshot(opts: SnapshotOptions = {}): Promise<Snapshot> {
     const info = await requestJson<SnapshotInfo>(this.#config, {
       method: 'POST',
       path: sandboxPath(this.id, '/snapshot'),
+      ...(opts.name !== undefined ? { json: { name: opts.name } } : {}),
       signal: opts.signal,
     });
     return new Snapshot(info, this.#config);
@@ -279,6 +386,21 @@ export class Sandbox {
     await requestText(this.#config, {
       method: 'POST',
       path: sandboxPath(this.id, '/pause'),
+      signal: opts.signal,
+    });
+  }
+
+  /**
+   * Sets the sandbox's lifetime to `timeoutMs` of running time from now (shorter or longer
+   * than before); `null` removes it. Returns the sandbox's info, with its new `expires_at`.
+   */
+  async setTimeout(timeoutMs: number | null, opts: SetTimeoutOptions = {}): Promise<SandboxInfo> {
+    const json: Record<string, unknown> = { timeout: timeoutMs === null ? null : timeoutMs / 1000 };
+    if (opts.onTimeout !== undefined) json.on_timeout = opts.onTimeout;
+    return requestJson<SandboxInfo>(this.#config, {
+      method: 'POST',
+      path: sandboxPath(this.id, '/timeout'),
+      json,
       signal: opts.signal,
     });
   }

@@ -12,6 +12,8 @@ export interface OutputEvent<T extends 'stdout' | 'stderr' = 'stdout' | 'stderr'
   seq: number;
   /** Host wall-clock time, milliseconds since the epoch. */
   ts: number;
+  /** Notebook cells: `data` does not end its line (a last line without its newline). */
+  partial?: true;
 }
 
 /**
@@ -25,6 +27,40 @@ export type MimeBundle = Record<string, unknown>;
 export interface DisplayEvent {
   type: 'display';
   data: MimeBundle;
+  seq: number;
+  ts: number;
+}
+
+/** Notebook cells, first: how many notebook cells the exec's context has run, this one included. */
+export interface ExecutionCountEvent {
+  type: 'execution_count';
+  data: number;
+  seq: number;
+  ts: number;
+}
+
+/** Notebook cells: the value of the cell's last expression, as a MIME bundle. */
+export interface ResultEvent {
+  type: 'result';
+  data: MimeBundle;
+  seq: number;
+  ts: number;
+}
+
+/** A notebook cell's uncaught exception. */
+export interface CellError {
+  /** The exception's class name, e.g. `NameError`. */
+  name: string;
+  /** Its message. */
+  value: string;
+  /** The traceback as Python prints it. */
+  traceback: string;
+}
+
+/** Notebook cells: the cell's uncaught exception (nothing goes to stderr for it). */
+export interface ErrorEvent {
+  type: 'error';
+  data: CellError;
   seq: number;
   ts: number;
 }
@@ -43,7 +79,14 @@ export interface ExitEvent {
 }
 
 /** One member per type, so that checking `type` narrows an event to its shape. */
-export type ExecEvent = OutputEvent<'stdout'> | OutputEvent<'stderr'> | DisplayEvent | ExitEvent;
+export type ExecEvent =
+  | OutputEvent<'stdout'>
+  | OutputEvent<'stderr'>
+  | DisplayEvent
+  | ExecutionCountEvent
+  | ResultEvent
+  | ErrorEvent
+  | ExitEvent;
 
 export type Language = 'python' | 'bash';
 
@@ -70,6 +113,16 @@ export interface Display {
   jpeg?: Buffer;
   /** `application/json`. */
   json?: unknown;
+  /**
+   * Notebook cells: a DataFrame's columns, `{column: [value, ...]}`
+   * (`application/vnd.hostd.dataframe+json`).
+   */
+  dataframe?: Record<string, unknown[]>;
+  /**
+   * Notebook cells: what a matplotlib figure plots (`application/vnd.hostd.chart+json`, see
+   * docs/api.md, Notebook mode): `type`, `title`, `elements`, and for 2D charts labels and ticks.
+   */
+  chart?: Record<string, unknown>;
 }
 
 /** What `Sandbox.run` resolves to. */
@@ -81,6 +134,22 @@ export interface RunResult {
   exitCode: number;
   /** Rich outputs in the order they came; empty unless the run asked for `display: true`. */
   displays: Display[];
+  /** Notebook cells: the value of the last expression (absent when it had none). */
+  result?: Display;
+  /** Notebook cells: the uncaught exception (absent when there was none). */
+  error?: CellError;
+  /** Notebook cells: the cell's execution count in its context. */
+  executionCount?: number;
+}
+
+/** A REPL context (docs/api.md, Contexts): an independent namespace in the sandbox's REPL. */
+export interface ContextInfo {
+  /** `default` for the REPL's own namespace. */
+  id: string;
+  /** Its working directory. */
+  cwd: string;
+  /** Notebook cells it has run. */
+  execution_count: number;
 }
 
 export type SandboxState = 'ready' | 'paused' | 'failed';
@@ -120,6 +189,16 @@ export interface SandboxInfo {
   memory_mib?: number | null;
   /** Sandboxes merged into this one (their ids are gone since), oldest first. */
   merged_from?: MergeInfo[];
+  /** The labels given at create (`{}` without). */
+  metadata?: Record<string, string>;
+  /** Its lifetime in seconds of running time, or null (none). */
+  timeout?: number | null;
+  /** What happens when its lifetime is up, or null (no lifetime). */
+  on_timeout?: 'delete' | 'pause' | null;
+  /** When a running sandbox's lifetime ends (ISO 8601); null while paused or without one. */
+  expires_at?: string | null;
+  /** Why a paused sandbox is paused (`request`, `lifetime`, `idle`, `shutdown`); null running. */
+  paused_by?: 'request' | 'lifetime' | 'idle' | 'shutdown' | null;
 }
 
 /** One merge into a sandbox: the winner's id and when it was merged. */
@@ -167,6 +246,8 @@ export interface SnapshotInfo {
   created_at: string;
   /** Running or paused sandboxes that still use the snapshot's files. */
   sandboxes: number;
+  /** The name it was given, or null. */
+  name?: string | null;
 }
 
 /** A template (guest environment) as hostd describes it. */

@@ -13,6 +13,8 @@ import { pathToFileURL } from 'node:url';
 import {
   AuthenticationError,
   ConnectionError,
+  ContextExistsError,
+  ContextNotFoundError,
   ExecutorError,
   HostdError,
   InsufficientResourcesError,
@@ -59,6 +61,9 @@ const BY_CODE: Record<string, ErrorClass> = {
   snapshot_not_found: SnapshotNotFoundError,
   file_not_found: SandboxFileNotFoundError,
   route_not_found: RouteNotFoundError,
+  context_not_found: ContextNotFoundError,
+  context_exists: ContextExistsError,
+  context_is_default: InvalidRequestError,
   sandbox_lost: SandboxLostError,
   body_too_large: InvalidRequestError,
   file_too_large: InvalidRequestError,

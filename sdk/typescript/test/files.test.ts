@@ -160,6 +160,7 @@ describe('files', { timeout: 60_000 }, () => {
       if (req.url.startsWith(`${FILES}/list`)) return ok(res, { entries: [ENTRY] });
       if (req.url.startsWith(`${FILES}/stat`)) return ok(res, ENTRY);
       if (req.url.startsWith(`${FILES}/mkdir`)) return ok(res, { path: '/root/d' });
+      if (req.url.startsWith(`${FILES}/move`)) return ok(res, { path: '/root/new name' });
       if (req.url.endsWith('%2Froot%2Ffile')) {
         return sendError(res, 400, '/root/file is a directory', 'is_a_directory');
       }
@@ -169,6 +170,7 @@ describe('files', { timeout: 60_000 }, () => {
     assert.deepEqual(await sandbox.files.list('/root'), [ENTRY]);
     assert.deepEqual(await sandbox.files.stat('/root/a b.txt'), ENTRY);
     await sandbox.files.mkdir('/root/d');
+    assert.equal(await sandbox.files.move('/root/d', '/root/new name'), '/root/new name');
     await sandbox.files.remove('/root/d', { recursive: true });
     await sandbox.files.remove('/root/e');
     await assert.rejects(sandbox.files.remove('/root/file'), (e: unknown) => {
@@ -182,6 +184,7 @@ describe('files', { timeout: 60_000 }, () => {
         ['GET', `${FILES}/list?path=%2Froot`, ''],
         ['GET', `${FILES}/stat?path=%2Froot%2Fa%20b.txt`, ''],
         ['POST', `${FILES}/mkdir?path=%2Froot%2Fd`, ''],
+        ['POST', `${FILES}/move?path=%2Froot%2Fd&to=%2Froot%2Fnew%20name`, ''],
         ['DELETE', `${FILES}?path=%2Froot%2Fd&recursive=1`, ''],
         ['DELETE', `${FILES}?path=%2Froot%2Fe`, ''],
         ['DELETE', `${FILES}?path=%2Froot%2Ffile`, ''],

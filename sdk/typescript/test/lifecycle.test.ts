@@ -60,6 +60,9 @@ function answer(req: RecordedRequest, res: ServerResponse): void {
   if (method === 'POST' && url.endsWith('/snapshot')) return sendJson(res, 200, SNAPSHOT);
   if (method === 'POST' && url.endsWith('/pause'))
     return sendJson(res, 200, { id: ID, state: 'paused' });
+  if (method === 'POST' && url.endsWith('/timeout')) {
+    return sendJson(res, 200, { id: ID, state: 'ready', timeout: 60, on_timeout: 'pause' });
+  }
   if (method === 'POST' && url.endsWith('/resume'))
     return sendJson(res, 200, { id: ID, state: 'ready' });
   if (method === 'GET' && url === '/v1/snapshots')
@@ -132,6 +135,33 @@ describe('create, snapshots, pause, templates', () => {
     ]);
   });
 
+  test('create sends metadata and a lifetime in seconds; setTimeout sets or removes it', async () => {
+    const sandbox = await Sandbox.create({
+      baseUrl: fake.url,
+      metadata: { run: '7' },
+      timeoutMs: 1500,
+      onTimeout: 'pause',
+    });
+    const info = await sandbox.setTimeout(60_000, { onTimeout: 'pause' });
+    assert.equal(info.on_timeout, 'pause');
+    await sandbox.setTimeout(null);
+    assert.deepEqual(seen(fake, from), [
+      [
+        'POST',
+        '/v1/sandboxes',
+        { metadata: { run: '7' }, timeout: 1.5, on_timeout: 'pause' },
+        'application/json',
+      ],
+      [
+        'POST',
+        `/v1/sandboxes/${ID}/timeout`,
+        { timeout: 60, on_timeout: 'pause' },
+        'application/json',
+      ],
+      ['POST', `/v1/sandboxes/${ID}/timeout`, { timeout: null }, 'application/json'],
+    ]);
+  });
+
   test('snapshot() takes a snapshot; create({ snapshot }) takes it or its id', async () => {
     const sandbox = await Sandbox.create({ baseUrl: fake.url });
     const snap = await sandbox.snapshot();
@@ -141,11 +171,13 @@ describe('create, snapshots, pause, templates', () => {
     assert.equal(String(snap), SNAP);
     await Sandbox.create({ baseUrl: fake.url, snapshot: snap });
     await Sandbox.create({ baseUrl: fake.url, snapshot: SNAP });
+    await sandbox.snapshot({ name: 'base:v1' });
     assert.deepEqual(seen(fake, from), [
       ['POST', '/v1/sandboxes', {}, 'application/json'],
       ['POST', `/v1/sandboxes/${ID}/snapshot`, null, null],
       ['POST', '/v1/sandboxes', { snapshot: SNAP }, 'application/json'],
       ['POST', '/v1/sandboxes', { snapshot: SNAP }, 'application/json'],
+      ['POST', `/v1/sandboxes/${ID}/snapshot`, { name: 'base:v1' }, 'application/json'],
     ]);
   });
 

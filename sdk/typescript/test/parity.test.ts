@@ -26,6 +26,8 @@ const SHAPES = [
   'TemplateInfo',
   'Display',
   'RunResult',
+  'CellError',
+  'ContextInfo',
 ];
 /** Methods only one language has a use for: JavaScript's conversions. */
 const TS_ONLY = new Set(['toString', 'toJSON']);

@@ -13,6 +13,8 @@ export function registerExecRoutes(app: FastifyInstance, manager: SandboxManager
       if (!reply.raw.writableFinished) abort.abort();
     });
     const run = await manager.exec(req.params.id, { ...body, signal: abort.signal });
+    // A context the sandbox lacks is a 404 before the stream: wait for the guest to take it
+    if (body.context !== undefined) await run.started;
     await streamExec(req, reply, run);
   });
 }

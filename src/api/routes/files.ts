@@ -10,7 +10,13 @@ import { fail } from '../../errors.js';
 import { parseFileMode, parseFlag, parseGuestPath, parseNoBody } from '../validate.js';
 
 type IdParams = { id: string };
-type FileQuery = { path?: unknown; mode?: unknown; format?: unknown; recursive?: unknown };
+type FileQuery = {
+  path?: unknown;
+  mode?: unknown;
+  format?: unknown;
+  recursive?: unknown;
+  to?: unknown;
+};
 type FileRequest = FastifyRequest<{ Params: IdParams; Querystring: FileQuery }>;
 
 const TAR = 'application/x-tar';
@@ -67,6 +73,17 @@ export function registerFileRoutes(app: FastifyInstance, manager: SandboxManager
     },
   );
 
+  app.post<{ Params: IdParams; Querystring: FileQuery }>(
+    '/v1/sandboxes/:id/files/move',
+    async (req, reply) => {
+      parseNoBody(req.body, 'move');
+      const from = parseGuestPath(req.query.path);
+      const to = parseGuestPath(req.query.to, 'to');
+      const moved = await files.move(req.params.id, from, to, clientGone(reply));
+      return { path: moved.path };
+    },
+  );
+
   app.delete<{ Params: IdParams; Querystring: FileQuery }>(UPLOAD_ROUTE, async (req, reply) => {
     parseNoBody(req.body, 'delete');
     const path = parseGuestPath(req.query.path);
@@ -95,7 +112,7 @@ function uploadBody(req: FileRequest): Readable {
 }
 
 /** Aborts when the client goes away before the answer is complete: the transfer stops. */
-function clientGone(reply: FastifyReply): AbortSignal {
+export function clientGone(reply: FastifyReply): AbortSignal {
   const abort = new AbortController();
   reply.raw.once('close', () => {
     if (!reply.raw.writableFinished) abort.abort();

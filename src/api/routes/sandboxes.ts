@@ -1,7 +1,7 @@
 /** Sandboxes themselves: create, list, describe, logs, delete, pause and resume. */
 import type { FastifyInstance } from 'fastify';
 import { validateAllowOut, type SandboxManager } from '../../core/sandbox-manager.js';
-import { parseCreate, parseNoBody } from '../validate.js';
+import { parseCreate, parseNoBody, parseSetTimeout } from '../validate.js';
 
 type IdParams = { id: string };
 
@@ -28,6 +28,12 @@ export function registerSandboxRoutes(app: FastifyInstance, manager: SandboxMana
     parseNoBody(req.body, 'delete');
     await manager.delete(req.params.id);
     return reply.code(204).send();
+  });
+
+  // Its lifetime (docs/api.md, Metadata and lifetime): seconds of running time from now.
+  app.post<{ Params: IdParams }>('/v1/sandboxes/:id/timeout', async (req) => {
+    const { timeoutS, onTimeout } = parseSetTimeout(req.body);
+    return manager.setTimeout(req.params.id, timeoutS, onTimeout ? { onTimeout } : {});
   });
 
   app.post<{ Params: IdParams }>('/v1/sandboxes/:id/pause', async (req) => {

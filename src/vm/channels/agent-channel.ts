@@ -8,7 +8,15 @@
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
-import type { CancelReason, DisplayData, ExecSink, ExecSpec } from '../machine.js';
+import type {
+  CancelReason,
+  ContextAnswer,
+  ContextInfo,
+  ContextRequest,
+  DisplayData,
+  ExecSink,
+  ExecSpec,
+} from '../machine.js';
 import { parseQuietRelay, type QuietRelay } from './net-channel.js';
 import { connectWithRetry, LineReader, parseJsonObject } from './unix-socket.js';
 
@@ -39,7 +47,47 @@ interface GuestMessage {
   zeroed_bytes?: unknown;
   net?: unknown;
   prepare_pause?: unknown;
+  partial?: unknown;
+  name?: unknown;
+  value?: unknown;
+  traceback?: unknown;
+  execution_count?: unknown;
+  rejected?: unknown;
+  contexts?: unknown;
+  context?: unknown;
 }
+
+/** A sink of the REPL port: an exec's, or a context request's (which gets one answer). */
+interface ReplSink extends ExecSink {
+  onContext?(answer: ContextAnswer): void;
+}
+
+/** A context as the guest describes it, or null when it is malformed. */
+function contextInfo(v: unknown): ContextInfo | null {
+  if (typeof v !== 'object' || v === null) return null;
+  const { id, cwd, execution_count: count } = v as Record<string, unknown>;
+  if (typeof id !== 'string' || typeof cwd !== 'string' || !Number.isInteger(count)) return null;
+  return { id, cwd, execution_count: count as number };
+}
+
+/** The worker's answer to a context request (guest/PROTOCOL.md), checked field by field. */
+function contextAnswer(msg: GuestMessage): ContextAnswer {
+  if (msg.error !== undefined) {
+    return { error: { code: String(msg.error), message: String(msg.message ?? '') } };
+  }
+  if (Array.isArray(msg.contexts)) {
+    const contexts = msg.contexts.map(contextInfo);
+    if (contexts.every((c) => c !== null)) return { contexts: contexts as ContextInfo[] };
+  } else if (msg.context !== undefined) {
+    const context = contextInfo(msg.context);
+    if (context) return { context };
+  } else {
+    return {};
+  }
+  return { error: { code: 'bad_answer', message: 'the REPL sent a malformed context answer' } };
+}
+
+const text = (v: unknown): string => (typeof v === 'string' ? v : '');
 
 /** A MIME bundle whose every type is a string key (values are checked by the API layer). */
 function isBundle(data: unknown): data is DisplayData {
@@ -79,7 +127,7 @@ function guestReader(socket: Socket, onMessage: (msg: GuestMessage) => void): Li
  * guest's writers: end-to-end backpressure.
  */
 export class AgentChannel extends EventEmitter {
-  private readonly sinks = new Map<number, ExecSink>();
+  private readonly sinks = new Map<number, ReplSink>();
   /** Python execs not yet ended, with the reason of their cancel once there is one. */
   private readonly python = new Map<number, CancelReason | null>();
   private helloWaiter: { nonce: string; resolve: (msg: GuestMessage) => void } | null = null;
@@ -227,27 +275,78 @@ export class AgentChannel extends EventEmitter {
   }
 
   /** Starts an exec; returns its id for cancel(). The sink receives its output. */
-  exec({ language, code, env, cwd, display }: ExecSpec, sink: ExecSink): number {
-    const id = this.nextExecId++;
-    if (this.closedReason) {
-      queueMicrotask(() => sink.onLost(this.closedReason ?? 'closed'));
-      return id;
-    }
-    this.sinks.set(id, sink);
+  exec({ language, code, env, cwd, display, context, notebook }: ExecSpec, sink: ExecSink): number {
     // Options only when given: the hot path's message stays as small as before.
     const options = {
       ...(env === undefined ? {} : { env }),
       ...(cwd === undefined ? {} : { cwd }),
       ...(display ? { display: true } : {}),
     };
-    if (language === 'bash') {
-      this.send(this.control, { op: 'exec', id, language, code, ...options });
+    if (language !== 'bash') {
+      return this.toRepl(
+        {
+          op: 'exec',
+          code,
+          ...options,
+          ...(context === undefined ? {} : { context }),
+          ...(notebook ? { notebook: true } : {}),
+        },
+        sink,
+      );
+    }
+    const id = this.nextExecId++;
+    if (this.closedReason) {
+      queueMicrotask(() => sink.onLost(this.closedReason ?? 'closed'));
       return id;
     }
+    this.sinks.set(id, sink);
+    this.send(this.control, { op: 'exec', id, language, code, ...options });
+    return id;
+  }
+
+  /**
+   * A request about the REPL's contexts: the worker serves it in turn with the Python execs
+   * (it takes an exec id) and answers once. Rejects when it does not answer in `timeoutMs`.
+   */
+  context(request: ContextRequest, timeoutMs: number): Promise<ContextAnswer> {
+    return new Promise((resolve, reject) => {
+      let answer: ContextAnswer | null = null;
+      const timer = setTimeout(() => {
+        this.sinks.delete(id);
+        this.python.delete(id);
+        reject(new AgentError(`the Python REPL did not answer within ${timeoutMs} ms`));
+      }, timeoutMs);
+      const id = this.toRepl(
+        { op: 'context', ...request },
+        {
+          onOutput: () => undefined,
+          onContext: (a) => (answer = a),
+          onExit: () => {
+            clearTimeout(timer);
+            if (answer) resolve(answer);
+            else reject(new AgentError('the Python REPL exited before it answered'));
+          },
+          onLost: (reason) => {
+            clearTimeout(timer);
+            reject(new AgentError(reason));
+          },
+        },
+      );
+    });
+  }
+
+  /** Sends an exec or a context request to the REPL worker under a new exec id. */
+  private toRepl(msg: Record<string, unknown>, sink: ReplSink): number {
+    const id = this.nextExecId++;
+    if (this.closedReason) {
+      queueMicrotask(() => sink.onLost(this.closedReason ?? 'closed'));
+      return id;
+    }
+    this.sinks.set(id, sink);
     this.python.set(id, null);
     // One write: the worker reads its hello and the exec together.
     const hello = this.replNonce === null ? this.newReplHello() : '';
-    this.repl.write(hello + JSON.stringify({ op: 'exec', id, code, ...options }) + '\n');
+    this.repl.write(hello + JSON.stringify({ ...msg, id }) + '\n');
     return id;
   }
 
@@ -332,10 +431,24 @@ export class AgentChannel extends EventEmitter {
     const sink = this.sinks.get(msg.id);
     if (!sink) return;
     if (msg.op === 'out' && typeof msg.data === 'string') {
-      sink.onOutput(msg.stream === 'stderr' ? 'stderr' : 'stdout', msg.data);
+      sink.onOutput(msg.stream === 'stderr' ? 'stderr' : 'stdout', msg.data, msg.partial === true);
     } else if (msg.op === 'display' && isBundle(msg.data)) {
       sink.onDisplay?.(msg.data);
+    } else if (msg.op === 'result' && isBundle(msg.data)) {
+      sink.onResult?.(msg.data);
+    } else if (msg.op === 'exception') {
+      sink.onError?.({
+        name: text(msg.name),
+        value: text(msg.value),
+        traceback: text(msg.traceback),
+      });
+    } else if (msg.op === 'start') {
+      const count = msg.execution_count;
+      sink.onStart?.(Number.isInteger(count) ? (count as number) : null);
+    } else if (msg.op === 'context') {
+      sink.onContext?.(contextAnswer(msg));
     } else if (msg.op === 'exit') {
+      if (typeof msg.rejected === 'string') sink.onRejected?.(msg.rejected);
       this.endExec(msg.id, exitCode(msg));
     }
   }

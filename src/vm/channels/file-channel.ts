@@ -39,7 +39,19 @@ import {
   newNonce,
   parseJsonObject,
 } from './port-frames.js';
+import {
+  type DetailedEntry,
+  type MkdirResult,
+  type MoveResult,
+  type UserWriteResult,
+  toDetailedEntries,
+  toDetailedEntry,
+  toMkdirResult,
+  toMoveResult,
+  toUserWriteResult,
+} from './user-files.js';
 
+export type { DetailedEntry, MkdirResult, MoveResult, UserWriteResult } from './user-files.js';
 export {
   type ExtractResult,
   type FileEntry,
@@ -210,6 +222,75 @@ export class FileChannel extends EventEmitter {
   async remove(path: string, options: OpOptions & { recursive?: boolean } = {}): Promise<void> {
     const request = { op: 'remove', path, recursive: options.recursive === true };
     await this.request(path, request, () => true, options);
+  }
+
+  /** Renames `source` to `destination`, making its missing parents (as `user`, when given). */
+  move(
+    source: string,
+    destination: string,
+    options: OpOptions & { user?: string } = {},
+  ): Promise<MoveResult> {
+    const msg: Record<string, unknown> = { op: 'move', source, destination };
+    if (options.user !== undefined) msg.user = options.user;
+    return this.request(source, msg, toMoveResult, options);
+  }
+
+  // ---- as a user (guest/PROTOCOL.md, "As a user": relative paths, ownership, E2B's ways) ---
+
+  /** Writes `path` in place as `user`, replacing its metadata with `metadata`. */
+  writeFileAs(
+    user: string,
+    path: string,
+    options: OpOptions & { mode?: number; metadata?: Readonly<Record<string, string>> } = {},
+  ): Upload<UserWriteResult> {
+    const request: Record<string, unknown> = { op: 'write', path, user };
+    if (options.mode !== undefined) request.mode = options.mode;
+    if (options.metadata !== undefined) request.metadata = options.metadata;
+    const op = this.begin(
+      new UploadOp(this.newId(), path, this.link, request, toUserWriteResult),
+      options.signal,
+    );
+    return { sink: op.sink, done: op.promise };
+  }
+
+  /** Reads `path` resolved for `user`. */
+  async readFileAs(user: string, path: string, options: OpOptions = {}): Promise<Download> {
+    const op = this.begin(new DownloadOp(this.newId(), path, this.link, true), options.signal, {
+      op: 'read',
+      path,
+      user,
+    });
+    const size = await op.announced;
+    return { size, stream: op.stream, done: op.done };
+  }
+
+  statAs(user: string, path: string, options: OpOptions = {}): Promise<DetailedEntry> {
+    const msg = { op: 'stat', path, user };
+    return this.request(path, msg, (done) => toDetailedEntry(done.entry), options);
+  }
+
+  /** The entries `depth` levels below `path` (pre-order, sorted by name at each level). */
+  listAs(
+    user: string,
+    path: string,
+    depth: number,
+    options: OpOptions = {},
+  ): Promise<DetailedEntry[]> {
+    return this.request(path, { op: 'list', path, user, depth }, toDetailedEntries, options);
+  }
+
+  mkdirAs(user: string, path: string, options: OpOptions = {}): Promise<MkdirResult> {
+    return this.request(path, { op: 'mkdir', path, user }, toMkdirResult, options);
+  }
+
+  /** rm -rf; resolves false when there was nothing to remove. */
+  removeAs(user: string, path: string, options: OpOptions = {}): Promise<boolean> {
+    return this.request(
+      path,
+      { op: 'remove', path, user },
+      (done) => (typeof done.removed === 'boolean' ? done.removed : null),
+      options,
+    );
   }
 
   close(reason = 'the files channel was closed by hostd'): void {

@@ -21,7 +21,8 @@ export type FileErrorCode =
   | 'unsupported_file'
   | 'invalid_archive'
   | 'bad_request'
-  | 'io_error';
+  | 'io_error'
+  | 'unknown_user';
 
 const FILE_ERROR_CODES: ReadonlySet<string> = new Set<FileErrorCode>([
   'file_not_found',
@@ -35,6 +36,7 @@ const FILE_ERROR_CODES: ReadonlySet<string> = new Set<FileErrorCode>([
   'invalid_archive',
   'bad_request',
   'io_error',
+  'unknown_user',
 ]);
 
 /**

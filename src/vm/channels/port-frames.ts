@@ -68,7 +68,7 @@ export function newNonce(): string {
 
 /** What a FrameParser delivers. Callbacks may call the parser's awaitSync(). */
 export interface FrameSink {
-  /** A complete frame of any kind but data; JSON payloads are still bytes here. */
+  /** A complete frame of any kind but data (data too with `wholeData`); JSON payloads are still bytes here. */
   frame(kind: number, id: number, payload: Buffer): void;
   /** A piece of a data frame's payload, as it arrives (a view of the socket's chunk). */
   data(id: number, piece: Buffer): void;
@@ -85,6 +85,11 @@ export interface FrameLimits {
   readonly maxData: number;
   /** Longest payload of every other kind. */
   readonly maxControl: number;
+  /**
+   * Deliver data frames whole, through `frame`, instead of piece by piece through `data`: for
+   * a port whose data frames begin with a header of their own (hostd.proc: the output stream).
+   */
+  readonly wholeData?: boolean;
 }
 
 interface PartialFrame {
@@ -156,8 +161,9 @@ export class FrameParser {
       const piece = chunk.subarray(off, off + n);
       off += n;
       frame.remaining -= n;
-      if (frame.kind === Kind.data && this.mode === 'frames') this.sink.data(frame.id, piece);
-      else frame.parts.push(piece);
+      if (frame.kind === Kind.data && this.mode === 'frames' && !this.limits.wholeData) {
+        this.sink.data(frame.id, piece);
+      } else frame.parts.push(piece);
       if (frame.remaining === 0) this.endFrame(frame);
     }
   }
@@ -204,7 +210,9 @@ export class FrameParser {
       }
       return;
     }
-    if (frame.kind !== Kind.data) this.sink.frame(frame.kind, frame.id, Buffer.concat(frame.parts));
+    if (frame.kind !== Kind.data || this.limits.wholeData) {
+      this.sink.frame(frame.kind, frame.id, Buffer.concat(frame.parts));
+    }
   }
 
   private fail(reason: string): void {

@@ -20,6 +20,7 @@ import {
   AGENT_PORT_NAME,
   FILES_PORT_NAME,
   NET_PORT_NAME,
+  PROC_PORT_NAME,
   REPL_PORT_NAME,
 } from '../channels/port-names.js';
 import { DISK_SERIAL, ROOTFS_SERIAL, type GuestImage } from '../image/image.js';
@@ -41,6 +42,13 @@ export interface MachineSpec {
    * when the host is loaded, after which boot stalls for good (seen at load 4 on 2 cores).
    */
   readonly tscKhz?: number;
+  /**
+   * The machine has the processes port (`hostd.proc`, vm/channels/proc-channel.ts). Every
+   * template booted now has it; a state frozen before the port existed (a snapshot or a paused
+   * sandbox of an earlier hostd) says nothing and restores into the machine it was made on,
+   * whose processes API then answers that the sandbox predates it.
+   */
+  readonly procPort?: boolean;
 }
 
 /** The kernel command line for a machine: the image's, plus what the accelerator needs. */
@@ -64,6 +72,8 @@ export interface VmPaths {
   readonly netSocket: string;
   /** QEMU's end of the guest's serial console; hostd reads it into the console log. */
   readonly consoleSocket: string;
+  /** The processes port (vm/channels/proc-channel.ts), when the spec has it. */
+  readonly procSocket?: string;
   /**
    * This VM's writable disk (see `DiskChain`). Without one the guest keeps written files in RAM.
    * A snapshot restores only into a VM that agrees with the one saved on having a disk.
@@ -188,8 +198,9 @@ export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): strin
     'chardev:console',
     '-device',
     // Port 0 is reserved for a console; ours are 1 (the agent), 2 (the Python REPL, which
-    // answers Python execs itself), 3 (files) and 4 (the guest's network): guest/PROTOCOL.md.
-    'virtio-serial-device,max_ports=5',
+    // answers Python execs itself), 3 (files), 4 (the guest's network) and 5 (processes, on
+    // machines that have it): guest/PROTOCOL.md.
+    `virtio-serial-device,max_ports=${spec.procPort ? 6 : 5}`,
     '-chardev',
     `socket,id=agent,path=${paths.agentSocket},server=on,wait=off`,
     '-device',
@@ -206,6 +217,14 @@ export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): strin
     `socket,id=net,path=${paths.netSocket},server=on,wait=off`,
     '-device',
     `virtserialport,chardev=net,name=${NET_PORT_NAME}`,
+    ...(spec.procPort && paths.procSocket
+      ? [
+          '-chardev',
+          `socket,id=proc,path=${paths.procSocket},server=on,wait=off`,
+          '-device',
+          `virtserialport,chardev=proc,name=${PROC_PORT_NAME}`,
+        ]
+      : []),
     '-qmp',
     `unix:${paths.qmpSocket},server=on,wait=off`,
     // Device-state snapshots (xen-save-devices-state) carry no configuration section; every

@@ -96,6 +96,7 @@ export class QemuProcess extends EventEmitter {
       filesSocket: join(this.dir, 'files.sock'),
       netSocket: join(this.dir, 'net.sock'),
       consoleSocket: join(this.dir, 'console.sock'),
+      procSocket: join(this.dir, 'proc.sock'),
     };
     this.consoleLogPath = join(this.dir, 'console.log');
     this.exitPromise = new Promise((r) => (this.resolveExit = r));

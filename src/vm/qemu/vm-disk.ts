@@ -11,7 +11,7 @@
  *   overlay over it (`blockdev-add`, then `blockdev-snapshot` inside the pause window, so disk and
  *   memory are captured at one instant); `stop` has already drained and flushed QEMU's writes.
  */
-import { link } from 'node:fs/promises';
+import { link, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { DiskLayer } from '../storage/disk-layer.js';
 import type { DiskStore } from '../storage/disk-store.js';
@@ -343,6 +343,20 @@ export class VmDisk {
     const layer = this.backing;
     this.backing = null;
     return { path, layer };
+  }
+
+  /** Bytes the overlay and the layers under it take on the host's disk (sparse files: blocks). */
+  async allocatedBytes(): Promise<number> {
+    const paths = [this.disks.topPath(this.topId), ...this.layerPaths(this.backing)];
+    const sizes = await Promise.all(
+      paths.map((p) =>
+        stat(p).then(
+          (s) => s.blocks * 512,
+          () => 0,
+        ),
+      ),
+    );
+    return sizes.reduce((a, b) => a + b, 0);
   }
 
   /** Deletes the overlay and lets go of its layer. Idempotent. */

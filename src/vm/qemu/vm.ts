@@ -8,19 +8,24 @@
  * VM into a new state (`capture`) and restores its children from it.
  */
 import { readFileSync, statSync } from 'node:fs';
-import { rm } from 'node:fs/promises';
+import { readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AgentChannel } from '../channels/agent-channel.js';
 import { NO_EGRESS } from '../channels/egress-gate.js';
 import { FileChannel } from '../channels/file-channel.js';
+import { ProcChannel, ProcChannelError } from '../channels/proc-channel.js';
 import type {
   CancelReason,
+  ContextAnswer,
+  ContextRequest,
   ExecSink,
   ExecSpec,
   ForkTarget,
   GuestFiles,
+  GuestProcesses,
   Machine,
   MachineDescriptor,
+  MachineUsage,
   NetworkPolicy,
 } from '../machine.js';
 import {
@@ -64,6 +69,11 @@ const CANCEL_ALL_TIMEOUT_MS = 30_000;
 const SET_ENV_TIMEOUT_MS = 30_000;
 const NET_SYNC_TIMEOUT_MS = 30_000;
 /**
+ * A context request waits for the worker: one that just died starts afresh first, importing
+ * the template's preloads (tens of seconds under TCG on a loaded host).
+ */
+const CONTEXT_TIMEOUT_MS = 120_000;
+/**
  * Frozen disk layers a VM's overlay may sit on before a capture merges them into one: each
  * capture (fork, snapshot) adds one under the capturing VM, and every layer is a file each VM
  * restored from it opens, with its own cache, and a lookup on reads that miss the layers above.
@@ -102,6 +112,7 @@ function anonymousResidentMib(pid: number): number | null {
 export class Vm implements Machine {
   private agent: AgentChannel | null = null;
   private filesChannel: FileChannel | null = null;
+  private procChannel: ProcChannel | null = null;
   private net: NetChannel | null = null;
   /** What the latest hello said of the guest's network relay, until a network sync uses it. */
   private quietRelay: QuietRelay | null = null;
@@ -258,6 +269,25 @@ export class Vm implements Machine {
     }
   }
 
+  /**
+   * CPU time and resident memory of its QEMU from /proc (Linux's USER_HZ is 100 and its
+   * statm counts 4 KiB pages on x86-64), and its disk's allocated bytes.
+   */
+  async usage(): Promise<MachineUsage> {
+    const pid = this.process.pid;
+    if (pid === undefined || this.destroyed) throw new VmError('died', 'the VM is not running');
+    const [stat, statm, diskBytes] = await Promise.all([
+      readFile(`/proc/${pid}/stat`, 'utf8'),
+      readFile(`/proc/${pid}/statm`, 'utf8'),
+      this.disk?.allocatedBytes() ?? 0,
+    ]);
+    // Fields after the command name, which may hold spaces: utime and stime are the 12th and 13th.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const ticks = Number(fields[11]) + Number(fields[12]);
+    const resident = Number(statm.split(' ')[1]);
+    return { cpuSeconds: ticks / 100, memoryBytes: resident * 4096, diskBytes };
+  }
+
   describe(): MachineDescriptor {
     const { state } = this;
     const pid = this.process.pid;
@@ -327,6 +357,10 @@ export class Vm implements Machine {
 
   ping(timeoutMs: number): Promise<boolean> {
     return this.agent?.ping(timeoutMs) ?? Promise.resolve(false);
+  }
+
+  contexts(request: ContextRequest): Promise<ContextAnswer> {
+    return this.requireAgent().context(request, CONTEXT_TIMEOUT_MS);
   }
 
   pauseOutput(): void {
@@ -430,6 +464,15 @@ export class Vm implements Machine {
   get files(): GuestFiles {
     if (!this.filesChannel) throw new VmError('died', 'VM has no files connection');
     return this.filesChannel;
+  }
+
+  get processes(): GuestProcesses {
+    if (this.procChannel) return this.procChannel;
+    if (this.spec.procPort) throw new VmError('died', 'VM has no processes connection');
+    throw new ProcChannelError(
+      'unavailable',
+      'the sandbox was made by an earlier hostd, whose machines had no processes port',
+    );
   }
 
   setNetwork(policy: NetworkPolicy): Promise<void> {
@@ -733,7 +776,7 @@ export class Vm implements Machine {
   }
 
   /**
-   * Connects all four of the guest's ports. Before a restore, so that every port is "host
+   * Connects all the guest's ports (five with the processes port). Before a restore, so that every port is "host
    * connected" on both sides of it, as when the state was saved (see `standby`).
    */
   private async connectChannels(deadline: number): Promise<void> {
@@ -741,6 +784,9 @@ export class Vm implements Machine {
     const agent = await AgentChannel.connect(paths.agentSocket, paths.replSocket, deadline);
     this.agent = agent;
     this.filesChannel = new FileChannel(await connectWithRetry(paths.filesSocket, deadline));
+    if (this.spec.procPort && paths.procSocket) {
+      this.procChannel = new ProcChannel(await connectWithRetry(paths.procSocket, deadline));
+    }
     // Until setNetwork, the channel ignores the guest and the gate refuses everything.
     this.net = new NetChannel(await connectWithRetry(paths.netSocket, deadline), {
       gate: NO_EGRESS,
@@ -757,6 +803,7 @@ export class Vm implements Machine {
   private closeChannels(reason?: string): void {
     this.agent?.close(reason);
     this.filesChannel?.close(reason);
+    this.procChannel?.close(reason);
     this.net?.close(reason);
   }
 

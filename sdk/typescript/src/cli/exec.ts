@@ -79,7 +79,9 @@ async function execStreaming(
       if (event.type === 'exit') exitCode = event.data;
       else if (event.type === 'stdout') process.stdout.write(`${event.data}\n`);
       else if (event.type === 'stderr') process.stderr.write(`${event.data}\n`);
-      else if (saver) process.stdout.write(await saver.save(toDisplay(event.data)));
+      else if (event.type === 'display' && saver) {
+        process.stdout.write(await saver.save(toDisplay(event.data)));
+      }
     }
     return exitCode >= 0 && exitCode <= 255 ? exitCode : 1;
   } catch (err) {

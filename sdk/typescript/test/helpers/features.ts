@@ -11,7 +11,7 @@ import { request } from '../../src/http.js';
 
 /** Short names, as README.md's `<!-- requires: files, snapshots -->` markers use them. */
 export type Feature =
-  'files' | 'snapshots' | 'pause' | 'templates' | 'exec-options' | 'create-options';
+  'files' | 'snapshots' | 'pause' | 'templates' | 'exec-options' | 'create-options' | 'notebook';
 
 const NOBODY = `/v1/sandboxes/sbx_${'0'.repeat(32)}`;
 
@@ -54,6 +54,13 @@ const PROBES: Record<Feature, Probe> = {
     method: 'POST',
     path: `${NOBODY}/exec`,
     json: { code: '', env: {}, cwd: '/', display: false },
+    lacking: 'invalid_request',
+  },
+  notebook: {
+    what: 'notebook cells and contexts',
+    method: 'POST',
+    path: `${NOBODY}/exec`,
+    json: { code: '', context: 'default', notebook: false },
     lacking: 'invalid_request',
   },
   'create-options': {

@@ -119,7 +119,7 @@ export function registerRunTool(ctx: ToolContext): void {
             exitCode = event.data;
           } else if (event.type === 'display') {
             content.display(event.data);
-          } else {
+          } else if (event.type === 'stdout' || event.type === 'stderr') {
             content.text(`${event.data}\n`);
             progress(event.data);
           }

@@ -1,0 +1,641 @@
+/**
+ * The E2B control plane (docs/e2b.md, Control plane): E2B's REST API for sandboxes, answered by
+ * the same manager as the native API, so an E2B sandbox is a hostd sandbox. Both endpoint
+ * generations are served: `POST /v2/sandboxes` and `/v2/sandboxes/{id}/connect` (npm `e2b`
+ * 2.51) and `POST /sandboxes` and `/sandboxes/{id}/connect` (older SDKs and the Python SDK).
+ *
+ * E2B's notions map onto hostd's: a timeout is the sandbox's lifetime (killed, or paused with
+ * `autoPause`, at its end), `metadata` hostd's metadata, a snapshot a hostd snapshot whose id
+ * (or name) creates sandboxes as a `templateID`, `fork` hostd's fork. What has no counterpart
+ * answers 501 `not_supported`, never a silent success.
+ */
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import {
+  MAX_FORK,
+  MAX_LIFETIME_S,
+  validateAllowOut,
+  type SandboxInfo,
+  type SandboxMetric,
+  type SnapshotInfo,
+} from '../../core/sandbox-manager.js';
+import { fail } from '../../errors.js';
+import { optionalEnv, optionalMetadata } from '../validate.js';
+import { AUTO_RESUME_LABEL, e2bState, type E2bContext } from './context.js';
+
+type IdParams = { id: string };
+type Body = Record<string, unknown>;
+
+/** E2B's `Sandbox` answer (create, connect, fork entries). */
+export interface E2bSandbox {
+  sandboxID: string;
+  templateID: string;
+  alias?: string;
+  clientID: string;
+  envdVersion: string;
+  envdAccessToken: string;
+  trafficAccessToken: string;
+  domain: null;
+}
+
+/**
+ * E2B's template names, onto hostd's templates (docs/e2b.md, Templates): `base` (E2B's default:
+ * Python, bash, git, curl) and `code-interpreter-v1` (@e2b/code-interpreter's default: the data
+ * stack) are both `python`, the template with git, curl and pandas/matplotlib. When hostd does
+ * not serve the target, the alias is the default template (the first of SERVICE_TEMPLATES).
+ */
+export const TEMPLATE_ALIASES: Readonly<Record<string, string>> = {
+  base: 'python',
+  'code-interpreter-v1': 'python',
+};
+
+/** What hostd says as E2B's deprecated `clientID`. */
+const CLIENT_ID = 'hostd';
+/** E2B's default sandbox timeout (seconds): create and connect without one. */
+const DEFAULT_TIMEOUT_S = 300;
+/** E2B's default timeout of fork children (seconds): its API's own default. */
+const DEFAULT_FORK_TIMEOUT_S = 15;
+/** E2B's page size limit for lists. */
+const MAX_PAGE = 100;
+/** An `endAt` for a sandbox that never expires (one made natively, without a lifetime). */
+const NEVER = '9999-12-31T23:59:59.000Z';
+
+/** What a create or fork answers for sandbox `id`. */
+export function sandboxAnswer(ctx: E2bContext, id: string, templateID: string): E2bSandbox {
+  return {
+    sandboxID: id,
+    templateID,
+    clientID: CLIENT_ID,
+    envdVersion: ctx.envdVersion,
+    envdAccessToken: ctx.tokens.accessToken(id),
+    trafficAccessToken: ctx.tokens.trafficToken(id),
+    domain: null,
+  };
+}
+
+/** What an E2B `templateID` means here: a hostd template, or a snapshot (by id or name). */
+type Source = { template: string } | { snapshot: string };
+
+export function resolveTemplate(ctx: E2bContext, name: string): Source {
+  const { manager } = ctx;
+  if (name.startsWith('snap_')) return { snapshot: name };
+  const served = manager.listTemplates().map((t) => t.name);
+  if (served.includes(name)) return { template: name };
+  const alias = TEMPLATE_ALIASES[name];
+  if (alias !== undefined) {
+    return { template: served.includes(alias) ? alias : (served[0] ?? alias) };
+  }
+  const named =
+    manager.snapshotByName(name) ?? manager.snapshotByName(name.replace(/:[^:/]*$/, ''));
+  if (named) return { snapshot: named.snapshot_id };
+  return { template: name }; // unknown: the manager answers template_not_found
+}
+
+// --- request bodies ------------------------------------------------------------------------
+
+function objectBody(body: unknown): Body {
+  if (body === undefined || body === null) return {};
+  if (typeof body !== 'object' || Array.isArray(body)) throw fail('bodyNotObject', 'the body');
+  return body as Body;
+}
+
+/** An E2B timeout: whole seconds in (0, 30 days]; `undefined` when absent. */
+function optionalTimeout(b: Body, field = 'timeout'): number | undefined {
+  const v = b[field];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0 || v > MAX_LIFETIME_S) {
+    throw fail('invalidField', field, `whole seconds in (0, ${MAX_LIFETIME_S}]`, v);
+  }
+  return v;
+}
+
+function optionalBool(b: Body, field: string): boolean | undefined {
+  const v = b[field];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'boolean') throw fail('invalidField', field, 'a boolean', v);
+  return v;
+}
+
+function stringList(v: unknown, field: string): string[] {
+  if (v === undefined || v === null) return [];
+  if (!Array.isArray(v) || v.some((x) => typeof x !== 'string')) {
+    throw fail('invalidField', field, 'an array of strings', v);
+  }
+  return v as string[];
+}
+
+const isSet = (v: unknown): boolean =>
+  v !== undefined &&
+  v !== null &&
+  !(Array.isArray(v) && v.length === 0) &&
+  !(typeof v === 'object' && !Array.isArray(v) && Object.keys(v as object).length === 0);
+
+/**
+ * E2B's network options as hostd egress rules (docs/e2b.md, Network). Internet access is on
+ * unless `allow_internet_access: false` or `denyOut: ["0.0.0.0/0"]`: as on E2B, it is the rule
+ * `*` (public addresses; the host and private networks stay closed, as for every hostd
+ * sandbox). `allowOut` entries are added as rules. Deny lists other than "everything", header
+ * rules, egress proxies and request-host masking have no hostd counterpart.
+ */
+function egressRules(b: Body): string[] {
+  let internet = optionalBool(b, 'allow_internet_access') ?? true;
+  const net = b.network;
+  const rules: string[] = [];
+  if (net !== undefined && net !== null) {
+    if (typeof net !== 'object' || Array.isArray(net)) {
+      throw fail('invalidField', 'network', 'an object', net);
+    }
+    const n = net as Body;
+    for (const field of ['rules', 'egressProxy', 'maskRequestHost']) {
+      if (isSet(n[field])) {
+        throw fail('notSupported', `network.${field}`, 'hostd has allow rules only');
+      }
+    }
+    const deny = stringList(n.denyOut, 'network.denyOut');
+    for (const d of deny) {
+      if (d === '0.0.0.0/0' || d === '::/0') internet = false;
+      else {
+        throw fail(
+          'notSupported',
+          `network.denyOut ${JSON.stringify(d)}`,
+          'hostd has allow rules only: deny everything ("0.0.0.0/0") and allow what you need',
+        );
+      }
+    }
+    for (const a of stringList(n.allowOut, 'network.allowOut')) {
+      rules.push(a === '0.0.0.0/0' || a === '::/0' ? '*' : a);
+    }
+  }
+  if (internet) rules.unshift('*');
+  return validateAllowOut([...new Set(rules)]);
+}
+
+/** E2B's metadata without the labels the front keeps for itself. */
+function userMetadata(metadata: Record<string, string>): Record<string, string> {
+  return Object.fromEntries(Object.entries(metadata).filter(([k]) => k !== AUTO_RESUME_LABEL));
+}
+
+// --- answers ---------------------------------------------------------------------------------
+
+function templateIdOf(info: SandboxInfo): string {
+  return info.snapshot_id ?? info.template;
+}
+
+/** `endAt`: when its lifetime ends; paused: when it stopped running; no lifetime: never. */
+function endAtOf(info: SandboxInfo): string {
+  if (info.expires_at) return info.expires_at;
+  if (info.state === 'paused') return info.last_used_at;
+  return NEVER;
+}
+
+/** E2B's `ListedSandbox` (and, with more fields, `SandboxDetail`). */
+function listed(ctx: E2bContext, info: SandboxInfo): Record<string, unknown> {
+  const shape = templateShape(ctx, info.template);
+  return {
+    sandboxID: info.id,
+    templateID: templateIdOf(info),
+    clientID: CLIENT_ID,
+    metadata: userMetadata(info.metadata),
+    startedAt: info.created_at,
+    endAt: endAtOf(info),
+    state: e2bState(info) === 'paused' ? 'paused' : 'running',
+    cpuCount: shape.vcpus,
+    memoryMB: shape.memoryMib,
+    diskSizeMB: shape.diskMib,
+    envdVersion: ctx.envdVersion,
+    volumeMounts: [],
+  };
+}
+
+function detail(ctx: E2bContext, info: SandboxInfo): Record<string, unknown> {
+  const rules = info.network.allow_out;
+  return {
+    ...listed(ctx, info),
+    envdAccessToken: ctx.tokens.accessToken(info.id),
+    domain: null,
+    allowInternetAccess: rules.includes('*'),
+    network: { allowOut: rules.filter((r) => r !== '*') },
+    lifecycle: {
+      onTimeout: info.on_timeout === 'pause' ? 'pause' : 'kill',
+      autoResume: info.metadata[AUTO_RESUME_LABEL] === 'true',
+    },
+  };
+}
+
+function templateShape(
+  ctx: E2bContext,
+  template: string,
+): { vcpus: number; memoryMib: number; diskMib: number } {
+  try {
+    const t = ctx.manager.describeTemplate(template);
+    return { vcpus: t.vcpus, memoryMib: t.memory_mib, diskMib: t.disk_mib };
+  } catch {
+    return { vcpus: 1, memoryMib: 0, diskMib: 0 };
+  }
+}
+
+function metricAnswer(m: SandboxMetric): Record<string, unknown> {
+  return {
+    timestamp: new Date(m.timestamp).toISOString(),
+    timestampUnix: Math.round(m.timestamp / 1000),
+    cpuCount: m.cpuCount,
+    cpuUsedPct: m.cpuUsedPct,
+    memUsed: m.memUsedBytes,
+    memTotal: m.memTotalBytes,
+    memCache: 0,
+    diskUsed: m.diskUsedBytes,
+    diskTotal: m.diskTotalBytes,
+  };
+}
+
+function snapshotAnswer(s: SnapshotInfo): { snapshotID: string; names: string[] } {
+  return { snapshotID: s.snapshot_id, names: s.name ? [s.name] : [] };
+}
+
+// --- lists -------------------------------------------------------------------------------------
+
+/** One form-style query value or several (`state=running,paused` or repeated). */
+function queryList(v: unknown): string[] {
+  const all = Array.isArray(v) ? v : v === undefined ? [] : [v];
+  return all.flatMap((x) => String(x).split(',')).filter((x) => x !== '');
+}
+
+/** Go's QueryUnescape: `+` is a space. */
+const unescape = (s: string): string => {
+  try {
+    return decodeURIComponent(s.replace(/\+/g, ' '));
+  } catch {
+    throw fail('invalidField', 'metadata', 'a URL-encoded key=value list', s);
+  }
+};
+
+/**
+ * The `metadata` filter as E2B's SDKs encode it: `k=v&k2=v2` with each key and value
+ * URL-encoded, the whole encoded again (docs/e2b.md, List). Every pair must match.
+ */
+export function parseMetadataFilter(v: unknown): Record<string, string> {
+  if (v === undefined || v === '') return {};
+  if (typeof v !== 'string') throw fail('invalidField', 'metadata', 'one query value', v);
+  const pairs: Record<string, string> = {};
+  for (const part of unescape(v).split('&')) {
+    if (part === '') continue;
+    const eq = part.indexOf('=');
+    const key = unescape(eq < 0 ? part : part.slice(0, eq));
+    pairs[key] = unescape(eq < 0 ? '' : part.slice(eq + 1));
+  }
+  return pairs;
+}
+
+function pageLimit(v: unknown): number {
+  if (v === undefined || v === '') return MAX_PAGE;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1) throw fail('invalidField', 'limit', 'a whole number ≥ 1', v);
+  return Math.min(n, MAX_PAGE);
+}
+
+/** A page of `items` (sorted) after `token`, and the token of the next page when there is one. */
+export function paginate<T>(
+  items: readonly T[],
+  keyOf: (item: T) => string,
+  limit: number,
+  token: unknown,
+): { page: T[]; next: string | null } {
+  let start = 0;
+  if (token !== undefined && token !== '') {
+    let after: string;
+    try {
+      after = Buffer.from(String(token), 'base64url').toString('utf8');
+    } catch {
+      throw fail('invalidField', 'nextToken', 'a token from X-Next-Token', token);
+    }
+    const at = items.findIndex((item) => keyOf(item) === after);
+    start = at < 0 ? items.length : at + 1;
+  }
+  const page = items.slice(start, start + limit);
+  const more = start + limit < items.length && page.length > 0;
+  return {
+    page,
+    next: more ? Buffer.from(keyOf(page.at(-1)!), 'utf8').toString('base64url') : null,
+  };
+}
+
+function sendPage(reply: FastifyReply, page: unknown[], next: string | null): FastifyReply {
+  if (next !== null) void reply.header('x-next-token', next);
+  return reply.send(page);
+}
+
+// --- routes ----------------------------------------------------------------------------------
+
+export function registerControlRoutes(app: FastifyInstance, ctx: E2bContext): void {
+  const { manager } = ctx;
+
+  // Create: v2 (npm e2b 2.51) and legacy (older SDKs, the Python SDK). Both default to 300 s.
+  const create = async (body: unknown, reply: FastifyReply): Promise<FastifyReply> => {
+    const b = objectBody(body);
+    if (typeof b.templateID !== 'string' || b.templateID === '') {
+      throw fail(
+        'invalidField',
+        'templateID',
+        'a template name, alias or snapshot id',
+        b.templateID,
+      );
+    }
+    if (isSet(b.mcp)) throw fail('notSupported', 'mcp', 'hostd runs no MCP gateway in sandboxes');
+    if (isSet(b.volumeMounts)) throw fail('notSupported', 'volumeMounts', 'hostd has no volumes');
+    if (isSet((b.iam as Body | undefined)?.tokens)) {
+      throw fail('notSupported', 'iam', 'hostd issues no workload identity tokens');
+    }
+    const timeoutS = optionalTimeout(b) ?? DEFAULT_TIMEOUT_S;
+    const autoPause = optionalBool(b, 'autoPause') ?? false;
+    const autoResume = (b.autoResume as Body | undefined)?.enabled === true;
+    const metadata = { ...optionalMetadata(b, 'metadata') };
+    if (autoResume) metadata[AUTO_RESUME_LABEL] = 'true';
+    const env = optionalEnv(b, 'envVars');
+    const allowOut = egressRules(b);
+    const source = resolveTemplate(ctx, b.templateID);
+    const sandbox = await manager.create({
+      ...source,
+      ...(env ? { env } : {}),
+      allowOut,
+      metadata,
+      lifetime: { timeoutS, onTimeout: autoPause ? 'pause' : 'delete' },
+    });
+    const answer = sandboxAnswer(ctx, sandbox.id, b.templateID);
+    if (b.templateID in TEMPLATE_ALIASES) answer.alias = b.templateID;
+    return reply.code(201).send(answer);
+  };
+  app.post('/v2/sandboxes', (req, reply) => create(req.body, reply));
+  app.post('/sandboxes', (req, reply) => create(req.body, reply));
+
+  const describe = (id: string): SandboxInfo => {
+    const info = manager.describe(id);
+    // A failed sandbox is gone for E2B's clients (they can still kill it).
+    if (e2bState(info) === 'gone') throw fail('sandboxNotFound', id);
+    return info;
+  };
+
+  /** Every sandbox an E2B client sees, filtered as `GET /v2/sandboxes` asks. */
+  const listFiltered = (q: Record<string, unknown>): SandboxInfo[] => {
+    const metadata = parseMetadataFilter(q.metadata);
+    const states = queryList(q.state);
+    for (const s of states) {
+      if (s !== 'running' && s !== 'paused') {
+        throw fail('invalidField', 'state', '"running" and/or "paused"', s);
+      }
+    }
+    let after = -Infinity;
+    if (q.startedAfter !== undefined && q.startedAfter !== '') {
+      after = Date.parse(String(q.startedAfter));
+      if (Number.isNaN(after)) {
+        throw fail('invalidField', 'startedAfter', 'an ISO 8601 time', q.startedAfter);
+      }
+    }
+    const template = typeof q.template === 'string' && q.template !== '' ? q.template : null;
+    const wanted = template === null ? null : resolveTemplate(ctx, template);
+    const order = q.order ?? 'desc';
+    if (order !== 'asc' && order !== 'desc') {
+      throw fail('invalidField', 'order', '"asc" or "desc"', order);
+    }
+    const sorted = manager
+      .list()
+      .filter((s) => {
+        const state = e2bState(s);
+        if (state === 'gone') return false;
+        if (states.length > 0 && !states.includes(state)) return false;
+        if (Date.parse(s.created_at) < after) return false;
+        for (const [k, v] of Object.entries(metadata)) if (s.metadata[k] !== v) return false;
+        if (wanted !== null) {
+          const matches =
+            'snapshot' in wanted
+              ? s.snapshot_id === wanted.snapshot
+              : s.template === wanted.template && s.snapshot_id === null;
+          if (!matches && templateIdOf(s) !== template) return false;
+        }
+        return true;
+      })
+      .sort((a, b) => a.created_at.localeCompare(b.created_at) || a.id.localeCompare(b.id));
+    return order === 'desc' ? sorted.reverse() : sorted;
+  };
+
+  app.get<{ Querystring: Record<string, unknown> }>('/v2/sandboxes', async (req, reply) => {
+    const all = listFiltered(req.query);
+    const { page, next } = paginate(
+      all,
+      (s) => s.id,
+      pageLimit(req.query.limit),
+      req.query.nextToken,
+    );
+    return sendPage(
+      reply,
+      page.map((s) => listed(ctx, s)),
+      next,
+    );
+  });
+
+  // The deprecated list: running sandboxes, filtered by metadata only, in one answer.
+  app.get<{ Querystring: Record<string, unknown> }>('/sandboxes', async (req) =>
+    listFiltered({ metadata: req.query.metadata, state: 'running' }).map((s) => listed(ctx, s)),
+  );
+
+  app.get<{ Params: IdParams }>('/sandboxes/:id', async (req) =>
+    detail(ctx, describe(req.params.id)),
+  );
+
+  app.delete<{ Params: IdParams }>('/sandboxes/:id', async (req, reply) => {
+    await manager.delete(req.params.id);
+    return reply.code(204).send();
+  });
+
+  // setTimeout: the end moves to now + timeout, earlier or later.
+  app.post<{ Params: IdParams }>('/sandboxes/:id/timeout', async (req, reply) => {
+    const timeoutS = optionalTimeout(objectBody(req.body));
+    if (timeoutS === undefined) throw fail('invalidField', 'timeout', 'whole seconds', undefined);
+    describe(req.params.id);
+    manager.setTimeout(req.params.id, timeoutS);
+    return reply.code(204).send();
+  });
+
+  // The deprecated refresh: the end moves to now + duration unless it is later already.
+  app.post<{ Params: IdParams }>('/sandboxes/:id/refreshes', async (req, reply) => {
+    const duration = optionalTimeout(objectBody(req.body), 'duration') ?? DEFAULT_TIMEOUT_S;
+    const info = describe(req.params.id);
+    if (info.timeout !== null) manager.setTimeout(info.id, duration, { extendOnly: true });
+    return reply.code(204).send();
+  });
+
+  app.post<{ Params: IdParams }>('/sandboxes/:id/pause', async (req, reply) => {
+    const b = objectBody(req.body);
+    optionalBool(b, 'memory'); // hostd always keeps the memory: a resume continues where it was
+    const info = describe(req.params.id);
+    if (e2bState(info) === 'paused') throw fail('sandboxAlreadyPaused', info.id);
+    await manager.pause(info.id);
+    return reply.code(204).send();
+  });
+
+  /**
+   * Connect: resumes a paused sandbox, whose lifetime then starts again at `timeout` (default
+   * 300 s); a running one's lifetime is only ever extended. 201 when it was resumed.
+   */
+  const connect = async (
+    id: string,
+    body: unknown,
+    reply: FastifyReply,
+    alwaysCreated = false,
+  ): Promise<FastifyReply> => {
+    const b = objectBody(body);
+    const timeoutS = optionalTimeout(b) ?? DEFAULT_TIMEOUT_S;
+    optionalBool(b, 'memory');
+    const info = manager.describe(id);
+    if (info.state === 'failed') throw fail('sandboxBroken', id, info.error ?? 'its VM failed');
+    const wasPaused = info.state === 'paused';
+    if (wasPaused) await manager.resume(id);
+    if (info.timeout !== null) {
+      manager.setTimeout(id, timeoutS, wasPaused ? {} : { extendOnly: true });
+    }
+    return reply
+      .code(wasPaused || alwaysCreated ? 201 : 200)
+      .send(sandboxAnswer(ctx, id, templateIdOf(info)));
+  };
+  app.post<{ Params: IdParams }>('/v2/sandboxes/:id/connect', (req, reply) =>
+    connect(req.params.id, req.body, reply),
+  );
+  app.post<{ Params: IdParams }>('/sandboxes/:id/connect', (req, reply) =>
+    connect(req.params.id, req.body, reply),
+  );
+  // The deprecated resume: as connect, always 201.
+  app.post<{ Params: IdParams }>('/sandboxes/:id/resume', (req, reply) =>
+    connect(req.params.id, req.body, reply, true),
+  );
+
+  // Fork: hostd's fork, all or nothing; the children get their own lifetime (default 15 s).
+  app.post<{ Params: IdParams }>('/sandboxes/:id/fork', async (req, reply) => {
+    const b = objectBody(req.body);
+    const timeoutS = optionalTimeout(b) ?? DEFAULT_FORK_TIMEOUT_S;
+    const count = b.count ?? 1;
+    if (typeof count !== 'number' || !Number.isInteger(count) || count < 1 || count > MAX_FORK) {
+      throw fail('invalidField', 'count', `an integer from 1 to ${MAX_FORK}`, count);
+    }
+    const parent = describe(req.params.id);
+    const children = await manager.fork(parent.id, count);
+    const answers = children.map((child) => {
+      manager.setTimeout(child.id, timeoutS);
+      return { sandbox: sandboxAnswer(ctx, child.id, templateIdOf(parent)) };
+    });
+    return reply.code(201).send(answers);
+  });
+
+  app.get<{ Params: IdParams; Querystring: { start?: string; end?: string } }>(
+    '/sandboxes/:id/metrics',
+    async (req) => {
+      const seconds = (v: string | undefined, field: string): number | undefined => {
+        if (v === undefined || v === '') return undefined;
+        const n = Number(v);
+        if (!Number.isFinite(n)) throw fail('invalidField', field, 'unix seconds', v);
+        return n * 1000;
+      };
+      const from = seconds(req.query.start, 'start');
+      const to = seconds(req.query.end, 'end');
+      describe(req.params.id);
+      return manager.metrics(req.params.id, from, to).map(metricAnswer);
+    },
+  );
+
+  // The latest sample of each of several sandboxes (not called by the 2.x SDKs).
+  app.get<{ Querystring: { sandbox_ids?: string } }>('/sandboxes/metrics', async (req) => {
+    const sandboxes: Record<string, unknown> = {};
+    for (const id of queryList(req.query.sandbox_ids)) {
+      const last = manager.metrics(id).at(-1);
+      if (last) sandboxes[id] = metricAnswer(last);
+    }
+    return { sandboxes };
+  });
+
+  app.post<{ Params: IdParams }>('/sandboxes/:id/snapshots', async (req, reply) => {
+    const b = objectBody(req.body);
+    const name = b.name ?? null;
+    if (name !== null && (typeof name !== 'string' || name === '' || name.length > 128)) {
+      throw fail('invalidField', 'name', 'a name of 1 to 128 characters', name);
+    }
+    describe(req.params.id);
+    const snapshot = await manager.snapshot(req.params.id, name as string | null);
+    return reply.code(201).send(snapshotAnswer(snapshot));
+  });
+
+  app.get<{ Querystring: Record<string, unknown> }>('/snapshots', async (req, reply) => {
+    const { sandboxID, name } = req.query;
+    const bare = typeof name === 'string' ? name.replace(/:[^:/]*$/, '') : null;
+    const all = manager
+      .listSnapshots()
+      .filter((s) => sandboxID === undefined || s.source_sandbox_id === sandboxID)
+      .filter(
+        (s) =>
+          name === undefined ||
+          s.snapshot_id === name ||
+          (s.name !== null && (s.name === name || s.name === bare)),
+      );
+    const { page, next } = paginate(
+      all,
+      (s) => s.snapshot_id,
+      pageLimit(req.query.limit),
+      req.query.nextToken,
+    );
+    return sendPage(reply, page.map(snapshotAnswer), next);
+  });
+
+  // Deleting a template: a snapshot's id deletes the snapshot; hostd's templates are recipes.
+  app.delete<{ Params: IdParams }>('/templates/:id', async (req, reply) => {
+    const { id } = req.params;
+    if (!id.startsWith('snap_') && manager.listTemplates().some((t) => t.name === id)) {
+      throw fail(
+        'notSupported',
+        'deleting a template',
+        "hostd's templates are recipes (docs/templates.md)",
+      );
+    }
+    manager.deleteSnapshot(id);
+    return reply.code(204).send();
+  });
+
+  app.put<{ Params: IdParams }>('/sandboxes/:id/network', async () => {
+    throw fail(
+      'notSupported',
+      'updateNetwork',
+      "a sandbox's egress rules are set when it is created (network.allowOut)",
+    );
+  });
+
+  // E2B's cloud features with no hostd counterpart: a clear 501, never a 404 that reads as a typo.
+  const cloudOnly: [string, string, string][] = [
+    [
+      '/sandboxes/:id/logs',
+      'sandbox logs',
+      'read them with the native GET /v1/sandboxes/{id}/logs',
+    ],
+    [
+      '/v2/sandboxes/:id/logs',
+      'sandbox logs',
+      'read them with the native GET /v1/sandboxes/{id}/logs',
+    ],
+    ['/templates', 'templates', "hostd's templates are recipes (docs/templates.md)"],
+    ['/templates/*', 'templates', "hostd's templates are recipes (docs/templates.md)"],
+    ['/v2/templates', 'templates', "hostd's templates are recipes (docs/templates.md)"],
+    ['/v2/templates/*', 'templates', "hostd's templates are recipes (docs/templates.md)"],
+    ['/v3/templates', 'templates', "hostd's templates are recipes (docs/templates.md)"],
+    ['/v3/templates/*', 'templates', "hostd's templates are recipes (docs/templates.md)"],
+    ['/volumes', 'volumes', 'hostd has no volumes'],
+    ['/volumes/*', 'volumes', 'hostd has no volumes'],
+    ['/volumecontent/*', 'volumes', 'hostd has no volumes'],
+    ['/secrets', 'secrets', 'hostd has no secret store'],
+    ['/secrets/*', 'secrets', 'hostd has no secret store'],
+    ['/teams', 'teams', 'hostd has API keys, not teams'],
+    ['/teams/*', 'teams', 'hostd has API keys, not teams'],
+  ];
+  for (const [url, what, why] of cloudOnly) {
+    app.route({
+      method: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'],
+      url,
+      handler: async () => {
+        throw fail('notSupported', what, why);
+      },
+    });
+  }
+}
