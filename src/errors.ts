@@ -95,12 +95,6 @@ export const Errors = {
   /** The contract fixes these two messages. */
   missingApiKey: def('missing_api_key', 401, () => 'missing Authorization: Bearer <key>'),
   invalidApiKey: def('invalid_api_key', 401, () => 'invalid api key'),
-  /** A node-to-node route called without the cluster's shared key (SERVICE_CLUSTER_KEY). */
-  invalidClusterKey: def(
-    'invalid_cluster_key',
-    401,
-    () => 'this route is for the nodes of the cluster: missing or wrong SERVICE_CLUSTER_KEY',
-  ),
 
   // --- 404 / 410 ---------------------------------------------------------------------------
   /** Never existed, deleted, merged away, or malformed. */
@@ -131,8 +125,6 @@ export const Errors = {
     (id: string, node: string, why: string) => `sandbox ${id} was lost on node ${node}: ${why}`,
   ),
   nodeNotFound: def('node_not_found', 404, (id: string) => `node ${id} is not in the cluster`),
-  /** A node-to-node transfer that expired or never existed. */
-  transferNotFound: def('transfer_not_found', 404, () => 'no such transfer (it may have expired)'),
   templateNotFound: def(
     'template_not_found',
     404,
@@ -231,12 +223,6 @@ export const Errors = {
     'template_failed',
     500,
     (name: string, why: string) => `template "${name}" failed to build: ${why}`,
-  ),
-  /** Moving a sandbox's or snapshot's files between nodes failed. */
-  transferFailed: def(
-    'transfer_failed',
-    500,
-    (what: string, node: string, why: string) => `could not move ${what} to node ${node}: ${why}`,
   ),
   internal: def('internal_error', 500, (why: string) => `internal error: ${why}`),
 

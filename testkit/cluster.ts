@@ -12,7 +12,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer, connect as tcpConnect } from 'node:net';
 import { join } from 'node:path';
 import { findProcessesUsing } from '../src/state-dir.js';
@@ -74,7 +74,6 @@ export interface Cluster {
   readonly etcd: readonly EtcdMember[];
   /** SERVICE_CLUSTER_ETCD of the nodes. */
   readonly etcdEndpoints: string;
-  readonly clusterKey: string;
   /** The node with this id. */
   node(id: string): ClusterNode;
   /** The last lines of every node's log, for failure reports. */
@@ -230,8 +229,9 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
   const count = opts.nodes ?? 3;
   if (count < 1 || count > NODE_HOSTS.length) throw new Error(`1 to 3 nodes, not ${count}`);
   const work = await mkdtemp('/var/tmp/hostd-cluster-');
+  // QEMU runs as its own account (as root: hostd-vm): it must pass through to the data dirs.
+  await chmod(work, 0o711);
   const apiKey = opts.apiKey ?? `cluster-${randomBytes(8).toString('hex')}`;
-  const clusterKey = randomBytes(24).toString('hex');
   const etcdLogs: string[] = [];
   const members: EtcdMember[] = [];
   const nodes: (ClusterNode & { host: Hostd | null })[] = [];
@@ -280,7 +280,6 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
         SERVICE_NODE_ID: id,
         SERVICE_NODE_URL: url,
         SERVICE_CLUSTER_ETCD: etcdEndpoints,
-        SERVICE_CLUSTER_KEY: clusterKey,
         SERVICE_API_KEYS: apiKey,
         SERVICE_TEMPLATES: opts.templates ?? 'python-slim',
         SERVICE_POOL_SIZE: '1',
@@ -363,7 +362,6 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
       nodes,
       etcd: members,
       etcdEndpoints,
-      clusterKey,
       node(id) {
         const n = nodes.find((x) => x.id === id);
         if (!n) throw new Error(`no node ${id} (nodes: ${nodes.map((x) => x.id).join(', ')})`);

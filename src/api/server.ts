@@ -15,6 +15,9 @@ import { HostdError, fail, isError, toHostdError } from '../errors.js';
 import type { SandboxManager } from '../core/sandbox-manager.js';
 import { makeAuthChecker, type AuthMode } from './auth.js';
 import type { Metrics } from './metrics.js';
+import type { ClusterNode } from '../core/cluster/cluster-node.js';
+import { ClusterFront } from './cluster-front.js';
+import { registerClusterRoutes, type DrainStarter } from './routes/cluster.js';
 import { registerConsoleRoutes } from './routes/console.js';
 import { registerExecRoutes } from './routes/exec.js';
 import { rawBodyParser, registerFileRoutes, UPLOAD_ROUTE } from './routes/files.js';
@@ -32,6 +35,8 @@ export interface ServerOptions {
   maxFileBytes: number;
   logger: Logger;
   metrics: Metrics;
+  /** Cluster mode: this node, and how its drain starts; absent for a single hostd. */
+  cluster?: { node: ClusterNode; drain: DrainStarter };
 }
 
 /** Fastify's own error codes that are the client's fault, mapped onto registry kinds. */
@@ -125,11 +130,18 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     sendError(reply, fail('routeNotFound', req.method, req.url.split('?')[0] ?? '')),
   );
 
+  // After authentication (the hook above): a forwarded request was checked here and is again
+  // by the node that answers it.
+  const front = opts.cluster ? new ClusterFront(opts.cluster.node) : undefined;
+  front?.install(app);
+  app.addHook('onClose', async () => front?.close());
+
   registerServiceRoutes(app, opts.metrics);
-  registerSandboxRoutes(app, manager);
+  registerClusterRoutes(app, opts.cluster ?? null);
+  registerSandboxRoutes(app, manager, front);
   registerExecRoutes(app, manager);
   registerLineageRoutes(app, manager);
-  registerSnapshotRoutes(app, manager);
+  registerSnapshotRoutes(app, manager, front);
   registerTemplateRoutes(app, manager);
   await registerConsoleRoutes(app);
   // In their own scope: only these routes take raw bodies.

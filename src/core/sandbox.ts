@@ -37,6 +37,11 @@ export interface SandboxInfo {
    * the winner's id, so this is the only trace a lineage view can draw the merge from.
    */
   merged_from: MergeRecord[];
+  /**
+   * Cluster mode: the node that holds the sandbox (runs it, or keeps its files while paused);
+   * null for a single hostd.
+   */
+  node?: string | null;
 }
 
 /** One merge into a sandbox: the winner's id, which is gone since, and when. */

@@ -126,6 +126,14 @@ export class CatalogWriter {
     );
   }
 
+  /** Resolves once nothing waits to be written; rejects (503) after `timeoutMs`. */
+  settle(timeoutMs: number): Promise<void> {
+    const keys = [...this.slots.values()]
+      .filter((s) => s.written < s.wanted)
+      .map((s) => ({ kind: s.kind, id: s.id }));
+    return this.confirm(keys, timeoutMs);
+  }
+
   /** Starts writing (after the catalog was read: `adopt` compares need it). */
   start(): void {
     this.paused = false;
