@@ -51,10 +51,11 @@ export class ClusterFront {
       const route = req.routeOptions.url;
       if (route === undefined || ClusterFront.forwarded(req)) return;
       const params = req.params as Record<string, string>;
-      let target: Route;
+      let target: Route | 'deleted';
       const param = sandboxParam(route);
       if (param !== undefined) {
-        target = await this.node.locateSandbox(params[param] ?? '');
+        target = await this.locate(req.method, route, params[param] ?? '');
+        if (target === 'deleted') return reply.code(204).send();
         if (route === '/v1/sandboxes/:parent/merge_into/:winner') {
           await this.checkMerge(params.parent ?? '', params.winner ?? '', target);
         }
@@ -71,6 +72,25 @@ export class ClusterFront {
       reply.hijack();
       await this.forwarder.pass(req.raw, reply.raw, target.node);
     });
+  }
+
+  /**
+   * Where a sandbox's request goes. A `DELETE` of a sandbox lost with its node, or paused on a
+   * node that is down, is answered here: its catalog entry is removed (the node fences its copy
+   * if it comes back), as a single hostd deletes a lost sandbox.
+   */
+  private async locate(method: string, route: string, id: string): Promise<Route | 'deleted'> {
+    const isDelete = method === 'DELETE' && route === '/v1/sandboxes/:id';
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.node.locateSandbox(id);
+      } catch (err) {
+        const e = toHostdError(err);
+        const stranded = e.code === 'sandbox_lost' || e.code === 'node_unavailable';
+        if (!isDelete || !stranded || attempt > 0) throw e;
+        if (await this.node.forgetStranded(id)) return 'deleted';
+      }
+    }
   }
 
   /**

@@ -667,8 +667,9 @@ export class SandboxManager {
     }
   }
 
+  /** Cluster mode: the info says its node; a single hostd's info is as it always was. */
   private withNode(info: SandboxInfo): SandboxInfo {
-    return { ...info, node: this.nodeId };
+    return this.nodeId === null ? info : { ...info, node: this.nodeId };
   }
 
   private get defaultTemplate(): string {

@@ -39,9 +39,9 @@ export interface SandboxInfo {
   merged_from: MergeRecord[];
   /**
    * Cluster mode: the node that holds the sandbox (runs it, or keeps its files while paused);
-   * null for a single hostd.
+   * absent for a single hostd.
    */
-  node?: string | null;
+  node?: string;
 }
 
 /** One merge into a sandbox: the winner's id, which is gone since, and when. */

@@ -257,10 +257,12 @@ export class ClusterNode {
     }
     if (!found || found.value.node === this.id) return { local: true };
     const { value: entry } = found;
+    const node = this.view.nodes.get(entry.node);
     if (entry.state === 'lost') {
+      // Its node answers (and deletes it) while it is up.
+      if (node) return { local: false, node };
       throw fail('sandboxLostOnNode', id, entry.node, entry.error ?? 'its VM is gone');
     }
-    const node = this.view.nodes.get(entry.node);
     if (entry.state === 'running') {
       if (found.liveOn === null) throw fail('sandboxLostWithNode', id, entry.node);
       if (!node) throw fail('nodeUnavailable', `sandbox ${id}`, entry.node);
@@ -268,6 +270,33 @@ export class ClusterNode {
     }
     if (!node) throw fail('nodeUnavailable', `sandbox ${id}`, entry.node);
     return { local: false, node };
+  }
+
+  /**
+   * `DELETE` of a sandbox whose node is gone (lost with it) or down (paused there): its catalog
+   * entry is removed by compare-and-set, so the id is unknown everywhere at once. The node, if
+   * it comes back, finds the entry gone and destroys its copy (fencing). False when the entry
+   * changed meanwhile (the node came back: the caller routes the delete again).
+   */
+  async forgetStranded(id: string): Promise<boolean> {
+    let found;
+    try {
+      found = await this.view.lookup(id, true);
+    } catch {
+      throw fail('clusterUnavailable', `cannot delete sandbox ${id}`);
+    }
+    if (!found) return true;
+    if (this.view.nodes.has(found.value.node)) return false;
+    let res;
+    try {
+      res = await this.kv.txn(
+        [{ key: KEYS.sandbox(id), modRevision: found.modRevision }],
+        [{ delete: KEYS.sandbox(id) }, { delete: KEYS.live(id) }],
+      );
+    } catch {
+      throw fail('clusterUnavailable', `cannot delete sandbox ${id}`);
+    }
+    return res.succeeded;
   }
 
   /** Where a request for snapshot `id` goes: its holder, or here (404 when nobody holds it). */
