@@ -296,6 +296,11 @@ export class ClusterNode {
     } catch {
       throw fail('clusterUnavailable', `cannot delete sandbox ${id}`);
     }
+    if (res.succeeded) {
+      // Gone for this node's requests at once, not when the watch brings the delete.
+      this.view.sandboxes.delete(id);
+      this.view.live.delete(id);
+    }
     return res.succeeded;
   }
 
