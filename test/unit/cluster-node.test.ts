@@ -112,8 +112,21 @@ describe('cluster node', () => {
     const down = b.node.info().nodes.find((n) => n.id === 'a');
     assert.equal(down?.state, 'down');
     assert.equal(down?.sandboxes, 2);
+    const listed = b.node.strandedSandboxes().sort((x, y) => x.id.localeCompare(y.id));
+    assert.deepEqual(
+      listed.map((x) => [x.id, x.state, x.node]),
+      [
+        [sbx(1), 'failed', 'a'],
+        [sbx(2), 'failed', 'a'],
+      ],
+    );
+    assert.match(listed[0]!.error ?? '', /node a/);
     assert.equal(await b.node.forgetStranded(sbx(1)), true);
     assert.deepEqual(await b.node.locateSandbox(sbx(1)), { local: true });
+    assert.deepEqual(
+      b.node.strandedSandboxes().map((x) => x.id),
+      [sbx(2)],
+    );
     assert.equal(store.keys.has('sandboxes/' + sbx(1)), false);
     await stopAll(a, b);
   });

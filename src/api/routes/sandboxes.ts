@@ -1,7 +1,7 @@
 /** Sandboxes themselves: create, list, describe, logs, delete, pause and resume. */
 import type { FastifyInstance } from 'fastify';
 import { validateAllowOut, type SandboxManager } from '../../core/sandbox-manager.js';
-import type { ClusterFront } from '../cluster-front.js';
+import { ClusterFront } from '../cluster-front.js';
 import { parseCreate, parseNoBody } from '../validate.js';
 
 type IdParams = { id: string };
@@ -22,9 +22,13 @@ export function registerSandboxRoutes(
     return front ? front.create(req, reply, rest, here) : here();
   });
 
-  app.get('/v1/sandboxes', async (req) => ({
-    sandboxes: front ? await front.gather(req, 'sandboxes', manager.list()) : manager.list(),
-  }));
+  app.get('/v1/sandboxes', async (req) => {
+    if (!front) return { sandboxes: manager.list() };
+    const all = await front.gather(req, 'sandboxes', manager.list());
+    // Nodes that are down list nothing: their sandboxes come from the catalog.
+    const stranded = ClusterFront.forwarded(req) ? [] : front.node.strandedSandboxes();
+    return { sandboxes: [...all, ...stranded] };
+  });
 
   app.get<{ Params: IdParams }>('/v1/sandboxes/:id', async (req) =>
     manager.describe(req.params.id),

@@ -14,6 +14,7 @@
 import type { Logger } from 'pino';
 import { fail, type HostdError } from '../../errors.js';
 import { isSandboxId, isSnapshotId } from '../ids.js';
+import type { SandboxInfo } from '../sandbox.js';
 import type { RecordStore, SandboxRecord, SnapshotRecord } from '../journal.js';
 import { CatalogView } from './catalog-view.js';
 import { CatalogWriter } from './catalog-writer.js';
@@ -302,6 +303,39 @@ export class ClusterNode {
       this.view.live.delete(id);
     }
     return res.succeeded;
+  }
+
+  /**
+   * The sandboxes of nodes that are down, as lists show them (the nodes that are up list their
+   * own): one lost with its node is `failed` (its id answers 410), one paused there `paused`.
+   */
+  strandedSandboxes(): SandboxInfo[] {
+    const out: SandboxInfo[] = [];
+    for (const [id, { value: e }] of this.view.sandboxes) {
+      if (e.node === this.id || this.view.nodes.has(e.node)) continue;
+      const paused = e.state === 'paused';
+      out.push({
+        id,
+        state: paused ? 'paused' : 'failed',
+        template: e.template,
+        created_at: e.created_at,
+        last_used_at: e.created_at,
+        parent_id: e.parent,
+        snapshot_id: e.snapshot,
+        busy: false,
+        queued: 0,
+        error: paused
+          ? null
+          : e.state === 'lost'
+            ? (e.error ?? 'its VM is gone')
+            : `lost with node ${e.node}, which stopped answering`,
+        network: { allow_out: [], bytes_out: 0, bytes_in: 0 },
+        memory_mib: null,
+        merged_from: [],
+        node: e.node,
+      });
+    }
+    return out;
   }
 
   /** Where a request for snapshot `id` goes: its holder, or here (404 when nobody holds it). */
