@@ -1,8 +1,8 @@
 /**
  * Cluster mode at the HTTP door (api/cluster-front.ts, api/forward.ts), without VMs: two real
  * hostd servers on loopback, each a SandboxManager on the fake hypervisor and a ClusterNode on one
- * in-memory store. Any node serves any sandbox (exec NDJSON, info, errors as the holder answers
- * them), lists span both nodes, forks stay on the parent's node, a drained node's creates are
+ * in-memory store. Any node serves any sandbox (exec NDJSON, files, info, errors as the holder
+ * answers them), lists span both nodes, forks stay on the parent's node, a drained node's creates are
  * placed on the other, and the bearer key travels with the forwarded request. The same paths
  * with real VMs, etcd and HAProxy are in test/integration/cluster.test.ts.
  */
@@ -141,6 +141,17 @@ describe('cluster front', () => {
       `/v1/sandboxes/${id}`,
     );
     assert.equal(wrong.status, 401);
+    // A file goes in and comes out through the node that does not hold the sandbox.
+    const put = await b.api.request(
+      'PUT',
+      `/v1/sandboxes/${id}/files?path=/tmp/f.txt`,
+      'through the hop',
+      { 'content-type': 'application/octet-stream' },
+    );
+    assert.equal(put.status, 200, await put.text());
+    const got = await b.api.request('GET', `/v1/sandboxes/${id}/files?path=/tmp/f.txt`);
+    assert.equal(got.status, 200);
+    assert.equal(await got.text(), 'through the hop');
     const del = await b.api.request('DELETE', `/v1/sandboxes/${id}`);
     assert.equal(del.status, 204);
     assert.equal(a.manager.holds(id), false);
