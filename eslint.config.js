@@ -80,6 +80,17 @@ export default tseslint.config(
     rules: { 'no-restricted-imports': ['error', { patterns: ['../api/*', '**/api/**'] }] },
   },
   {
+    // Adapters of cluster mode (etcd, peers over HTTP): they implement core's ports
+    // (core/cluster/), and know neither the HTTP API nor machines.
+    files: ['src/cluster/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { patterns: ['../api/*', '**/api/**', '../vm/*', '**/vm/**'] },
+      ],
+    },
+  },
+  {
     // api reaches machines only through core.
     files: ['src/api/**/*.ts'],
     rules: { 'no-restricted-imports': ['error', { patterns: ['../vm/*', '**/vm/**'] }] },

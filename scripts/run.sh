@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The one entry point behind `npm start`, `npm test` and `npm run bench`: install what is
+# The one entry point behind `npm start`, `npm test`, `npm run bench` and `npm run cluster`
+# (three nodes on etcd behind HAProxy, on this machine's loopback): install what is
 # missing (Debian packages when root, else print the exact command), install npm packages,
 # compile, build every template into the cache for tests and the bench (a broken recipe is
 # reported and the rest go on; `npm start` leaves that to hostd, which serves meanwhile), then do
@@ -11,7 +12,8 @@ mode="${1:-start}"
 say() { printf 'hostd setup: %s\n' "$*" >&2; }
 
 # scripts/host-packages declares every host command the scripts use and its Debian package;
-# the ones only the tests need (chromium) are installed for `npm test` alone.
+# the ones only the tests need (chromium) are installed for `npm test` alone, and etcd and
+# HAProxy never for `npm start`.
 # shellcheck source=lib/host-deps.sh
 . scripts/lib/host-deps.sh
 mapfile -t needed < <(host_deps_commands "$mode")
@@ -56,6 +58,12 @@ if [ "$mode" = start ]; then
   # machine the API answers at once and creates of a template still building get 503
   # template_unavailable with Retry-After (the SDKs wait and retry).
   say "templates missing from the cache are built by hostd in the background (GET /v1/templates shows their state)"
+elif [ "$mode" = cluster ]; then
+  # The local cluster serves the templates of SERVICE_TEMPLATES (python-slim by default): only
+  # those are built before its nodes start, so that the three do not each build them.
+  for t in $(printf '%s' "${SERVICE_TEMPLATES:-python-slim}" | tr ',' ' ' | sed 's/:[^ ]*//g'); do
+    node dist/src/template-cli.js build "$t" || say "template $t failed to build (see above)"
+  done
 else
   say "building the templates (cached; the first build of python downloads and installs packages for minutes)"
   # Tests and the bench want every template warm before they start.
@@ -73,8 +81,11 @@ case "$mode" in
   bench)
     exec node dist/bench/run.js
     ;;
+  cluster)
+    exec node dist/testkit/cluster-cli.js
+    ;;
   *)
-    say "unknown mode $mode (start|test|bench)"
+    say "unknown mode $mode (start|test|bench|cluster)"
     exit 2
     ;;
 esac

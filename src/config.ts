@@ -107,6 +107,20 @@ export interface Config {
   readonly mcpSessionEnd: 'delete' | 'pause' | 'keep';
   /** Seconds an MCP session with no request open lives on; 0 never expires (SERVICE_MCP_SESSION_IDLE_S). */
   readonly mcpSessionIdleS: number;
+  /** Cluster mode (SERVICE_CLUSTER_ETCD set); null: a single hostd, as without it. */
+  readonly cluster: ClusterConfig | null;
+}
+
+/** Cluster mode's settings (docs/operations.md, Cluster mode). */
+export interface ClusterConfig {
+  /** etcd's client URLs (SERVICE_CLUSTER_ETCD). */
+  readonly etcd: readonly string[];
+  /** This node's id (SERVICE_NODE_ID); null: the one kept in the data directory. */
+  readonly nodeId: string | null;
+  /** Where peers and the proxy reach this node (SERVICE_NODE_URL); null: from the address. */
+  readonly nodeUrl: string | null;
+  /** Lease TTL in seconds (SERVICE_CLUSTER_TTL_S): how soon a dead node's sandboxes are lost. */
+  readonly ttlS: number;
 }
 
 /** Thrown for an unusable configuration; main prints it and exits non-zero. */
@@ -238,6 +252,32 @@ export function parseTemplates(raw: string | undefined): TemplateConfig[] | null
   });
 }
 
+/** SERVICE_CLUSTER_* as a ClusterConfig, or null when SERVICE_CLUSTER_ETCD is unset. */
+export function parseCluster(env: Env): ClusterConfig | null {
+  const raw = env.SERVICE_CLUSTER_ETCD?.trim();
+  if (!raw) {
+    for (const name of ['SERVICE_NODE_ID', 'SERVICE_NODE_URL']) {
+      if (env[name]) throw new ConfigError(`${name} is set but SERVICE_CLUSTER_ETCD is not`);
+    }
+    return null;
+  }
+  const etcd = raw.split(',').map((u) => u.trim());
+  for (const u of etcd) {
+    if (!/^https?:\/\/[^/\s]+\/?$/.test(u)) {
+      throw new ConfigError(`SERVICE_CLUSTER_ETCD: "${u}" is not an http(s)://host:port URL`);
+    }
+  }
+  const nodeId = env.SERVICE_NODE_ID?.trim() || null;
+  if (nodeId !== null && !/^[a-z0-9][a-z0-9-]{0,62}$/.test(nodeId)) {
+    throw new ConfigError(`SERVICE_NODE_ID must be a-z, 0-9 and -, got "${nodeId}"`);
+  }
+  const nodeUrl = env.SERVICE_NODE_URL?.trim().replace(/\/+$/, '') || null;
+  if (nodeUrl !== null && !/^https?:\/\/[^/\s]+$/.test(nodeUrl)) {
+    throw new ConfigError(`SERVICE_NODE_URL must be http(s)://host:port, got "${nodeUrl}"`);
+  }
+  return { etcd, nodeId, nodeUrl, ttlS: intVar(env, 'SERVICE_CLUSTER_TTL_S', 10, 2, 300) };
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const { host, port } = parseAddr(env.SERVICE_HOSTD_ADDR ?? '127.0.0.1:7070');
   const e2bAddr = parseE2bAddr(env.SERVICE_E2B_ADDR, { host, port });
@@ -312,6 +352,7 @@ export function loadConfig(env: Env = process.env): Config {
       'delete',
     ),
     mcpSessionIdleS: intVar(env, 'SERVICE_MCP_SESSION_IDLE_S', 3600, 0, 30 * 24 * 3600),
+    cluster: parseCluster(env),
   };
 }
 

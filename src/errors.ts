@@ -219,6 +219,20 @@ export const Errors = {
     410,
     (id: string, why: string) => `sandbox ${id} was lost while hostd was not running: ${why}`,
   ),
+  /** Cluster mode: its node stopped answering (no heartbeat within the lease TTL). */
+  sandboxLostWithNode: def(
+    'sandbox_lost',
+    410,
+    (id: string, node: string) =>
+      `sandbox ${id} was lost with node ${node}, which stopped answering; delete it, or wait for ${node} to come back`,
+  ),
+  /** Cluster mode: its node recorded it lost (its VM died while that node was down). */
+  sandboxLostOnNode: def(
+    'sandbox_lost',
+    410,
+    (id: string, node: string, why: string) => `sandbox ${id} was lost on node ${node}: ${why}`,
+  ),
+  nodeNotFound: def('node_not_found', 404, (id: string) => `node ${id} is not in the cluster`),
   templateNotFound: def(
     'template_not_found',
     404,
@@ -299,6 +313,25 @@ export const Errors = {
     'sandbox_paused',
     409,
     (id: string) => `sandbox ${id} is already paused`,
+  ),
+  /** The cluster routes of a hostd that is not in cluster mode. */
+  notClustered: def(
+    'not_clustered',
+    409,
+    () => 'this hostd is not in cluster mode (SERVICE_CLUSTER_ETCD is not set)',
+  ),
+  /** A merge whose parent and winner are held by different nodes. */
+  sandboxesOnDifferentNodes: def(
+    'sandboxes_on_different_nodes',
+    409,
+    (parent: string, parentNode: string, winner: string, winnerNode: string) =>
+      `cannot merge: ${parent} is on node ${parentNode} and ${winner} on node ${winnerNode}`,
+  ),
+  /** A catalog entry this node wrote was changed by another (deleted, handed over) meanwhile. */
+  clusterConflict: def(
+    'cluster_conflict',
+    409,
+    (id: string) => `the catalog entry of ${id} was changed by another node meanwhile`,
   ),
 
   // --- 413 / 415 / 431 ---------------------------------------------------------------------
@@ -421,6 +454,50 @@ export const Errors = {
     10,
   ),
   shuttingDown: def('shutting_down', 503, () => 'hostd is shutting down'),
+  /** Cluster mode: what needs the catalog (creates, forks, snapshots, moves) waits for etcd. */
+  clusterUnavailable: def(
+    'cluster_unavailable',
+    503,
+    (why: string) => `the cluster's catalog (etcd) cannot be reached: ${why}`,
+    5,
+  ),
+  /** A paused sandbox (or snapshot) whose files are on a node that is down. */
+  nodeUnavailable: def(
+    'node_unavailable',
+    503,
+    (what: string, node: string) =>
+      `${what} is on node ${node}, which is not serving; it is back when ${node} is`,
+    10,
+  ),
+  /** A forwarded request whose node did not answer (it stopped a moment ago). */
+  nodeUnreachable: def(
+    'node_unavailable',
+    503,
+    (node: string, why: string) => `node ${node} did not answer: ${why}`,
+    1,
+  ),
+  /** A sandbox being handed from one node to another (a drain); it serves again in seconds. */
+  sandboxMoving: def(
+    'sandbox_moving',
+    503,
+    (id: string, to: string) => `sandbox ${id} is moving to node ${to}`,
+    1,
+  ),
+  /** A create sent to a node that stopped taking creates (it drains): the sender asks another. */
+  nodeDraining: def(
+    'node_draining',
+    503,
+    (node: string) => `node ${node} is draining and takes no new sandboxes`,
+    1,
+  ),
+  /** No node of the cluster can take a create of this template now. */
+  noNodeAvailable: def(
+    'insufficient_resources',
+    503,
+    (template: string) =>
+      `no node of the cluster serves template "${template}" and takes creates now`,
+    5,
+  ),
 
   // --- 507 ---------------------------------------------------------------------------------
   sandboxDiskFull: def(

@@ -2,7 +2,7 @@
  * hostd's entry point: read configuration, claim the state directory, boot the templates,
  * serve HTTP, and on SIGTERM/SIGINT destroy every VM and leave nothing behind.
  */
-import { pino } from 'pino';
+import { pino, type Logger } from 'pino';
 import { ConfigError, isLoopback, loadConfig, type Config } from './config.js';
 import { exitOnUncaught } from './fail-fast.js';
 import { authMode } from './api/auth.js';
@@ -36,7 +36,11 @@ import { Jail, type VmJail } from './vm/host/vm-jail.js';
 import { detectCgroups } from './vm/host/vm-cgroups.js';
 import { VmUidPool, accountsInRange } from './vm/host/vm-uids.js';
 import { readFileSync } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
+import { EtcdKv } from './cluster/etcd-kv.js';
+import { ClusterNode } from './core/cluster/cluster-node.js';
+import type { RecordStore, SnapshotRecord } from './core/journal.js';
+import { randomBytes } from 'node:crypto';
+import { readFile, writeFile } from 'node:fs/promises';
 import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 
@@ -212,6 +216,16 @@ async function main(): Promise<void> {
     hostAddresses: hostAddresses(),
   };
   const metrics = createMetrics({ accel: accel.accel, version: HOSTD_VERSION });
+  // Cluster mode (SERVICE_CLUSTER_ETCD): this node's records are mirrored into etcd's catalog.
+  const cluster = config.cluster ? await clusterNode(config, log) : null;
+  const sandboxRecords = new FileRecords<SandboxRecord>(
+    join(config.dataDir, 'sandboxes'),
+    // A running sandbox's VM does not outlive the host: only paused and lost ones must.
+    (r) => r.state !== 'running',
+  );
+  const snapshotRecords: RecordStore<SnapshotRecord> = new FileRecords(
+    join(config.dataDir, 'snapshots'),
+  );
   const manager = new SandboxManager(
     {
       templates,
@@ -223,25 +237,48 @@ async function main(): Promise<void> {
       maxExecOutputBytes: config.maxExecOutputBytes,
       forkStandbyMax: config.forkStandbyMax,
       hostFree: () => hostFree(config.dataDir),
-      records: {
-        // A running sandbox's VM does not outlive the host: only paused and lost ones must.
-        sandboxes: new FileRecords<SandboxRecord>(
-          join(config.dataDir, 'sandboxes'),
-          (r) => r.state !== 'running',
-        ),
-        snapshots: new FileRecords(join(config.dataDir, 'snapshots')),
-      },
+      records: cluster
+        ? {
+            sandboxes: cluster.sandboxRecords(sandboxRecords),
+            snapshots: cluster.snapshotRecords(snapshotRecords),
+          }
+        : { sandboxes: sandboxRecords, snapshots: snapshotRecords },
       idleAction: config.idleAction,
       pausedTtlS: config.pausedTtlS,
       maxStorageMib: config.maxStorageMib,
       maxFileBytes: config.maxFileBytes,
       egress,
+      ...(cluster
+        ? {
+            cluster: {
+              nodeId: cluster.id,
+              ensureConnected: () => cluster.ensureConnected(),
+              confirmSandboxes: (ids: readonly string[]) => cluster.confirmSandboxes(ids),
+              confirmSnapshot: (id: string) => cluster.confirmSnapshot(id),
+            },
+          }
+        : {}),
     },
     hypervisor,
     log,
     metrics.observer,
   );
   metrics.bind(manager);
+  cluster?.bind({
+    holds: (id) => manager.holds(id),
+    holdsSnapshot: (id) => manager.holdsSnapshot(id),
+    fence: (id, why) => manager.fence(id, why),
+    fenceSnapshot: (id, why) => manager.fenceSnapshot(id, why),
+    capacity: () => ({ sandboxes: maxSandboxes, memory_mib: Math.round(hostMemTotalMib()) }),
+    load: () => ({
+      sandboxes: manager.count,
+      memory_free_mib: Math.round(hostFree(config.dataDir).memAvailableMib),
+    }),
+    templates: () =>
+      Object.fromEntries(
+        manager.listTemplates().map((t) => [t.name, { state: t.state, build: t.image_key }]),
+      ),
+  });
 
   let stopping: Promise<void> | null = null;
   const app = await buildServer({
@@ -252,6 +289,18 @@ async function main(): Promise<void> {
     logger: log,
     metrics,
     mcp: { sessionEnd: config.mcpSessionEnd, idleTimeoutS: config.mcpSessionIdleS },
+    ...(cluster
+      ? {
+          cluster: {
+            node: cluster,
+            // Drain, this far: stop taking creates (hand-over of sandboxes is not built yet).
+            drain: () =>
+              void cluster
+                .setState('draining')
+                .catch((err: unknown) => log.warn({ err }, 'starting the drain failed')),
+          },
+        }
+      : {}),
   });
   // The E2B-compatible front (docs/e2b.md), on its own port, over the same manager.
   const e2b = config.e2bAddr
@@ -268,6 +317,7 @@ async function main(): Promise<void> {
     (stopping ??= (async () => {
       log.info({ signal }, 'shutting down: destroying all VMs');
       await manager.shutdown();
+      await cluster?.stop();
       await app
         .close()
         .catch((err: unknown) => log.warn({ err }, 'closing the HTTP server failed'));
@@ -309,6 +359,11 @@ async function main(): Promise<void> {
   }
   const { port } = new URL(address);
   apiPort = port ? Number(port) : config.port;
+  if (cluster) {
+    // Joins once it serves: peers may forward to it as soon as its record appears.
+    cluster.url = config.cluster?.nodeUrl ?? address;
+    await cluster.start();
+  }
   // Where a client that started hostd on port 0 (tests, scripts) finds it, without parsing logs.
   await writeFile(join(config.stateDir, 'hostd.url'), `${address}\n`, { mode: 0o600 });
   log.info(
@@ -323,6 +378,37 @@ main().catch((err: unknown) => {
   } else process.stderr.write(`hostd: fatal: ${(err as Error)?.stack ?? String(err)}\n`);
   process.exit(1);
 });
+
+/**
+ * This hostd as a cluster node: its id (SERVICE_NODE_ID, else one kept in the data directory so
+ * that a restart is the same node) and its etcd client.
+ */
+async function clusterNode(config: Config, log: Logger): Promise<ClusterNode> {
+  const settings = config.cluster!;
+  if (!settings.nodeUrl && ['0.0.0.0', '::', ''].includes(config.host)) {
+    throw new ConfigError(
+      'SERVICE_NODE_URL must say how peers reach this node when SERVICE_HOSTD_ADDR binds every address',
+    );
+  }
+  let id = settings.nodeId;
+  if (!id) {
+    const file = join(config.dataDir, 'node-id');
+    id = (await readFile(file, 'utf8').catch(() => '')).trim();
+    if (!/^[a-z0-9][a-z0-9-]{0,62}$/.test(id)) {
+      id = `node-${randomBytes(4).toString('hex')}`;
+      await writeFile(file, `${id}\n`, { mode: 0o600 });
+    }
+  }
+  const kv = new EtcdKv({ endpoints: settings.etcd });
+  log.info({ node: id, etcd: settings.etcd }, 'cluster mode');
+  return new ClusterNode(kv, {
+    id,
+    url: '',
+    version: HOSTD_VERSION,
+    ttlS: settings.ttlS,
+    log,
+  });
+}
 
 /** Every address of this host's interfaces: hostd's API port is closed to sandboxes on all. */
 function hostAddresses(): string[] {

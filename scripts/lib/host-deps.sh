@@ -3,8 +3,10 @@
 #
 #   host_deps_missing [COMMAND...]   prints the packages of the listed commands (all when none
 #                                    are given) that are not on PATH, one per line, sorted
-#   host_deps_commands [MODE]        the declared commands; for MODE start or bench, without
-#                                    those marked "tests only:" (only npm test needs them)
+#   host_deps_commands [MODE]        the declared commands; for any MODE but test, without
+#                                    those marked "tests only:" (only npm test needs them), and
+#                                    for MODE start, without those marked "cluster:" (npm test,
+#                                    npm run cluster and npm run bench need them)
 #   host_deps_require COMMAND...     exits with a message naming the package of each missing one
 HOST_DEPS_FILE=${HOST_DEPS_FILE:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/host-packages}
 
@@ -15,6 +17,7 @@ host_deps_package() {
 host_deps_commands() {
 	awk -v mode="${1:-test}" '!/^#/ && NF >= 2 {
 		if (mode != "test" && $3 == "tests" && $4 == "only:") next
+		if (mode == "start" && $3 == "cluster:") next
 		print $1
 	}' "$HOST_DEPS_FILE"
 }

@@ -22,6 +22,9 @@ import {
   parseJsonBody,
 } from './http-errors.js';
 import type { Metrics } from './metrics.js';
+import type { ClusterNode } from '../core/cluster/cluster-node.js';
+import { ClusterFront } from './cluster-front.js';
+import { registerClusterRoutes, type DrainStarter } from './routes/cluster.js';
 import { registerConsoleRoutes } from './routes/console.js';
 import { registerContextRoutes } from './routes/contexts.js';
 import { registerExecRoutes } from './routes/exec.js';
@@ -43,6 +46,8 @@ export interface ServerOptions {
   metrics: Metrics;
   /** The MCP endpoint's session handling (SERVICE_MCP_*); defaults when absent. */
   mcp?: Omit<McpRouteOptions, 'logger'>;
+  /** Cluster mode: this node, and how its drain starts; absent for a single hostd. */
+  cluster?: { node: ClusterNode; drain: DrainStarter };
 }
 
 /** `{"error", "code"}` with the entry's status, and `Retry-After` when a retry can work. */
@@ -130,12 +135,19 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     sendError(reply, fail('routeNotFound', req.method, req.url.split('?')[0] ?? '')),
   );
 
+  // After authentication (the hook above): a forwarded request was checked here and is again
+  // by the node that answers it.
+  const front = opts.cluster ? new ClusterFront(opts.cluster.node) : undefined;
+  front?.install(app);
+  app.addHook('onClose', async () => front?.close());
+
   registerServiceRoutes(app, opts.metrics);
-  registerSandboxRoutes(app, manager);
+  registerClusterRoutes(app, opts.cluster ?? null);
+  registerSandboxRoutes(app, manager, front);
   registerExecRoutes(app, manager);
   registerContextRoutes(app, manager);
   registerLineageRoutes(app, manager);
-  registerSnapshotRoutes(app, manager);
+  registerSnapshotRoutes(app, manager, front);
   registerTemplateRoutes(app, manager);
   await registerConsoleRoutes(app);
   registerMcpRoutes(app, {

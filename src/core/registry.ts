@@ -74,6 +74,11 @@ export class SandboxRegistry {
     return [...this.sandboxes.values()];
   }
 
+  /** True when `id` is registered (running or paused) or remembered as lost. */
+  has(id: string): boolean {
+    return this.sandboxes.has(id) || this.lost.has(id);
+  }
+
   /** True while `sandbox` is still the one registered under its id. */
   holds(sandbox: Sandbox): boolean {
     return this.sandboxes.get(sandbox.id) === sandbox;

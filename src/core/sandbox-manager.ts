@@ -91,6 +91,20 @@ export const MAX_LIFETIME_S = 30 * 24 * 3600;
 /** How long an expiry that could not pause the sandbox waits before it tries again. */
 const EXPIRY_RETRY_MS = 60_000;
 
+/**
+ * What the manager asks of cluster mode (core/cluster/cluster-node.ts); absent for a single
+ * hostd. New sandboxes and snapshots are answered only once their catalog entries exist, so that
+ * every node can route to them.
+ */
+export interface ClusterHooks {
+  /** This node's id: sandbox info says it (`node`). */
+  readonly nodeId: string;
+  /** 503 cluster_unavailable when the catalog cannot be written now (refuse before any work). */
+  ensureConnected(): void;
+  confirmSandboxes(ids: readonly string[]): Promise<void>;
+  confirmSnapshot(id: string): Promise<void>;
+}
+
 export interface ManagerOptions {
   /** The templates to serve, in order (core/template-plan.ts); the first is the default. */
   readonly templates: readonly TemplatePlan[];
@@ -126,6 +140,8 @@ export interface ManagerOptions {
   readonly egress: EgressEnvironment;
   /** SERVICE_MAX_FILE_BYTES. */
   readonly maxFileBytes: number;
+  /** Cluster mode; absent for a single hostd. */
+  readonly cluster?: ClusterHooks;
 }
 
 /** What a new sandbox is told besides its template: its labels and lifetime. */
@@ -342,26 +358,80 @@ export class SandboxManager {
   }
 
   list(): SandboxInfo[] {
-    return this.registry.all().map((s) => s.info());
+    return this.registry.all().map((s) => this.withNode(s.info()));
   }
 
   describe(id: string): SandboxInfo {
-    return this.registry.get(id, false).info();
+    return this.withNode(this.registry.get(id, false).info());
+  }
+
+  /** This node's id in cluster mode (sandbox info's `node`), else null. */
+  get nodeId(): string | null {
+    return this.options.cluster?.nodeId ?? null;
+  }
+
+  /** True when this hostd holds sandbox `id` (running, paused, or lost while it was down). */
+  holds(id: string): boolean {
+    return this.registry.has(id);
+  }
+
+  holdsSnapshot(id: string): boolean {
+    return this.snapshots.has(id);
   }
 
   async create(req: CreateRequest): Promise<Sandbox> {
     this.ensureRunning();
+    this.options.cluster?.ensureConnected();
     const labels = { metadata: req.metadata ?? {}, lifetime: req.lifetime ?? null };
     const p =
       req.snapshot !== undefined
         ? this.createFromSnapshot(req.snapshot, req.env, req.allowOut, labels)
         : this.createFromPool(req.template, req.env, req.allowOut ?? [], labels);
     this.creating.add(p);
+    let sandbox: Sandbox;
     try {
-      return await p;
+      sandbox = await p;
     } finally {
       this.creating.delete(p);
     }
+    await this.placed([sandbox.id]);
+    return sandbox;
+  }
+
+  /**
+   * Cluster mode: waits until new sandboxes are in the catalog, or destroys them and throws (503
+   * cluster_unavailable): a sandbox other nodes cannot find must not be handed to a client.
+   */
+  private async placed(ids: readonly string[]): Promise<void> {
+    const cluster = this.options.cluster;
+    if (!cluster) return;
+    try {
+      await cluster.confirmSandboxes(ids);
+    } catch (err) {
+      await Promise.all(ids.map((id) => this.delete(id).catch(() => undefined)));
+      throw err;
+    }
+  }
+
+  /**
+   * Cluster mode: destroys the local copy of sandbox `id`, which the catalog says was deleted
+   * through another node or belongs to another node now (fencing). Nothing is written back.
+   */
+  async fence(id: string, why: string): Promise<void> {
+    if (this.registry.forgetLost(id)) return;
+    if (!this.registry.has(id)) return;
+    const sandbox = this.registry.get(id, false);
+    this.registry.remove(sandbox, fail('sandboxNotFound', id));
+    sandbox.brokenReason = why;
+    await Promise.all([sandbox.machine?.destroy(why), sandbox.paused?.discard()]);
+    this.log.warn({ sandbox: id, why }, 'local copy destroyed (fenced)');
+  }
+
+  /** The same for a snapshot (its files go once no local sandbox uses them). */
+  fenceSnapshot(id: string, why: string): void {
+    if (!this.snapshots.has(id)) return;
+    this.snapshots.delete(id);
+    this.log.warn({ snapshot: id, why }, 'local snapshot dropped (fenced)');
   }
 
   private async createFromPool(
@@ -475,9 +545,12 @@ export class SandboxManager {
   }
 
   /** Forks `id` into n copy-on-write children, all or nothing (core/lineage.ts). */
-  fork(id: string, n: number): Promise<Sandbox[]> {
+  async fork(id: string, n: number): Promise<Sandbox[]> {
     this.ensureRunning();
-    return this.lineage.fork(id, n);
+    this.options.cluster?.ensureConnected();
+    const children = await this.lineage.fork(id, n);
+    await this.placed(children.map((c) => c.id));
+    return children;
   }
 
   /** The parent id adopts the winner's machine (core/lineage.ts). */
@@ -489,6 +562,18 @@ export class SandboxManager {
   /** Keeps the sandbox's whole state as a snapshot (named `name`, if given); the sandbox runs on. */
   async snapshot(id: string, name: string | null = null): Promise<SnapshotInfo> {
     this.ensureRunning();
+    this.options.cluster?.ensureConnected();
+    const info = await this.takeSnapshot(id, name);
+    try {
+      await this.options.cluster?.confirmSnapshot(info.snapshot_id);
+    } catch (err) {
+      this.snapshots.delete(info.snapshot_id);
+      throw err;
+    }
+    return info;
+  }
+
+  private async takeSnapshot(id: string, name: string | null): Promise<SnapshotInfo> {
     const { sandbox, release } = await this.registry.acquire(id, undefined, 'both');
     try {
       this.ensureStorage(sandbox.machine.captureCostMib());
@@ -783,6 +868,11 @@ export class SandboxManager {
     if (usedMib + moreMib > limit) {
       throw fail('storageLimit', usedMib, Math.ceil(moreMib), limit);
     }
+  }
+
+  /** Cluster mode: the info says its node; a single hostd's info is as it always was. */
+  private withNode(info: SandboxInfo): SandboxInfo {
+    return this.nodeId === null ? info : { ...info, node: this.nodeId };
   }
 
   private get defaultTemplate(): string {

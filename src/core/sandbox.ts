@@ -47,6 +47,11 @@ export interface SandboxInfo {
   expires_at: string | null;
   /** Why a paused sandbox was paused; null while it runs. */
   paused_by: PauseReason | null;
+  /**
+   * Cluster mode: the node that holds the sandbox (runs it, or keeps its files while paused);
+   * absent for a single hostd.
+   */
+  node?: string;
 }
 
 /**

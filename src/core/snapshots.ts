@@ -86,6 +86,10 @@ export class Snapshots {
     return { state: entry.state, template, allowOut };
   }
 
+  has(id: string): boolean {
+    return this.entries.has(id);
+  }
+
   describe(id: string): SnapshotInfo {
     return this.info(this.find(id));
   }

@@ -85,6 +85,15 @@ BY_CODE = {
     "shutting_down": ShuttingDownError,
     "sandbox_disk_full": SandboxDiskFullError,
     "storage_limit_reached": StorageLimitError,
+    # Cluster mode's codes take the class of their status.
+    "node_not_found": NotFoundError,
+    "not_clustered": InvalidRequestError,
+    "sandboxes_on_different_nodes": InvalidRequestError,
+    "cluster_conflict": InvalidRequestError,
+    "cluster_unavailable": UnavailableError,
+    "node_unavailable": UnavailableError,
+    "sandbox_moving": UnavailableError,
+    "node_draining": UnavailableError,
 }
 
 

@@ -1,19 +1,34 @@
 /** Sandboxes themselves: create, list, describe, logs, delete, pause and resume. */
 import type { FastifyInstance } from 'fastify';
 import { validateAllowOut, type SandboxManager } from '../../core/sandbox-manager.js';
+import { ClusterFront } from '../cluster-front.js';
 import { parseCreate, parseNoBody, parseSetTimeout } from '../validate.js';
 
 type IdParams = { id: string };
 
-export function registerSandboxRoutes(app: FastifyInstance, manager: SandboxManager): void {
-  app.post('/v1/sandboxes', async (req) => {
+export function registerSandboxRoutes(
+  app: FastifyInstance,
+  manager: SandboxManager,
+  front?: ClusterFront,
+): void {
+  app.post('/v1/sandboxes', async (req, reply) => {
     const { network, ...rest } = parseCreate(req.body);
     const allowOut = network ? validateAllowOut(network.allow_out) : undefined;
-    const sandbox = await manager.create({ ...rest, ...(allowOut ? { allowOut } : {}) });
-    return { id: sandbox.id, state: 'ready' };
+    const here = async (): Promise<unknown> => {
+      const sandbox = await manager.create({ ...rest, ...(allowOut ? { allowOut } : {}) });
+      return { id: sandbox.id, state: 'ready' };
+    };
+    // Cluster mode: placed on the least loaded node (maybe this one).
+    return front ? front.create(req, reply, rest, here) : here();
   });
 
-  app.get('/v1/sandboxes', async () => ({ sandboxes: manager.list() }));
+  app.get('/v1/sandboxes', async (req) => {
+    if (!front) return { sandboxes: manager.list() };
+    const all = await front.gather(req, 'sandboxes', manager.list());
+    // Nodes that are down list nothing: their sandboxes come from the catalog.
+    const stranded = ClusterFront.forwarded(req) ? [] : front.node.strandedSandboxes();
+    return { sandboxes: [...all, ...stranded] };
+  });
 
   app.get<{ Params: IdParams }>('/v1/sandboxes/:id', async (req) =>
     manager.describe(req.params.id),

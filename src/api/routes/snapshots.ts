@@ -1,16 +1,26 @@
 /** Snapshots: a sandbox's whole state kept on disk, to create sandboxes from. */
 import type { FastifyInstance } from 'fastify';
 import type { SandboxManager } from '../../core/sandbox-manager.js';
+import type { ClusterFront } from '../cluster-front.js';
 import { parseNoBody, parseSnapshot } from '../validate.js';
 
 type IdParams = { id: string };
 
-export function registerSnapshotRoutes(app: FastifyInstance, manager: SandboxManager): void {
+export function registerSnapshotRoutes(
+  app: FastifyInstance,
+  manager: SandboxManager,
+  front?: ClusterFront,
+): void {
   app.post<{ Params: IdParams }>('/v1/sandboxes/:id/snapshot', async (req) =>
     manager.snapshot(req.params.id, parseSnapshot(req.body).name),
   );
 
-  app.get('/v1/snapshots', async () => ({ snapshots: manager.listSnapshots() }));
+  app.get('/v1/snapshots', async (req) => {
+    const local = manager.listSnapshots();
+    const all = front ? await front.gather(req, 'snapshots', local) : local;
+    // Newest first across nodes, as on one.
+    return { snapshots: all.sort((a, b) => b.created_at.localeCompare(a.created_at)) };
+  });
 
   app.get<{ Params: IdParams }>('/v1/snapshots/:id', async (req) =>
     manager.describeSnapshot(req.params.id),

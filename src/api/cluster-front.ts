@@ -1,0 +1,202 @@
+/**
+ * Cluster mode at the HTTP door (docs/api.md, Cluster): any node serves any request. A request
+ * naming a sandbox or snapshot this node does not hold is forwarded, one hop, to the node that
+ * holds it (api/forward.ts) before its body is read; a create is placed (core/cluster/
+ * placement.ts) and asked of the chosen node, then of the next when one refuses (429, 503);
+ * listings gather every live node's. Requests that arrive forwarded are always served here.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { ClusterNode, Route } from '../core/cluster/cluster-node.js';
+import { fail, HostdError, toHostdError } from '../errors.js';
+import { Forwarder, HOP_HEADER, type Answer } from './forward.js';
+
+/** Routes answered by the node holding the sandbox named by this parameter. */
+const SANDBOX_PARAM: Record<string, string> = {
+  '/v1/sandboxes/:id': 'id',
+  '/v1/sandboxes/:id/logs': 'id',
+  '/v1/sandboxes/:id/pause': 'id',
+  '/v1/sandboxes/:id/resume': 'id',
+  '/v1/sandboxes/:id/exec': 'id',
+  '/v1/sandboxes/:id/fork': 'id',
+  '/v1/sandboxes/:id/snapshot': 'id',
+  '/v1/sandboxes/:id/files': 'id',
+  '/v1/sandboxes/:id/files/list': 'id',
+  '/v1/sandboxes/:id/files/stat': 'id',
+  '/v1/sandboxes/:id/files/mkdir': 'id',
+  '/v1/sandboxes/:parent/merge_into/:winner': 'parent',
+};
+
+const SNAPSHOT_ROUTES = new Set(['/v1/snapshots/:id']);
+
+/** Sandbox routes the next helper's front may add: any `/v1/sandboxes/:id/...` is forwarded. */
+function sandboxParam(route: string): string | undefined {
+  return SANDBOX_PARAM[route] ?? (route.startsWith('/v1/sandboxes/:id/') ? 'id' : undefined);
+}
+
+export class ClusterFront {
+  readonly forwarder: Forwarder;
+
+  constructor(readonly node: ClusterNode) {
+    this.forwarder = new Forwarder(node.id);
+  }
+
+  /** True for a request another node forwarded here: it is answered here, whatever it names. */
+  static forwarded(req: FastifyRequest): boolean {
+    return req.headers[HOP_HEADER] !== undefined;
+  }
+
+  /** The onRequest hook: forwards what another node must answer, before its body is read. */
+  install(app: FastifyInstance): void {
+    app.addHook('onRequest', async (req, reply) => {
+      const route = req.routeOptions.url;
+      if (route === undefined || ClusterFront.forwarded(req)) return;
+      const params = req.params as Record<string, string>;
+      let target: Route | 'deleted';
+      const param = sandboxParam(route);
+      if (param !== undefined) {
+        target = await this.locate(req.method, route, params[param] ?? '');
+        if (target === 'deleted') return reply.code(204).send();
+        if (route === '/v1/sandboxes/:parent/merge_into/:winner') {
+          await this.checkMerge(params.parent ?? '', params.winner ?? '', target);
+        }
+      } else if (SNAPSHOT_ROUTES.has(route)) {
+        target = await this.node.locateSnapshot(params.id ?? '');
+      } else if (route === '/v1/cluster/nodes/:id/drain' && params.id !== this.node.id) {
+        const node = this.node.liveNode(params.id ?? '');
+        if (!node) throw fail('nodeNotFound', params.id ?? '');
+        target = { local: false, node };
+      } else {
+        return;
+      }
+      if (target.local) return;
+      reply.hijack();
+      await this.forwarder.pass(req.raw, reply.raw, target.node);
+    });
+  }
+
+  /**
+   * Where a sandbox's request goes. A `DELETE` of a sandbox lost with its node, or paused on a
+   * node that is down, is answered here: its catalog entry is removed (the node fences its copy
+   * if it comes back), as a single hostd deletes a lost sandbox.
+   */
+  private async locate(method: string, route: string, id: string): Promise<Route | 'deleted'> {
+    const isDelete = method === 'DELETE' && route === '/v1/sandboxes/:id';
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.node.locateSandbox(id);
+      } catch (err) {
+        const e = toHostdError(err, `${method} ${route}`);
+        const stranded = e.code === 'sandbox_lost' || e.code === 'node_unavailable';
+        if (!isDelete || !stranded || attempt > 0) throw e;
+        if (await this.node.forgetStranded(id)) return 'deleted';
+      }
+    }
+  }
+
+  /**
+   * A create: asked of each node in placement order until one accepts; `local` creates here.
+   * A node that refuses (429, 503: full, draining, short of memory) passes it on; any other
+   * answer is the client's.
+   */
+  async create(
+    req: FastifyRequest,
+    reply: FastifyReply,
+    body: { template?: string; snapshot?: string },
+    local: () => Promise<unknown>,
+  ): Promise<unknown> {
+    if (ClusterFront.forwarded(req)) return this.createHere(local);
+    const order = await this.node.placeCreate(body);
+    if (order.length === 0) throw fail('noNodeAvailable', body.template ?? 'the default');
+    let refusal: HostdError | Answer | null = null;
+    for (const node of order) {
+      if (node.id === this.node.id) {
+        try {
+          return await this.createHere(local);
+        } catch (err) {
+          const e = toHostdError(err, req.id);
+          if (e.status !== 429 && e.status !== 503) throw e;
+          refusal = e;
+          continue;
+        }
+      }
+      let answer: Answer;
+      try {
+        answer = await this.forwarder.ask(
+          { method: 'POST', url: req.url, headers: req.headers },
+          node,
+          Buffer.from(JSON.stringify(req.body ?? {})),
+        );
+      } catch (err) {
+        refusal = toHostdError(err, req.id);
+        continue;
+      }
+      if (answer.status === 429 || answer.status === 503) {
+        refusal = answer;
+        continue;
+      }
+      return relay(reply, answer);
+    }
+    if (refusal instanceof HostdError || refusal === null) {
+      throw refusal ?? fail('noNodeAvailable', body.template ?? 'the default');
+    }
+    return relay(reply, refusal);
+  }
+
+  /** Every live node's list under `key` (sandboxes, snapshots), this node's included. */
+  async gather<T>(req: FastifyRequest, key: string, local: T[]): Promise<T[]> {
+    if (ClusterFront.forwarded(req)) return local;
+    const others = await Promise.all(
+      this.node.otherNodes().map(async (node) => {
+        try {
+          const a = await this.forwarder.ask(
+            { method: 'GET', url: req.url, headers: req.headers },
+            node,
+            undefined,
+            10_000,
+          );
+          if (a.status !== 200) return [];
+          return ((JSON.parse(a.body.toString('utf8')) as Record<string, T[]>)[key] ?? []) as T[];
+        } catch (err) {
+          req.log.warn({ node: node.id, err: (err as Error).message }, 'a node did not list');
+          return [];
+        }
+      }),
+    );
+    return [...local, ...others.flat()];
+  }
+
+  close(): void {
+    this.forwarder.close();
+  }
+
+  private async createHere(local: () => Promise<unknown>): Promise<unknown> {
+    if (this.node.state !== 'serving') throw fail('nodeDraining', this.node.id);
+    return local();
+  }
+
+  /** A merge's parent and winner must be on one node: the winner's machine stays where it is. */
+  private async checkMerge(parent: string, winner: string, parentRoute: Route): Promise<void> {
+    let winnerRoute: Route;
+    try {
+      winnerRoute = await this.node.locateSandbox(winner);
+    } catch {
+      return; // the node that answers the merge reports the winner's state
+    }
+    const parentNode = parentRoute.local ? this.node.id : parentRoute.node.id;
+    let winnerNode: string;
+    if (!winnerRoute.local) winnerNode = winnerRoute.node.id;
+    else if (this.node.holds(winner)) winnerNode = this.node.id;
+    else return; // unknown: the parent's node answers 404
+    if (parentNode !== winnerNode) {
+      throw fail('sandboxesOnDifferentNodes', parent, parentNode, winner, winnerNode);
+    }
+  }
+}
+
+function relay(reply: FastifyReply, answer: Answer): FastifyReply {
+  for (const name of ['content-type', 'retry-after']) {
+    const v = answer.headers[name];
+    if (v !== undefined) void reply.header(name, v);
+  }
+  return reply.code(answer.status).send(answer.body);
+}

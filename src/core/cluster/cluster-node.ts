@@ -1,0 +1,605 @@
+/**
+ * This hostd as a node of a cluster (docs/operations.md, Cluster mode): it holds a lease in etcd
+ * and registers itself on it, keeps the catalog entries of the sandboxes and snapshots it holds
+ * equal to what it holds (through the journal: every record the registry writes is also the
+ * entry's wanted state), follows the rest of the catalog, and answers where a request for a
+ * sandbox or snapshot it does not hold must go.
+ *
+ * A node that comes back after a crash re-adopts its VMs as a single hostd does, then re-registers
+ * each: an entry still its own is taken over as it is; one that is gone (deleted through another
+ * node while this one was down) or another node's (handed over) is fenced: the local copy is
+ * destroyed. With etcd unreachable, sandboxes it holds keep serving; writes wait and are made when
+ * etcd is back; what needs the catalog now (a create, a lookup of an unknown id) gets 503.
+ */
+import type { Logger } from 'pino';
+import { fail, type HostdError } from '../../errors.js';
+import { isSandboxId, isSnapshotId } from '../ids.js';
+import type { SandboxInfo } from '../sandbox.js';
+import type { RecordStore, SandboxRecord, SnapshotRecord } from '../journal.js';
+import { CatalogView } from './catalog-view.js';
+import { CatalogWriter } from './catalog-writer.js';
+import type { ClusterKv } from './kv.js';
+import { placementOrder } from './placement.js';
+import {
+  KEYS,
+  type NodeRecord,
+  type NodeState,
+  type SandboxEntry,
+  type SnapshotEntry,
+} from './records.js';
+
+export interface ClusterNodeOptions {
+  readonly id: string;
+  /** Where peers and the proxy reach this node's API (SERVICE_NODE_URL); settable until start. */
+  readonly url: string;
+  readonly version: string;
+  /** Lease TTL (SERVICE_CLUSTER_TTL_S): how soon a dead node's sandboxes are known lost. */
+  readonly ttlS: number;
+  readonly log: Logger;
+  /** Where this node's E2B-compatible front listens, if it has one. */
+  readonly e2bUrl?: string;
+}
+
+/** What the node asks of the sandbox manager (wired by main). */
+export interface LocalSandboxes {
+  /** True when this node holds sandbox `id` (running, paused or lost). */
+  holds(id: string): boolean;
+  holdsSnapshot(id: string): boolean;
+  /** Destroys the local copy of `id`: the catalog says it is gone or another node's. */
+  fence(id: string, why: string): Promise<void>;
+  fenceSnapshot(id: string, why: string): void;
+  capacity(): { sandboxes: number; memory_mib: number };
+  load(): { sandboxes: number; memory_free_mib: number };
+  templates(): Record<string, { state: string; build: string | null }>;
+}
+
+/** Where a request for a sandbox or snapshot goes. */
+export type Route = { readonly local: true } | { readonly local: false; readonly node: NodeRecord };
+
+/** A node as `GET /v1/cluster` shows it (docs/api.md, Cluster). */
+export interface NodeInfo {
+  id: string;
+  url: string | null;
+  state: NodeState | 'down';
+  version: string | null;
+  started_at: string | null;
+  /** Sandboxes running there now (its live keys); for a down node, those it held. */
+  sandboxes: number;
+  capacity: NodeRecord['capacity'] | null;
+  load: NodeRecord['load'] | null;
+  templates: NodeRecord['templates'];
+}
+
+export interface ClusterInfo {
+  enabled: true;
+  /** The node that answered. */
+  node: string;
+  etcd: { connected: boolean; pending_writes: number };
+  nodes: NodeInfo[];
+}
+
+/** How long a request for a sandbox being handed over waits for the hand-over to end. */
+const MOVE_WAIT_MS = 30_000;
+/** How long a create waits for its catalog entry before it is refused. */
+const CONFIRM_MS = 8_000;
+/** How often the node's load is published (and at once on a change of state). */
+const PUBLISH_EVERY_MS = 2_000;
+
+export class ClusterNode {
+  readonly view: CatalogView;
+  readonly writer: CatalogWriter;
+  private local: LocalSandboxes | null = null;
+  private nodeState: NodeState = 'serving';
+  private readonly startedAt = new Date().toISOString();
+  /** Ids whose entries this node must not write any more (fenced, handed over). */
+  private readonly released = new Set<string>();
+  /** Set once the first registration is done: records written before are re-adoptions. */
+  private joined = false;
+  private stopped = false;
+  private publishTimer: NodeJS.Timeout | null = null;
+  private lastPublished = '';
+  private connecting: Promise<void> | null = null;
+  /** Where peers and the proxy reach this node (known once it listens). */
+  url: string;
+
+  constructor(
+    private readonly kv: ClusterKv,
+    readonly options: ClusterNodeOptions,
+  ) {
+    this.url = options.url;
+    this.view = new CatalogView(kv);
+    this.writer = new CatalogWriter(kv, {
+      node: options.id,
+      onConflict: (kind, id, current) => void this.onConflict(kind, id, current),
+      onError: (err, kind, id) =>
+        options.log.warn(
+          { err: (err as Error).message, [kind]: id },
+          'catalog write failed; retrying',
+        ),
+    });
+  }
+
+  get id(): string {
+    return this.options.id;
+  }
+
+  get state(): NodeState {
+    return this.nodeState;
+  }
+
+  /** The manager this node reports on; call once, before `start`. */
+  bind(local: LocalSandboxes): void {
+    this.local = local;
+  }
+
+  /** Sandbox records, written to `inner` and mirrored into the catalog. */
+  sandboxRecords(inner: RecordStore<SandboxRecord>): RecordStore<SandboxRecord> {
+    return {
+      write: (record) => {
+        inner.write(record);
+        if (this.released.has(record.id)) return;
+        this.writer.setSandbox(
+          record.id,
+          this.entryOf(record),
+          record.state === 'running',
+          this.expect(),
+        );
+      },
+      remove: (id) => {
+        inner.remove(id);
+        if (this.released.delete(id)) return;
+        this.writer.setSandbox(id, null, false, 'adopt');
+      },
+      readAll: (onBad) => inner.readAll(onBad),
+    };
+  }
+
+  /** Snapshot records, written to `inner` and mirrored into the catalog. */
+  snapshotRecords(inner: RecordStore<SnapshotRecord>): RecordStore<SnapshotRecord> {
+    return {
+      write: (record) => {
+        inner.write(record);
+        if (this.released.has(record.id)) return;
+        const entry: SnapshotEntry = {
+          node: this.id,
+          template: record.template,
+          source_sandbox_id: record.source_sandbox_id,
+          size_bytes: record.size_bytes,
+          created_at: record.created_at,
+        };
+        this.writer.setSnapshot(record.id, entry, this.expect());
+      },
+      remove: (id) => {
+        inner.remove(id);
+        if (this.released.delete(id)) return;
+        this.writer.setSnapshot(id, null, 'adopt');
+      },
+      readAll: (onBad) => inner.readAll(onBad),
+    };
+  }
+
+  /**
+   * Joins the cluster: a lease, this node's record on it, the catalog read and watched, and every
+   * entry of what it holds written (re-adopted or fenced). When etcd cannot be reached it goes on
+   * trying in the background, and resolves after the first attempt either way.
+   */
+  async start(): Promise<void> {
+    this.connecting ??= this.connectLoop();
+    await Promise.race([this.connecting, new Promise((r) => setTimeout(r, 10_000).unref())]);
+    this.publishTimer = setInterval(() => void this.publish(false), PUBLISH_EVERY_MS);
+    this.publishTimer.unref();
+  }
+
+  /** Leaves the cluster: its record and live keys go at once (its lease is revoked). */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.publishTimer) clearInterval(this.publishTimer);
+    // A last chance for writes made during shutdown (paused sandboxes): bounded, never blocking.
+    await this.writer
+      .settle(3000)
+      .catch((err: HostdError) =>
+        this.options.log.warn({ why: err.message }, 'some catalog writes wait for the next start'),
+      );
+    this.writer.stop();
+    this.view.stop();
+    await this.kv.revokeLease().catch(() => undefined);
+    await this.kv.close();
+  }
+
+  /** Sets whether this node takes creates, and publishes it now. */
+  async setState(state: NodeState): Promise<void> {
+    this.nodeState = state;
+    await this.publish(true);
+  }
+
+  /** Resolves once these new sandboxes' entries are in the catalog; 503 when they cannot be. */
+  confirmSandboxes(ids: readonly string[]): Promise<void> {
+    return this.writer.confirm(
+      ids.map((id) => ({ kind: 'sandbox' as const, id })),
+      CONFIRM_MS,
+    );
+  }
+
+  confirmSnapshot(id: string): Promise<void> {
+    return this.writer.confirm([{ kind: 'snapshot', id }], CONFIRM_MS);
+  }
+
+  /** 503 cluster_unavailable unless etcd is reachable now (what a create needs). */
+  ensureConnected(): void {
+    if (!this.view.ready || !this.view.connected) {
+      throw fail('clusterUnavailable', 'this node is not connected to etcd');
+    }
+  }
+
+  /**
+   * Where a request for sandbox `id` goes: here (this node holds it, or nobody does and this
+   * node answers 404), or to the node that holds it. Throws 410 for a sandbox lost with its node,
+   * 503 for one paused on a node that is down, or being moved for longer than a request waits.
+   */
+  async locateSandbox(id: string, signal?: AbortSignal): Promise<Route> {
+    if (!isSandboxId(id) || this.local?.holds(id)) return { local: true };
+    let found = await this.lookup(id);
+    if (found?.value.state === 'moving') {
+      const to = found.value.to ?? '?';
+      found = await this.view
+        .waitFor(
+          () => {
+            const e = this.view.sandboxes.get(id);
+            return !e || e.value.state !== 'moving' ? { e } : null;
+          },
+          MOVE_WAIT_MS,
+          signal,
+        )
+        .then((r) => {
+          if (r === null) throw fail('sandboxMoving', id, to);
+          return r.e ? { ...r.e, liveOn: this.view.live.get(id) ?? null } : null;
+        });
+      if (this.local?.holds(id)) return { local: true };
+    }
+    if (!found || found.value.node === this.id) return { local: true };
+    const { value: entry } = found;
+    const node = this.view.nodes.get(entry.node);
+    if (entry.state === 'lost') {
+      // Its node answers (and deletes it) while it is up.
+      if (node) return { local: false, node };
+      throw fail('sandboxLostOnNode', id, entry.node, entry.error ?? 'its VM is gone');
+    }
+    if (entry.state === 'running') {
+      if (found.liveOn === null) throw fail('sandboxLostWithNode', id, entry.node);
+      if (!node) throw fail('nodeUnavailable', `sandbox ${id}`, entry.node);
+      return { local: false, node };
+    }
+    if (!node) throw fail('nodeUnavailable', `sandbox ${id}`, entry.node);
+    return { local: false, node };
+  }
+
+  /**
+   * `DELETE` of a sandbox whose node is gone (lost with it) or down (paused there): its catalog
+   * entry is removed by compare-and-set, so the id is unknown everywhere at once. The node, if
+   * it comes back, finds the entry gone and destroys its copy (fencing). False when the entry
+   * changed meanwhile (the node came back: the caller routes the delete again).
+   */
+  async forgetStranded(id: string): Promise<boolean> {
+    let found;
+    try {
+      found = await this.view.lookup(id, true);
+    } catch {
+      throw fail('clusterUnavailable', `cannot delete sandbox ${id}`);
+    }
+    if (!found) return true;
+    if (this.view.nodes.has(found.value.node)) return false;
+    let res;
+    try {
+      res = await this.kv.txn(
+        [{ key: KEYS.sandbox(id), modRevision: found.modRevision }],
+        [{ delete: KEYS.sandbox(id) }, { delete: KEYS.live(id) }],
+      );
+    } catch {
+      throw fail('clusterUnavailable', `cannot delete sandbox ${id}`);
+    }
+    if (res.succeeded) {
+      // Gone for this node's requests at once, not when the watch brings the delete.
+      this.view.sandboxes.delete(id);
+      this.view.live.delete(id);
+    }
+    return res.succeeded;
+  }
+
+  /**
+   * The sandboxes of nodes that are down, as lists show them (the nodes that are up list their
+   * own): one lost with its node is `failed` (its id answers 410), one paused there `paused`.
+   */
+  strandedSandboxes(): SandboxInfo[] {
+    const out: SandboxInfo[] = [];
+    for (const [id, { value: e }] of this.view.sandboxes) {
+      if (e.node === this.id || this.view.nodes.has(e.node)) continue;
+      const paused = e.state === 'paused';
+      out.push({
+        id,
+        state: paused ? 'paused' : 'failed',
+        template: e.template,
+        created_at: e.created_at,
+        last_used_at: e.created_at,
+        parent_id: e.parent,
+        snapshot_id: e.snapshot,
+        busy: false,
+        queued: 0,
+        error: paused
+          ? null
+          : e.state === 'lost'
+            ? (e.error ?? 'its VM is gone')
+            : `lost with node ${e.node}, which stopped answering`,
+        network: { allow_out: [], bytes_out: 0, bytes_in: 0 },
+        memory_mib: null,
+        merged_from: [],
+        metadata: {},
+        timeout: null,
+        on_timeout: null,
+        expires_at: null,
+        paused_by: null,
+        node: e.node,
+      });
+    }
+    return out;
+  }
+
+  /** Where a request for snapshot `id` goes: its holder, or here (404 when nobody holds it). */
+  async locateSnapshot(id: string): Promise<Route> {
+    if (!isSnapshotId(id) || this.local?.holdsSnapshot(id)) return { local: true };
+    let found;
+    try {
+      found = await this.view.snapshot(id);
+    } catch {
+      throw fail('clusterUnavailable', `cannot look up snapshot ${id}`);
+    }
+    if (!found || found.value.node === this.id) return { local: true };
+    const node = this.view.nodes.get(found.value.node);
+    if (!node) throw fail('nodeUnavailable', `snapshot ${id}`, found.value.node);
+    return { local: false, node };
+  }
+
+  /** True when this node holds sandbox `id`. */
+  holds(id: string): boolean {
+    return this.local?.holds(id) ?? false;
+  }
+
+  /** A node by id, if it is alive. */
+  liveNode(id: string): NodeRecord | undefined {
+    return this.view.nodes.get(id);
+  }
+
+  /** Every live node but this one (list routes ask each). */
+  otherNodes(): NodeRecord[] {
+    return [...this.view.nodes.values()].filter((n) => n.id !== this.id);
+  }
+
+  /**
+   * The nodes to ask for a create, in order (core/cluster/placement.ts). For a create from a
+   * snapshot, its template and holder (preferred: nothing to copy) come from the catalog.
+   */
+  async placeCreate(req: { template?: string; snapshot?: string }): Promise<NodeRecord[]> {
+    this.ensureConnected();
+    let template = req.template;
+    let prefer: string | null = null;
+    if (req.snapshot !== undefined) {
+      const snap = await this.view.snapshot(req.snapshot).catch(() => null);
+      if (!snap) return [this.selfRecord()]; // unknown here: this node answers 404
+      template = snap.value.template;
+      prefer = snap.value.node;
+    }
+    const name = template ?? Object.keys(this.selfRecord().templates)[0] ?? '';
+    const nodes = [...this.view.nodes.values()].map((n) =>
+      n.id === this.id ? this.selfRecord() : n,
+    );
+    if (!nodes.some((n) => n.id === this.id)) nodes.push(this.selfRecord());
+    const order = placementOrder(
+      {
+        nodes,
+        running: (id) => this.view.liveCount(id),
+        lowMemoryMib: 512,
+      },
+      { template: name, prefer, self: this.id },
+    );
+    const byId = new Map(nodes.map((n) => [n.id, n]));
+    return order.map((id) => byId.get(id)!);
+  }
+
+  /** `GET /v1/cluster`: the live nodes, and nodes that are down but still named by sandboxes. */
+  info(): ClusterInfo {
+    const nodes: NodeInfo[] = [];
+    const live = new Map(this.view.nodes);
+    live.set(this.id, this.selfRecord());
+    for (const n of [...live.values()].sort((a, b) => a.id.localeCompare(b.id))) {
+      nodes.push({
+        id: n.id,
+        url: n.url,
+        state: n.state,
+        version: n.version,
+        started_at: n.started_at,
+        sandboxes: this.view.liveCount(n.id),
+        capacity: n.capacity,
+        load: n.load,
+        templates: n.templates,
+      });
+    }
+    const stranded = new Map<string, number>();
+    for (const [, e] of this.view.sandboxes) {
+      if (!live.has(e.value.node))
+        stranded.set(e.value.node, (stranded.get(e.value.node) ?? 0) + 1);
+    }
+    for (const [id, count] of [...stranded].sort()) {
+      nodes.push({
+        id,
+        url: null,
+        state: 'down',
+        version: null,
+        started_at: null,
+        sandboxes: count,
+        capacity: null,
+        load: null,
+        templates: {},
+      });
+    }
+    return {
+      enabled: true,
+      node: this.id,
+      etcd: {
+        connected: this.view.ready && this.view.connected,
+        pending_writes: this.writer.backlog,
+      },
+      nodes,
+    };
+  }
+
+  /** Stops writing `id`'s entry (it was handed to another node, which writes it now). */
+  release(kind: 'sandbox' | 'snapshot', id: string): void {
+    this.released.add(id);
+    this.writer.forget(kind, id);
+  }
+
+  /** This node's record as published now. */
+  selfRecord(): NodeRecord {
+    const local = this.local;
+    return {
+      id: this.id,
+      url: this.url,
+      ...(this.options.e2bUrl ? { e2b_url: this.options.e2bUrl } : {}),
+      state: this.nodeState,
+      version: this.options.version,
+      started_at: this.startedAt,
+      capacity: local?.capacity() ?? { sandboxes: 0, memory_mib: 0 },
+      load: local?.load() ?? { sandboxes: 0, memory_free_mib: 0 },
+      templates: local?.templates() ?? {},
+    };
+  }
+
+  private async lookup(id: string) {
+    try {
+      return await this.view.lookup(id);
+    } catch {
+      throw fail('clusterUnavailable', `cannot look up sandbox ${id}`);
+    }
+  }
+
+  private expect(): 'adopt' | 0 {
+    return this.joined ? 0 : 'adopt';
+  }
+
+  private entryOf(record: SandboxRecord): SandboxEntry {
+    return {
+      node: this.id,
+      state: record.state,
+      template: record.template,
+      parent: record.parent_id,
+      snapshot: record.snapshot_id,
+      created_at: record.created_at,
+      ...(record.state === 'lost' ? { error: record.error ?? 'its VM is gone' } : {}),
+    };
+  }
+
+  /** Connects (lease, record, catalog), retrying with backoff until it works or the node stops. */
+  private async connectLoop(): Promise<void> {
+    for (let attempt = 0; !this.stopped; attempt++) {
+      try {
+        await this.connect();
+        return;
+      } catch (err) {
+        if (attempt === 0 || attempt % 10 === 0) {
+          this.options.log.warn({ err: (err as Error).message }, 'cannot reach etcd; retrying');
+        }
+        await new Promise((r) => setTimeout(r, Math.min(5000, 250 * 2 ** attempt)));
+      }
+    }
+  }
+
+  private async connect(): Promise<void> {
+    await this.kv.grantLease(this.options.ttlS, (why) => this.leaseLost(why));
+    await this.view.start();
+    await this.publish(true);
+    // Entries naming this node that it no longer holds: deleted while etcd was unreachable, or
+    // left by a crash between a create and its answer.
+    const local = this.local;
+    for (const [id, e] of this.view.sandboxes) {
+      if (e.value.node === this.id && !this.writer.has('sandbox', id) && !local?.holds(id)) {
+        this.writer.setSandbox(id, null, false, e.modRevision);
+      }
+    }
+    for (const [id, e] of this.view.snapshots) {
+      if (
+        e.value.node === this.id &&
+        !this.writer.has('snapshot', id) &&
+        !local?.holdsSnapshot(id)
+      ) {
+        this.writer.setSnapshot(id, null, e.modRevision);
+      }
+    }
+    this.joined = true;
+    this.writer.start();
+    this.options.log.info(
+      { node: this.id, url: this.url, nodes: this.view.nodes.size },
+      'joined the cluster',
+    );
+  }
+
+  private leaseLost(why: string): void {
+    if (this.stopped) return;
+    this.options.log.warn({ why }, 'lost the etcd lease: registering again');
+    this.lastPublished = '';
+    void (async () => {
+      for (let attempt = 0; !this.stopped; attempt++) {
+        try {
+          await this.kv.grantLease(this.options.ttlS, (w) => this.leaseLost(w));
+          await this.publish(true);
+          this.writer.relive();
+          return;
+        } catch {
+          await new Promise((r) => setTimeout(r, Math.min(5000, 250 * 2 ** attempt)));
+        }
+      }
+    })();
+  }
+
+  /** Writes this node's record on its lease when it changed (or `force`). */
+  private async publish(force: boolean): Promise<void> {
+    if (this.stopped && !force) return;
+    const record = this.selfRecord();
+    // Free memory is rounded so that its noise does not rewrite the record every time.
+    const rounded = {
+      ...record,
+      load: {
+        ...record.load,
+        memory_free_mib: Math.round(record.load.memory_free_mib / 256) * 256,
+      },
+    };
+    const text = JSON.stringify({ ...rounded, started_at: undefined });
+    if (!force && text === this.lastPublished) return;
+    try {
+      await this.kv.txn(
+        [],
+        [{ put: KEYS.node(this.id), value: JSON.stringify(rounded), lease: true }],
+      );
+      this.lastPublished = text;
+    } catch (err) {
+      if (force) throw err;
+    }
+  }
+
+  private async onConflict(
+    kind: 'sandbox' | 'snapshot',
+    id: string,
+    current: SandboxEntry | SnapshotEntry | null,
+  ): Promise<void> {
+    const why =
+      current === null
+        ? 'it was deleted through another node while this one could not see the catalog'
+        : `the catalog gives it to node ${current.node}`;
+    this.options.log.warn({ [kind]: id, why }, 'fencing the local copy');
+    this.released.add(id);
+    try {
+      if (kind === 'sandbox') await this.local?.fence(id, why);
+      else this.local?.fenceSnapshot(id, why);
+    } catch (err) {
+      this.options.log.error({ err, [kind]: id }, 'could not fence the local copy');
+    }
+  }
+}

@@ -1,0 +1,99 @@
+/**
+ * The catalog's records, as JSON values of the coordination store's keys (core/cluster/kv.ts):
+ *
+ *   nodes/<id>       on the node's lease: where it is, whether it takes creates, its capacity
+ *                    and load, its templates. Gone when the node stops answering.
+ *   live/<id>        on the lease of the node running sandbox <id>: present while that node is
+ *                    alive and holds the VM. An entry `running` without it is a lost sandbox.
+ *   sandboxes/<id>   off any lease, changed by compare-and-set only: which node holds the
+ *                    sandbox and in which state (running, paused: its files are there, moving:
+ *                    handed over to `to`, lost: its VM is gone, with why).
+ *   snapshots/<id>   off any lease: the node holding the snapshot's files.
+ *
+ * Field names are snake_case like the API's; operators read them with `etcdctl get --prefix`.
+ */
+
+export type NodeState = 'serving' | 'draining' | 'drained';
+
+/** nodes/<id> */
+export interface NodeRecord {
+  readonly id: string;
+  /** Where peers and the proxy reach its API (SERVICE_NODE_URL). */
+  readonly url: string;
+  /** Where its E2B-compatible front listens, when it has one. */
+  readonly e2b_url?: string;
+  readonly state: NodeState;
+  readonly version: string;
+  readonly started_at: string;
+  readonly capacity: { readonly sandboxes: number; readonly memory_mib: number };
+  readonly load: { readonly sandboxes: number; readonly memory_free_mib: number };
+  /** Every template it serves: its state, and the build (image key) it restores. */
+  readonly templates: Readonly<
+    Record<string, { readonly state: string; readonly build: string | null }>
+  >;
+}
+
+export type SandboxEntryState = 'running' | 'paused' | 'moving' | 'lost';
+
+/** sandboxes/<id> */
+export interface SandboxEntry {
+  readonly node: string;
+  readonly state: SandboxEntryState;
+  readonly template: string;
+  readonly parent: string | null;
+  readonly snapshot: string | null;
+  readonly created_at: string;
+  /** moving: the node it is handed to. */
+  readonly to?: string;
+  /** lost: why. */
+  readonly error?: string;
+}
+
+/** snapshots/<id> */
+export interface SnapshotEntry {
+  readonly node: string;
+  readonly template: string;
+  readonly source_sandbox_id: string;
+  readonly size_bytes: number;
+  readonly created_at: string;
+}
+
+export const KEYS = {
+  node: (id: string) => `nodes/${id}`,
+  sandbox: (id: string) => `sandboxes/${id}`,
+  live: (id: string) => `live/${id}`,
+  snapshot: (id: string) => `snapshots/${id}`,
+} as const;
+
+/** Node ids: short, safe in keys, URLs and logs. */
+export const NODE_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
+
+/** The record's kind and id from a key, or null for a key that is none of ours. */
+export function parseKey(
+  key: string,
+): { kind: 'node' | 'sandbox' | 'live' | 'snapshot'; id: string } | null {
+  const slash = key.indexOf('/');
+  if (slash < 0) return null;
+  const id = key.slice(slash + 1);
+  switch (key.slice(0, slash)) {
+    case 'nodes':
+      return { kind: 'node', id };
+    case 'sandboxes':
+      return { kind: 'sandbox', id };
+    case 'live':
+      return { kind: 'live', id };
+    case 'snapshots':
+      return { kind: 'snapshot', id };
+    default:
+      return null;
+  }
+}
+
+/** JSON of a stored value, or null when it is not JSON (a key written by something else). */
+export function parseValue<T>(value: string): T | null {
+  try {
+    return JSON.parse(value) as T;
+  } catch {
+    return null;
+  }
+}

@@ -1,0 +1,211 @@
+/**
+ * A hostd as a node of a cluster (core/cluster/cluster-node.ts), two nodes on one in-memory
+ * store with etcd's semantics (test/helpers/memory-kv.ts): where a request for a sandbox goes
+ * (here, the node holding it, 410 when that node is gone, 503 while etcd is), where a create is
+ * placed, what `GET /v1/cluster` shows, deleting what a dead node held, and fencing a copy the
+ * catalog no longer gives to the node that comes back with it.
+ */
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { pino } from 'pino';
+import { ClusterNode, type LocalSandboxes } from '../../src/core/cluster/cluster-node.js';
+import { memoryRecords, type SandboxRecord } from '../../src/core/journal.js';
+import { toHostdError } from '../../src/errors.js';
+import { eventually } from '../../testkit/eventually.js';
+import { MemoryStore } from '../helpers/memory-kv.js';
+
+const log = pino({ level: 'silent' });
+const sbx = (n: number): string => `sbx_${n.toString(16).padStart(32, '0')}`;
+
+/** A node's local side: the sandboxes it holds, and what it was told to fence. */
+class Local implements LocalSandboxes {
+  readonly held = new Set<string>();
+  readonly fenced: string[] = [];
+  draining = false;
+  holds = (id: string) => this.held.has(id);
+  holdsSnapshot = () => false;
+  fence = async (id: string) => {
+    this.held.delete(id);
+    this.fenced.push(id);
+  };
+  fenceSnapshot = () => undefined;
+  capacity = () => ({ sandboxes: 10, memory_mib: 8192 });
+  load = () => ({ sandboxes: this.held.size, memory_free_mib: 4096 });
+  templates = () => ({ python: { state: 'ready', build: 'b1' } });
+}
+
+interface TestNode {
+  node: ClusterNode;
+  local: Local;
+  records: ReturnType<ClusterNode['sandboxRecords']>;
+  kv: ReturnType<MemoryStore['client']>;
+}
+
+async function join(store: MemoryStore, id: string, held: SandboxRecord[] = []): Promise<TestNode> {
+  const kv = store.client();
+  const node = new ClusterNode(kv, { id, url: `http://${id}:7070`, version: '0', ttlS: 10, log });
+  const local = new Local();
+  node.bind(local);
+  const records = node.sandboxRecords(memoryRecords<SandboxRecord>());
+  // What a restart re-adopts is recorded before the node joins.
+  for (const r of held) {
+    local.held.add(r.id);
+    records.write(r);
+  }
+  await node.start();
+  return { node, local, records, kv };
+}
+
+function record(id: string, state: SandboxRecord['state'] = 'running'): SandboxRecord {
+  return {
+    id,
+    template: 'python',
+    parent_id: null,
+    snapshot_id: null,
+    created_at: '2026-01-01T00:00:00Z',
+    state,
+  };
+}
+
+/** Node `n` creates sandbox `id` and answers once the catalog has it. */
+async function createOn(n: TestNode, id: string): Promise<void> {
+  n.local.held.add(id);
+  n.records.write(record(id));
+  await n.node.confirmSandboxes([id]);
+}
+
+const code = (err: unknown): string => toHostdError(err, 'test').toBody().code;
+
+async function stopAll(...nodes: TestNode[]): Promise<void> {
+  await Promise.all(nodes.map((n) => n.node.stop()));
+}
+
+describe('cluster node', () => {
+  test('a sandbox is served where it is held; other nodes route to that node', async () => {
+    const store = new MemoryStore();
+    const a = await join(store, 'a');
+    const b = await join(store, 'b');
+    await createOn(a, sbx(1));
+    assert.deepEqual(await a.node.locateSandbox(sbx(1)), { local: true });
+    const route = await b.node.locateSandbox(sbx(1));
+    assert.equal(route.local, false);
+    assert.equal(!route.local && route.node.url, 'http://a:7070');
+    // Unknown and malformed ids are answered here (404).
+    assert.deepEqual(await b.node.locateSandbox(sbx(99)), { local: true });
+    assert.deepEqual(await b.node.locateSandbox('nope'), { local: true });
+    await stopAll(a, b);
+  });
+
+  test("a dead node's running sandboxes are lost (410, naming it); deleting one forgets it", async () => {
+    const store = new MemoryStore();
+    const a = await join(store, 'a');
+    const b = await join(store, 'b');
+    await createOn(a, sbx(1));
+    await createOn(a, sbx(2));
+    // a stops answering: its lease (its record and live keys) goes; the entries stay.
+    store.dropLease(a.kv.lease!);
+    await assert.rejects(b.node.locateSandbox(sbx(1)), (err) => {
+      assert.equal(code(err), 'sandbox_lost');
+      assert.match((err as Error).message, /node a/);
+      return true;
+    });
+    const down = b.node.info().nodes.find((n) => n.id === 'a');
+    assert.equal(down?.state, 'down');
+    assert.equal(down?.sandboxes, 2);
+    const listed = b.node.strandedSandboxes().sort((x, y) => x.id.localeCompare(y.id));
+    assert.deepEqual(
+      listed.map((x) => [x.id, x.state, x.node]),
+      [
+        [sbx(1), 'failed', 'a'],
+        [sbx(2), 'failed', 'a'],
+      ],
+    );
+    assert.match(listed[0]!.error ?? '', /node a/);
+    assert.equal(await b.node.forgetStranded(sbx(1)), true);
+    assert.deepEqual(await b.node.locateSandbox(sbx(1)), { local: true });
+    assert.deepEqual(
+      b.node.strandedSandboxes().map((x) => x.id),
+      [sbx(2)],
+    );
+    assert.equal(store.keys.has('sandboxes/' + sbx(1)), false);
+    await stopAll(a, b);
+  });
+
+  test('a node that comes back fences what was deleted meanwhile and keeps the rest', async () => {
+    const store = new MemoryStore();
+    const a = await join(store, 'a');
+    const b = await join(store, 'b');
+    await createOn(a, sbx(1));
+    await createOn(a, sbx(2));
+    store.dropLease(a.kv.lease!);
+    await a.node.stop();
+    assert.equal(await b.node.forgetStranded(sbx(1)), true);
+    // a restarts with both sandboxes re-adopted from its disk.
+    const again = await join(store, 'a', [record(sbx(1), 'paused'), record(sbx(2), 'paused')]);
+    await eventually('the deleted sandbox to be fenced', () => again.local.fenced.length === 1);
+    assert.deepEqual(again.local.fenced, [sbx(1)]);
+    assert.equal(
+      store.read<{ node: string; state: string }>('sandboxes/' + sbx(2))?.state,
+      'paused',
+    );
+    const route = await b.node.locateSandbox(sbx(2));
+    assert.equal(!route.local && route.node.id, 'a');
+    await stopAll(again, b);
+  });
+
+  test('a paused sandbox on a node that is down answers 503 node_unavailable', async () => {
+    const store = new MemoryStore();
+    const a = await join(store, 'a');
+    const b = await join(store, 'b');
+    a.local.held.add(sbx(3));
+    a.records.write(record(sbx(3), 'paused'));
+    await a.node.confirmSandboxes([sbx(3)]);
+    await a.node.stop();
+    await assert.rejects(b.node.locateSandbox(sbx(3)), (err) => code(err) === 'node_unavailable');
+    // A delete through another node forgets it too; a comes back and fences its copy.
+    assert.equal(await b.node.forgetStranded(sbx(3)), true);
+    await stopAll(b);
+  });
+
+  test('creates go to the least loaded serving node; a draining node gets none', async () => {
+    const store = new MemoryStore();
+    const a = await join(store, 'a');
+    const b = await join(store, 'b');
+    await createOn(a, sbx(1));
+    await createOn(a, sbx(2));
+    await eventually('b to see a publish its load', () => b.node.view.liveCount('a') === 2);
+    const order = await b.node.placeCreate({ template: 'python' });
+    assert.deepEqual(
+      order.map((n) => n.id),
+      ['b', 'a'],
+    );
+    await b.node.setState('draining');
+    await eventually('a to see b draining', () => a.node.view.nodes.get('b')?.state === 'draining');
+    assert.deepEqual(
+      (await a.node.placeCreate({ template: 'python' })).map((n) => n.id),
+      ['a'],
+    );
+    assert.deepEqual(await a.node.placeCreate({ template: 'nope' }), []);
+    await stopAll(a, b);
+  });
+
+  test('with etcd unreachable, creates are refused (503) and held sandboxes still route', async () => {
+    const store = new MemoryStore();
+    const a = await join(store, 'a');
+    const b = await join(store, 'b');
+    await createOn(a, sbx(1));
+    await eventually('b to see the sandbox', () => b.node.view.live.has(sbx(1)));
+    store.down = true;
+    assert.throws(
+      () => b.node.ensureConnected(),
+      (err) => code(err) === 'cluster_unavailable',
+    );
+    await assert.rejects(b.node.placeCreate({ template: 'python' }), (err) => {
+      return code(err) === 'cluster_unavailable';
+    });
+    const route = await b.node.locateSandbox(sbx(1));
+    assert.equal(!route.local && route.node.id, 'a');
+    store.down = false;
+    await stopAll(a, b);
+  });
+});
