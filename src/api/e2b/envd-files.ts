@@ -15,7 +15,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { posix } from 'node:path';
 import { pipeline } from 'node:stream/promises';
-import { PassThrough, type Readable } from 'node:stream';
+import { PassThrough, Readable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
 import busboy from 'busboy';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -264,15 +264,33 @@ function multipart(
       req.raw.resume();
       reject(failed);
     };
+    // A `file` part without a file name (a form's plain text field) is content too, as envd
+    // takes it: its target is `?path=`. busboy cuts text fields at 1 MiB: a longer one is
+    // refused rather than written short
+    parser.on('field', (field, value, info) => {
+      if (field !== 'file') return;
+      if (info.valueTruncated) {
+        stop(fail('invalidField', 'file', 'a file part (a text field holds at most 1 MiB)', null));
+        return;
+      }
+      take(Readable.from([Buffer.from(value)]), undefined);
+    });
     parser.on('file', (field, stream, info) => {
-      if (failed || field !== 'file') {
+      if (field !== 'file') {
         stream.resume();
         return;
       }
-      const target = queryPath || info.filename;
+      take(stream, info.filename);
+    });
+    const take = (stream: Readable, filename: string | undefined): void => {
+      if (failed) {
+        stream.resume();
+        return;
+      }
+      const target = queryPath || filename;
       if (!target) {
         stream.resume();
-        stop(fail('invalidField', 'file', 'a part with a file name, or ?path=', info.filename));
+        stop(fail('invalidField', 'file', 'a part with a file name, or ?path=', filename));
         return;
       }
       if (seen.has(target)) {
@@ -290,7 +308,7 @@ function multipart(
           stop(err);
         }
       });
-    });
+    };
     parser.on('error', (err: Error) => stop(fail('malformedRequest', err.message)));
     parser.on('close', () => {
       void chain.then(() => {
