@@ -264,15 +264,33 @@ function multipart(
       req.raw.resume();
       reject(failed);
     };
+    // A `file` part without a file name (a form's plain text field) is content too, as envd
+    // takes it: its target is `?path=`. busboy cuts text fields at 1 MiB: a longer one is
+    // refused rather than written short
+    parser.on('field', (field, value, info) => {
+      if (field !== 'file') return;
+      if (info.valueTruncated) {
+        stop(fail('invalidField', 'file', 'a file part (a text field holds at most 1 MiB)', null));
+        return;
+      }
+      take(Readable.from([Buffer.from(value)]), undefined);
+    });
     parser.on('file', (field, stream, info) => {
-      if (failed || field !== 'file') {
+      if (field !== 'file') {
         stream.resume();
         return;
       }
-      const target = queryPath || info.filename;
+      take(stream, info.filename);
+    });
+    const take = (stream: Readable, filename: string | undefined): void => {
+      if (failed) {
+        stream.resume();
+        return;
+      }
+      const target = queryPath || filename;
       if (!target) {
         stream.resume();
-        stop(fail('invalidField', 'file', 'a part with a file name, or ?path=', info.filename));
+        stop(fail('invalidField', 'file', 'a part with a file name, or ?path=', filename));
         return;
       }
       if (seen.has(target)) {
@@ -290,35 +308,7 @@ function multipart(
           stop(err);
         }
       });
-    });
-    // A `file` part without a file name (a browser's or fetch's FormData given a string, as
-    // E2B's own tests upload through signed URLs) is the content of the file at `?path=`.
-    parser.on('field', (field, value, info) => {
-      if (failed || field !== 'file') return;
-      if (!queryPath) {
-        stop(fail('invalidField', 'file', 'a part with a file name, or ?path=', undefined));
-        return;
-      }
-      if (info.valueTruncated) {
-        stop(
-          fail('invalidField', 'file', 'a file part (with a file name) for large content', field),
-        );
-        return;
-      }
-      if (seen.has(queryPath)) {
-        stop(fail('invalidField', 'file', 'parts with distinct paths', queryPath));
-        return;
-      }
-      seen.add(queryPath);
-      chain = chain.then(async () => {
-        if (failed) return;
-        try {
-          written.push(await write(queryPath, Readable.from([Buffer.from(value, 'utf8')])));
-        } catch (err) {
-          stop(err);
-        }
-      });
-    });
+    };
     parser.on('error', (err: Error) => stop(fail('malformedRequest', err.message)));
     parser.on('close', () => {
       void chain.then(() => {
