@@ -202,7 +202,7 @@ class Cgroups:
         """Removes group `name` if no process is left in it."""
         if self.enabled:
             try:
-                os.rmdir(os.path.join(SANDBOX_CGROUP, name))
+                os.rmdir(os.path.join(self.sandbox, name))
             except OSError:
                 pass
 
@@ -211,7 +211,7 @@ class Cgroups:
         exited (the process manager's: a process's background children keep its group)."""
         if not self.enabled:
             return
-        for path in glob.glob(os.path.join(SANDBOX_CGROUP, prefix + "*")):
+        for path in glob.glob(os.path.join(self.sandbox, prefix + "*")):
             if os.path.basename(path) not in keep:
                 try:
                     os.rmdir(path)
