@@ -101,3 +101,21 @@ class SetUp(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class CleanUp(unittest.TestCase):
+    """The process manager's groups (proc_manager.py) are removed once their processes exited."""
+
+    def setUp(self):
+        self.tree = FakeTree()
+        self.addCleanup(shutil.rmtree, self.tree.dir, True)
+
+    def test_remove_and_sweep_prefix_remove_empty_groups_but_those_kept(self):
+        cgroups = self.tree.cgroups()
+        sandbox = os.path.join(self.tree.root, "sandbox")
+        for name in ("proc-1", "proc-2", "proc-3"):
+            os.mkdir(os.path.join(sandbox, name))
+        cgroups.remove("proc-1")
+        cgroups.sweep_prefix("proc-", keep={"proc-3"})
+        self.assertEqual(sorted(n for n in os.listdir(sandbox) if n.startswith("proc-")),
+                         ["proc-3"])
