@@ -4,7 +4,15 @@ import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'sdk/**/dist/**', 'bench/results/**'] },
+  {
+    ignores: [
+      'dist/**',
+      'node_modules/**',
+      'sdk/**/dist/**',
+      'examples/**/dist/**',
+      'bench/results/**',
+    ],
+  },
   js.configs.recommended,
   {
     // Plain Node scripts (examples): Node's globals.

@@ -9,13 +9,15 @@
  * (fork.ts), density (density.ts, `BENCH_DENSITY_N` sandboxes, 100), features (files, rich
  * outputs, network, templates, snapshots, pause, restarts: features.ts, files-net.ts, state.ts;
  * each prints `skipped: <why>` while hostd does not serve its routes), compute (compute.ts: a
- * chart and a matrix product in the guest beside the host's python3), soak (soak.ts). Where a
+ * chart and a matrix product in the guest beside the host's python3), e2b (e2b.ts: E2B's SDKs'
+ * runCode and commands.run beside the native exec), soak (soak.ts). Where a
  * figure is measured on less than the issue names to keep the run under 10 minutes (a 64 MiB
  * transfer for 256, 8 sandboxes restarted for 32), the output says so beside it.
  *
  * Environment:
  * - `SERVICE_HOSTD_URL`: measure the hostd serving there (with `SERVICE_API_KEY` if it needs
- *   a key) instead of starting one. Figures that need hostd's processes or logs
+ *   a key) instead of starting one; its E2B front (the e2b part) at `E2B_API_URL`, with
+ *   `E2B_API_KEY` (else `SERVICE_API_KEY`). Figures that need hostd's processes or logs
  *   (`template_boot_ms`, `create_pool_miss_p50_ms`, the fork memory and density figures) are
  *   then null or left out.
  * - Without it, the bench starts its own hostd (the python template built, as `npm run bench`
@@ -47,6 +49,7 @@ import { forkLatency, forkMemory } from './fork.js';
 import { densityFigures } from './density.js';
 import { COMPUTE_FIGURES, computeFigures } from './compute.js';
 import { featureFigures } from './features.js';
+import { E2B_FIGURES, e2bFigures } from './e2b.js';
 import { guarded } from './skip.js';
 import { DEFAULT_TCG_TB_MIB } from '../src/config.js';
 import { loadAverage, machineInfo } from './proc-stats.js';
@@ -165,10 +168,11 @@ async function baselineLocalRepl(iterations: number): Promise<number> {
  * `BENCH_PARTS` (comma-separated) runs only some parts: core (create, exec, streaming), fork
  * (latency, CPU and memory per child), density (issue 15, `BENCH_DENSITY_N` sandboxes, 100 by
  * default), features (files, network, templates, snapshots, pause: skipped while hostd answers
- * route_not_found), compute (issue 29), soak. All by default.
+ * route_not_found), compute (issue 29), e2b (issue 24: E2B's SDKs against the native API),
+ * soak. All by default.
  */
 const parts = new Set(
-  (process.env.BENCH_PARTS || 'core,fork,density,features,compute,soak')
+  (process.env.BENCH_PARTS || 'core,fork,density,features,compute,e2b,soak')
     .split(',')
     .map((p) => p.trim()),
 );
@@ -262,6 +266,15 @@ async function main(): Promise<void> {
       results.baseline_local_repl_exec_p50_ms = await baselineLocalRepl(300);
       Object.assign(results, await streamingFigures(client, id));
       await del(client, id);
+    }
+    if (parts.has('e2b')) {
+      const e2bUrl = hostd ? hostd.e2bUrl : (process.env.E2B_API_URL ?? '');
+      const e2bKey =
+        process.env.E2B_API_KEY || process.env.SERVICE_API_KEY || `e2b_${'0'.repeat(40)}`;
+      Object.assign(
+        results,
+        await guarded(E2B_FIGURES, () => e2bFigures(client, e2bUrl, e2bKey, poolFull)),
+      );
     }
     if (parts.has('fork')) Object.assign(results, await forkLatency(client, hostd));
     if (parts.has('fork') && hostd) Object.assign(results, await forkMemory(client, hostd));
