@@ -11,9 +11,9 @@
  * each prints `skipped: <why>` while hostd does not serve its routes), compute (compute.ts: a
  * chart and a matrix product in the guest beside the host's python3), soak (soak.ts), isolation
  * (isolation.ts: a noisy neighbour's effect on another sandbox, and the per-VM jail's cost, on
- * two hostds of its own started after the main one has stopped). Where a
- * figure is measured on less than the issue names to keep the run under 10 minutes (a 64 MiB
- * transfer for 256, 8 sandboxes restarted for 32), the output says so beside it.
+ * two hostds of its own started after the main one has stopped). Where a figure is measured on
+ * less than the issue names to keep the run under 10 minutes (a 64 MiB transfer for 256, 8
+ * sandboxes restarted for 32), the output says so beside it.
  *
  * Environment:
  * - `SERVICE_HOSTD_URL`: measure the hostd serving there (with `SERVICE_API_KEY` if it needs
@@ -22,6 +22,8 @@
  *   then null or left out.
  * - Without it, the bench starts its own hostd (the python template built, as `npm run bench`
  *   does first): a pool of 4, plus a `cold` pool of the same build with no VMs, for pool misses.
+ * - `BENCH_ISOLATION_TEMPLATE` (python-slim) and `BENCH_ISOLATION_PHASE_S` (10): the template
+ *   the isolation part's hostds serve, and how long each noisy cell runs before its timeout.
  *
  * Every wait is on a condition hostd reports (a pool refilled, the fork standby settled, no
  * exec running, a deleted VM's process gone), so samples are taken on a host at rest.
