@@ -320,10 +320,20 @@ export async function isolationFigures(): Promise<Results> {
     results.isolation_load = loadAverage();
     return results;
   }
-  const [full, uid] = await Promise.all([
+  const started = await Promise.allSettled([
     startJailed('full', '210000-219999'),
     startJailed('uid', '220000-229999'),
   ]);
+  const failed = started.find((s) => s.status === 'rejected');
+  if (failed) {
+    // The other one must not be left running (with its VMs) when one did not start.
+    for (const s of started) if (s.status === 'fulfilled') await s.value.stop();
+    throw failed.reason;
+  }
+  const [full, uid] = started.map((s) => (s as PromiseFulfilledResult<Hostd>).value) as [
+    Hostd,
+    Hostd,
+  ];
   try {
     Object.assign(results, await jailCost(full, uid));
     Object.assign(results, await neighbourFigures(full, ''));
