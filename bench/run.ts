@@ -10,9 +10,11 @@
  * outputs, network, templates, snapshots, pause, restarts: features.ts, files-net.ts, state.ts;
  * each prints `skipped: <why>` while hostd does not serve its routes), compute (compute.ts: a
  * chart and a matrix product in the guest beside the host's python3), e2b (e2b.ts: E2B's SDKs'
- * runCode and commands.run beside the native exec), soak (soak.ts). Where a
- * figure is measured on less than the issue names to keep the run under 10 minutes (a 64 MiB
- * transfer for 256, 8 sandboxes restarted for 32), the output says so beside it.
+ * runCode and commands.run beside the native exec), soak (soak.ts), isolation
+ * (isolation.ts: a noisy neighbour's effect on another sandbox, and the per-VM jail's cost, on
+ * two hostds of its own started after the main one has stopped). Where a figure is measured on
+ * less than the issue names to keep the run under 10 minutes (a 64 MiB transfer for 256, 8
+ * sandboxes restarted for 32), the output says so beside it.
  *
  * Environment:
  * - `SERVICE_HOSTD_URL`: measure the hostd serving there (with `SERVICE_API_KEY` if it needs
@@ -22,6 +24,8 @@
  *   then null or left out.
  * - Without it, the bench starts its own hostd (the python template built, as `npm run bench`
  *   does first): a pool of 4, plus a `cold` pool of the same build with no VMs, for pool misses.
+ * - `BENCH_ISOLATION_TEMPLATE` (python-slim) and `BENCH_ISOLATION_PHASE_S` (10): the template
+ *   the isolation part's hostds serve, and how long each noisy cell runs before its timeout.
  *
  * Every wait is on a condition hostd reports (a pool refilled, the fork standby settled, no
  * exec running, a deleted VM's process gone), so samples are taken on a host at rest.
@@ -51,6 +55,7 @@ import { COMPUTE_FIGURES, computeFigures } from './compute.js';
 import { featureFigures } from './features.js';
 import { E2B_FIGURES, e2bFigures } from './e2b.js';
 import { guarded } from './skip.js';
+import { ISOLATION_FIGURES, isolationFigures } from './isolation.js';
 import { DEFAULT_TCG_TB_MIB } from '../src/config.js';
 import { loadAverage, machineInfo } from './proc-stats.js';
 import { exec, execHttp, now, pct, type Results } from './util.js';
@@ -169,139 +174,156 @@ async function baselineLocalRepl(iterations: number): Promise<number> {
  * (latency, CPU and memory per child), density (issue 15, `BENCH_DENSITY_N` sandboxes, 100 by
  * default), features (files, network, templates, snapshots, pause: skipped while hostd answers
  * route_not_found), compute (issue 29), e2b (issue 24: E2B's SDKs against the native API),
- * soak. All by default.
+ * soak, isolation (issue 27: needs root for the jail
+ * figures). All by default.
  */
 const parts = new Set(
-  (process.env.BENCH_PARTS || 'core,fork,density,features,compute,e2b,soak')
+  (process.env.BENCH_PARTS || 'core,fork,density,features,compute,e2b,soak,isolation')
     .split(',')
     .map((p) => p.trim()),
 );
 
+/** The parts measured on one hostd (ours, or the one at SERVICE_HOSTD_URL). */
+async function mainParts(client: Api, hostd: Hostd | null, results: Results): Promise<void> {
+  // Our own hostd has a pool of 4; another's: wait for at least 1.
+  const poolFull = (): Promise<void> => poolHolds(client, 'python', hostd ? 4 : 1);
+  results.accelerator = await accelOf(client);
+  results.template_boot_ms = templateBootMs(hostd, 'python');
+
+  // Pool hits: wait until the pool is full again before each create, so each sample is a
+  // hand-over on a host that is not busy restoring the previous refill.
+  // hostd's start-up work includes copying each template's image for forks: let it end.
+  // Fork figures are for a host at rest too: back-to-back forks faster than hostd's refill
+  // of the QEMUs it starts ahead start some children's QEMUs from scratch.
+  await forkStandbySettled(client);
+  if (parts.has('core')) {
+    const hits: number[] = [];
+    for (let i = 0; i < 40; i++) {
+      await poolFull();
+      const t = now();
+      const id = await createSandbox(client);
+      hits.push(now() - t);
+      await delAndSettle(client, hostd, id);
+    }
+    results.create_pool_hit_p50_ms = pct(hits, 50);
+    results.create_pool_hit_p99_ms = pct(hits, 99);
+
+    // Pool misses: the `cold` template has no pool, so every create restores a VM.
+    const misses: number[] = [];
+    for (let i = 0; i < 10; i++) {
+      const t = now();
+      const id = await createSandbox(client, hostd ? { template: 'cold' } : {});
+      misses.push(now() - t);
+      await delAndSettle(client, hostd, id);
+    }
+    results.create_pool_miss_p50_ms = hostd ? pct(misses, 50) : null;
+
+    // The first exec in a freshly created sandbox (what "create, then run" feels like).
+    const firsts: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      await poolFull();
+      const fresh = await createSandbox(client);
+      const t = now();
+      await exec(client, fresh, 'print(1)');
+      firsts.push(now() - t);
+      await delAndSettle(client, hostd, fresh);
+    }
+    results.exec_first_in_new_sandbox_p50_ms = pct(firsts, 50);
+
+    // Exec round trip of a trivial print in a warm sandbox, once the pool has refilled after
+    // the create (a refill restores a VM: ~0.3 s of CPU that would land in the samples).
+    const id = await createSandbox(client);
+    await poolFull();
+    // Through a keep-alive node:http client, which costs little itself: the figure is hostd's.
+    // What a fetch() client sees is reported too (undici added ~1 ms per request here).
+    const keepAlive = new Agent({ keepAlive: true, maxSockets: 1 });
+    const execs: number[] = [];
+    const fetched: number[] = [];
+    for (let i = 0; i < 300; i++) {
+      let t = now();
+      await execHttp(client, keepAlive, id, 'print(1)');
+      if (i >= 20) execs.push(now() - t);
+      t = now();
+      await exec(client, id, 'print(1)');
+      if (i >= 20) fetched.push(now() - t);
+    }
+    keepAlive.destroy();
+    results.exec_print_p50_ms = pct(execs, 50);
+    results.exec_print_p99_ms = pct(execs, 99);
+    results.exec_print_fetch_p50_ms = pct(fetched, 50);
+    results.baseline_local_repl_exec_p50_ms = await baselineLocalRepl(300);
+    Object.assign(results, await streamingFigures(client, id));
+    await del(client, id);
+  }
+  if (parts.has('e2b')) {
+    const e2bUrl = hostd ? hostd.e2bUrl : (process.env.E2B_API_URL ?? '');
+    const e2bKey =
+      process.env.E2B_API_KEY || process.env.SERVICE_API_KEY || `e2b_${'0'.repeat(40)}`;
+    Object.assign(
+      results,
+      await guarded(E2B_FIGURES, () => e2bFigures(client, e2bUrl, e2bKey, poolFull)),
+    );
+  }
+  if (parts.has('fork')) Object.assign(results, await forkLatency(client, hostd));
+  if (parts.has('fork') && hostd) Object.assign(results, await forkMemory(client, hostd));
+  if (parts.has('density') && hostd) {
+    const n = Number(process.env.BENCH_DENSITY_N ?? 100);
+    const density = await densityFigures(client, hostd, {
+      n,
+      poolSize: 4,
+      tbMib: Number(process.env.SERVICE_TCG_TB_MIB ?? 0) || DEFAULT_TCG_TB_MIB,
+      idleSeconds: 15,
+      ksmSettleMaxSeconds: 90,
+    });
+    Object.assign(results, density);
+  }
+  if (parts.has('features')) Object.assign(results, await featureFigures(client, hostd));
+  if (parts.has('compute')) {
+    Object.assign(results, await guarded(COMPUTE_FIGURES, () => computeFigures(client)));
+  }
+  if (parts.has('soak')) {
+    if (hostd) Object.assign(results, await forkMemory(client, hostd));
+    Object.assign(results, await runSoak(client, { seconds: 40, hostdPid: hostd?.proc.pid }));
+  }
+}
+
 async function main(): Promise<void> {
   const started = now();
   const results: Results = {};
-  let hostd: Hostd | null = null;
-  let client: Api;
-  if (process.env.SERVICE_HOSTD_URL) {
-    client = connect(process.env.SERVICE_HOSTD_URL, process.env.SERVICE_API_KEY || undefined);
-  } else {
-    hostd = await startHostd({
-      env: {
-        SERVICE_TEMPLATES: 'python,cold:recipe=python:pool=0',
-        SERVICE_POOL_SIZE: '4',
-        SERVICE_LOG_LEVEL: 'info',
-      },
-    });
-    client = hostd;
-  }
-  // Our own hostd has a pool of 4; another's: wait for at least 1.
-  const poolFull = (): Promise<void> => poolHolds(client, 'python', hostd ? 4 : 1);
-  try {
-    Object.assign(results, machineInfo());
-    results.baseline_no_vm_ms = baselineNoVm();
-    results.accelerator = await accelOf(client);
-    results.template_boot_ms = templateBootMs(hostd, 'python');
-
-    // Pool hits: wait until the pool is full again before each create, so each sample is a
-    // hand-over on a host that is not busy restoring the previous refill.
-    // hostd's start-up work includes copying each template's image for forks: let it end.
-    // Fork figures are for a host at rest too: back-to-back forks faster than hostd's refill
-    // of the QEMUs it starts ahead start some children's QEMUs from scratch.
-    await forkStandbySettled(client);
-    if (parts.has('core')) {
-      const hits: number[] = [];
-      for (let i = 0; i < 40; i++) {
-        await poolFull();
-        const t = now();
-        const id = await createSandbox(client);
-        hits.push(now() - t);
-        await delAndSettle(client, hostd, id);
-      }
-      results.create_pool_hit_p50_ms = pct(hits, 50);
-      results.create_pool_hit_p99_ms = pct(hits, 99);
-
-      // Pool misses: the `cold` template has no pool, so every create restores a VM.
-      const misses: number[] = [];
-      for (let i = 0; i < 10; i++) {
-        const t = now();
-        const id = await createSandbox(client, hostd ? { template: 'cold' } : {});
-        misses.push(now() - t);
-        await delAndSettle(client, hostd, id);
-      }
-      results.create_pool_miss_p50_ms = hostd ? pct(misses, 50) : null;
-
-      // The first exec in a freshly created sandbox (what "create, then run" feels like).
-      const firsts: number[] = [];
-      for (let i = 0; i < 5; i++) {
-        await poolFull();
-        const fresh = await createSandbox(client);
-        const t = now();
-        await exec(client, fresh, 'print(1)');
-        firsts.push(now() - t);
-        await delAndSettle(client, hostd, fresh);
-      }
-      results.exec_first_in_new_sandbox_p50_ms = pct(firsts, 50);
-
-      // Exec round trip of a trivial print in a warm sandbox, once the pool has refilled after
-      // the create (a refill restores a VM: ~0.3 s of CPU that would land in the samples).
-      const id = await createSandbox(client);
-      await poolFull();
-      // Through a keep-alive node:http client, which costs little itself: the figure is hostd's.
-      // What a fetch() client sees is reported too (undici added ~1 ms per request here).
-      const keepAlive = new Agent({ keepAlive: true, maxSockets: 1 });
-      const execs: number[] = [];
-      const fetched: number[] = [];
-      for (let i = 0; i < 300; i++) {
-        let t = now();
-        await execHttp(client, keepAlive, id, 'print(1)');
-        if (i >= 20) execs.push(now() - t);
-        t = now();
-        await exec(client, id, 'print(1)');
-        if (i >= 20) fetched.push(now() - t);
-      }
-      keepAlive.destroy();
-      results.exec_print_p50_ms = pct(execs, 50);
-      results.exec_print_p99_ms = pct(execs, 99);
-      results.exec_print_fetch_p50_ms = pct(fetched, 50);
-      results.baseline_local_repl_exec_p50_ms = await baselineLocalRepl(300);
-      Object.assign(results, await streamingFigures(client, id));
-      await del(client, id);
-    }
-    if (parts.has('e2b')) {
-      const e2bUrl = hostd ? hostd.e2bUrl : (process.env.E2B_API_URL ?? '');
-      const e2bKey =
-        process.env.E2B_API_KEY || process.env.SERVICE_API_KEY || `e2b_${'0'.repeat(40)}`;
-      Object.assign(
-        results,
-        await guarded(E2B_FIGURES, () => e2bFigures(client, e2bUrl, e2bKey, poolFull)),
-      );
-    }
-    if (parts.has('fork')) Object.assign(results, await forkLatency(client, hostd));
-    if (parts.has('fork') && hostd) Object.assign(results, await forkMemory(client, hostd));
-    if (parts.has('density') && hostd) {
-      const n = Number(process.env.BENCH_DENSITY_N ?? 100);
-      const density = await densityFigures(client, hostd, {
-        n,
-        poolSize: 4,
-        tbMib: Number(process.env.SERVICE_TCG_TB_MIB ?? 0) || DEFAULT_TCG_TB_MIB,
-        idleSeconds: 15,
-        ksmSettleMaxSeconds: 90,
+  Object.assign(results, machineInfo());
+  results.baseline_no_vm_ms = baselineNoVm();
+  // The isolation part starts hostds of its own, once the main one is gone.
+  if ([...parts].some((p) => p !== 'isolation')) {
+    let hostd: Hostd | null = null;
+    let client: Api;
+    if (process.env.SERVICE_HOSTD_URL) {
+      client = connect(process.env.SERVICE_HOSTD_URL, process.env.SERVICE_API_KEY || undefined);
+    } else {
+      hostd = await startHostd({
+        env: {
+          SERVICE_TEMPLATES: 'python,cold:recipe=python:pool=0',
+          SERVICE_POOL_SIZE: '4',
+          SERVICE_LOG_LEVEL: 'info',
+        },
       });
-      Object.assign(results, density);
+      client = hostd;
     }
-    if (parts.has('features')) Object.assign(results, await featureFigures(client, hostd));
-    if (parts.has('compute')) {
-      Object.assign(results, await guarded(COMPUTE_FIGURES, () => computeFigures(client)));
+    try {
+      await mainParts(client, hostd, results);
+    } catch (err) {
+      if (hostd) console.error(`hostd log tail:\n${hostd.logs.slice(-30).join('\n')}`);
+      throw err;
+    } finally {
+      if (hostd) await hostd.stop();
     }
-    if (parts.has('soak')) {
-      if (hostd) Object.assign(results, await forkMemory(client, hostd));
-      Object.assign(results, await runSoak(client, { seconds: 40, hostdPid: hostd?.proc.pid }));
+  }
+  if (parts.has('isolation')) {
+    if (process.env.SERVICE_HOSTD_URL) {
+      const why = 'skipped: needs hostds of its own (SERVICE_HOSTD_URL is set)';
+      for (const k of ISOLATION_FIGURES) results[k] = why;
+    } else {
+      Object.assign(results, await guarded(ISOLATION_FIGURES, isolationFigures));
     }
-  } catch (err) {
-    if (hostd) console.error(`hostd log tail:\n${hostd.logs.slice(-30).join('\n')}`);
-    throw err;
-  } finally {
-    if (hostd) await hostd.stop();
   }
 
   results.load_at_end = loadAverage();

@@ -27,9 +27,18 @@ export function checkExec(id: string, status: number | undefined, text: string):
   }
 }
 
-/** `exec` through a node:http agent (keep-alive) instead of fetch, which costs ~1 ms itself. */
-export function execHttp(c: Api, agent: Agent, id: string, code: string): Promise<void> {
-  const body = JSON.stringify({ code });
+/**
+ * `exec` through a node:http agent (keep-alive) instead of fetch, which costs ~1 ms itself;
+ * `extra` adds fields to the request (a `timeout`, so that a sample cannot hang the run).
+ */
+export function execHttp(
+  c: Api,
+  agent: Agent,
+  id: string,
+  code: string,
+  extra: Record<string, unknown> = {},
+): Promise<void> {
+  const body = JSON.stringify({ code, ...extra });
   const url = new URL(`${c.url}/v1/sandboxes/${id}/exec`);
   return new Promise((resolve, reject) => {
     const req = request(
