@@ -148,9 +148,10 @@ def check_path(path):
     return "/" + "/".join(parts)
 
 
-def make_dirs(path):
+def make_dirs(path, made=None):
     """Creates directory `path` and its missing parents (mode 0755); returns the directories it
-    created, outermost first, so that a failed operation can take them back."""
+    created, outermost first, so that a failed operation can take them back. `made(directory)`,
+    if given, is called on each as it is created (files_user.py gives them to the user)."""
     missing = []
     probe = path
     while True:
@@ -176,6 +177,8 @@ def make_dirs(path):
         except OSError as e:
             remove_dirs(created)
             raise os_error(e, directory)
+        if made is not None:
+            made(directory)
         created.append(directory)
     return created
 

@@ -21,6 +21,7 @@ import shutil
 import stat
 
 import guest_users
+import files_ops
 from files_ops import OpError, check_path, os_error
 
 METADATA_PREFIX = "user.e2b."
@@ -180,32 +181,7 @@ def _chown(path, user):
 
 def make_dirs(path, user):
     """mkdir -p, each directory it creates (mode 0755) the user's; returns what it created."""
-    missing, probe = [], path
-    while True:
-        try:
-            st = os.stat(probe)
-        except FileNotFoundError:
-            missing.append(probe)
-            probe = os.path.dirname(probe)
-            continue
-        except OSError as e:
-            raise os_error(e, probe)
-        if not stat.S_ISDIR(st.st_mode):
-            raise OpError("not_a_directory", "%s is not a directory" % probe)
-        break
-    created = []
-    for directory in reversed(missing):
-        try:
-            os.mkdir(directory, 0o755)
-        except FileExistsError:
-            if not os.path.isdir(directory):
-                raise OpError("not_a_directory", "%s is not a directory" % directory)
-            continue
-        except OSError as e:
-            raise os_error(e, directory)
-        _chown(directory, user)
-        created.append(directory)
-    return created
+    return files_ops.make_dirs(path, made=lambda directory: _chown(directory, user))
 
 
 def write_metadata(path, metadata):
