@@ -7,7 +7,11 @@ failures=()
 passed=0
 failed=0
 logs=$(mktemp -d)
-trap 'rm -rf "$logs"' EXIT
+# Templates frozen by the run's first hostd that serves them, restored by the later ones as a
+# restarted hostd would (testkit/template-seed.ts): each cold boot of `python` costs minutes.
+HOSTD_TEST_TEMPLATE_SEED=$(mktemp -d /var/tmp/hostd-test-seed-XXXXXX)
+export HOSTD_TEST_TEMPLATE_SEED
+trap 'rm -rf "$logs" "$HOSTD_TEST_TEMPLATE_SEED"' EXIT
 
 step() { printf '\n=== %s ===\n' "$*"; }
 # Adds "N passed, M failed" counts found in a suite's log to the totals.
@@ -65,6 +69,11 @@ if [ -f sdk/test.sh ]; then
     echo "hostd for the SDK tests did not start:"; tail -20 "$sdk_log"; failures+=("sdk hostd")
   fi
   kill -TERM "$sdk_pid" 2>/dev/null; wait "$sdk_pid" 2>/dev/null
+  # Its frozen templates start the seed (testkit/template-seed.ts does the same for each hostd).
+  mkdir -p "$HOSTD_TEST_TEMPLATE_SEED/templates"
+  for t in "$sdk_data"/templates/*/; do
+    [ -f "$t/complete" ] && cp -al "${t%/}" "$HOSTD_TEST_TEMPLATE_SEED/templates/"
+  done
   if [ -d "$sdk_state" ]; then echo "SDK hostd left $sdk_state behind"; failures+=("sdk cleanup"); rm -rf "$sdk_state"; fi
   rm -rf "$sdk_log" "$sdk_data"
 fi

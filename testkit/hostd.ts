@@ -18,6 +18,7 @@ import { eventually } from './eventually.js';
 import { assertNoHostDetails, clientValues, errorTexts } from './host-details.js';
 import { ROOT } from './root.js';
 import { findProcessesUsing } from '../src/state-dir.js';
+import { harvestTemplates, seedTemplates } from './template-seed.js';
 
 export { ROOT };
 
@@ -151,6 +152,7 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
   const dataDirGiven = opts.dataDir ?? process.env.HOSTD_TEST_DATA_DIR;
   const ownDataDir = dataDirGiven === undefined;
   const dataDir = dataDirGiven ?? (await mkdtemp('/var/tmp/hostd-test-data-'));
+  await seedTemplates(dataDir);
   const [file, ...args] = opts.command ?? [process.execPath, join(ROOT, 'dist', 'src', 'main.js')];
   const proc = spawn(file!, args, {
     cwd: ROOT,
@@ -232,6 +234,8 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
       `hostd exited with code ${exitCode} during start-up:\n${logs.slice(-30).join('\n')}`,
     );
   }
+  // Templates are frozen before hostd listens: later hostds of the run restore them.
+  if (url) await harvestTemplates(dataDir);
   const cacheDir = opts.env?.SERVICE_CACHE_DIR ?? process.env.SERVICE_CACHE_DIR ?? '';
   // Written before hostd.url: it is there once hostd serves (absent when the front is off).
   const e2bUrl = url
@@ -256,6 +260,7 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
         code = await exited;
         clearTimeout(timer);
       }
+      await harvestTemplates(dataDir);
       if (ownDataDir) await rm(dataDir, { recursive: true, force: true });
       return code;
     },
