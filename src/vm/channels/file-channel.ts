@@ -34,9 +34,8 @@ import {
   FrameParser,
   type FrameSink,
   Kind,
-  helloBytes,
+  HelloHandshake,
   jsonFrame,
-  newNonce,
   parseJsonObject,
 } from './port-frames.js';
 import {
@@ -106,9 +105,7 @@ const LIMITS = {
  */
 export class FileChannel extends EventEmitter {
   private readonly parser: FrameParser;
-  private synced = false;
-  private syncing = false;
-  private syncTimer: NodeJS.Timeout | null = null;
+  private readonly hello: HelloHandshake;
   private cancelTimer: NodeJS.Timeout | null = null;
   private op: FileOp | null = null;
   private nextId = 1;
@@ -129,6 +126,9 @@ export class FileChannel extends EventEmitter {
     this.helloTimeoutMs = options.helloTimeoutMs ?? 10_000;
     this.cancelTimeoutMs = options.cancelTimeoutMs ?? 5_000;
     this.parser = new FrameParser(this.frameSink(), LIMITS);
+    this.hello = new HelloHandshake(this.parser, PROTOCOL_VERSION, this.helloTimeoutMs, () =>
+      this.syncTimedOut(),
+    );
     socket.on('data', (chunk: Buffer) => this.parser.push(chunk));
     socket.on('drain', () => this.drained());
     socket.on('error', () => undefined);
@@ -146,8 +146,7 @@ export class FileChannel extends EventEmitter {
 
   /** The guest's state is unknown (the VM was restored): the next operation says hello first. */
   resync(): void {
-    this.synced = false;
-    this.syncing = false;
+    this.hello.reset();
   }
 
   /** Writes file `path` from what is written into the sink (created, or replaced, whole). */
@@ -335,21 +334,8 @@ export class FileChannel extends EventEmitter {
       signal.addEventListener('abort', onAbort, { once: true });
       op.onFinish = () => signal.removeEventListener('abort', onAbort);
     }
-    if (msg) this.send(this.requestFrames(op.id, msg));
+    if (msg) this.send(this.hello.requestFrames(op.id, msg));
     return op;
-  }
-
-  private requestFrames(id: number, msg: Record<string, unknown>): Buffer[] {
-    const frames: Buffer[] = [];
-    if (!this.synced && !this.syncing) {
-      const nonce = newNonce();
-      this.syncing = true;
-      this.parser.awaitSync(nonce);
-      this.syncTimer = setTimeout(() => this.syncTimedOut(), this.helloTimeoutMs);
-      frames.push(helloBytes(nonce, { version: PROTOCOL_VERSION }));
-    }
-    frames.push(jsonFrame(id, msg));
-    return frames;
   }
 
   private send(buffers: Buffer[]): boolean {
@@ -408,8 +394,6 @@ export class FileChannel extends EventEmitter {
   }
 
   private syncTimedOut(): void {
-    this.syncTimer = null;
-    this.resync();
     if (this.op) {
       const ms = this.helloTimeoutMs;
       this.finishOp(
@@ -428,7 +412,7 @@ export class FileChannel extends EventEmitter {
   private onClose(reason: string): void {
     if (this.closedReason) return;
     this.closedReason = reason;
-    if (this.syncTimer) clearTimeout(this.syncTimer);
+    this.hello.reset();
     if (this.op) this.finishOp(this.op, new FileChannelError('closed', reason));
     const waiters = this.drainWaiters;
     this.drainWaiters = [];
@@ -447,7 +431,7 @@ export class FileChannel extends EventEmitter {
     resumeInput: () => {
       if (!this.closedReason) this.socket.resume();
     },
-    request: (id, msg) => this.requestFrames(id, msg),
+    request: (id, msg) => this.hello.requestFrames(id, msg),
     coalesce: () => {
       if (this.closedReason) return;
       this.socket.cork();
@@ -459,12 +443,7 @@ export class FileChannel extends EventEmitter {
 
   private frameSink(): FrameSink {
     return {
-      synced: () => {
-        this.synced = true;
-        this.syncing = false;
-        if (this.syncTimer) clearTimeout(this.syncTimer);
-        this.syncTimer = null;
-      },
+      synced: () => this.hello.answered(),
       frame: (kind, id, payload) => {
         const op = this.op;
         if (kind !== Kind.json || op === null || op.id !== id) return; // stale: an op that ended

@@ -233,3 +233,62 @@ export function parseJsonObject(payload: Buffer): Record<string, unknown> | null
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return null;
   return parsed as Record<string, unknown>;
 }
+
+/**
+ * The hello a framed port's host side sends before its first request, and again after anything
+ * that leaves the guest's side unknown (a restore, a protocol error, a timeout): requests may go
+ * right behind it, and the parser drops whatever the guest sent before its answer. The files
+ * and processes channels share it; the net channel says hello once per connection of its own.
+ */
+export class HelloHandshake {
+  private state: 'none' | 'sent' | 'answered' = 'none';
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(
+    private readonly parser: FrameParser,
+    private readonly version: number,
+    private readonly timeoutMs: number,
+    /** The guest did not answer in time; the next request says hello again. */
+    private readonly onTimeout: () => void,
+  ) {}
+
+  /** A hello went out (answered or not): the guest may hold state of this channel's ids. */
+  get started(): boolean {
+    return this.state !== 'none';
+  }
+
+  /** Request `msg` of `id` as frames to write, behind a hello when none is outstanding. */
+  requestFrames(id: number, msg: Record<string, unknown>): Buffer[] {
+    const frames: Buffer[] = [];
+    if (this.state === 'none') {
+      const nonce = newNonce();
+      this.state = 'sent';
+      this.parser.awaitSync(nonce);
+      this.timer = setTimeout(() => {
+        this.timer = null;
+        this.state = 'none';
+        this.onTimeout();
+      }, this.timeoutMs);
+      frames.push(helloBytes(nonce, { version: this.version }));
+    }
+    frames.push(jsonFrame(id, msg));
+    return frames;
+  }
+
+  /** The parser saw the guest's answer (FrameSink.synced). */
+  answered(): void {
+    this.clearTimer();
+    this.state = 'answered';
+  }
+
+  /** The guest's side is unknown again: the next request starts with a new hello. */
+  reset(): void {
+    this.clearTimer();
+    this.state = 'none';
+  }
+
+  private clearTimer(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+  }
+}

@@ -19,10 +19,9 @@ import {
   type FrameSink,
   Kind,
   MAX_TO_GUEST_PAYLOAD,
+  HelloHandshake,
   encodeFrame,
-  helloBytes,
   jsonFrame,
-  newNonce,
   parseJsonObject,
 } from './port-frames.js';
 import { type DetailedEntry, toDetailedEntry } from './user-files.js';
@@ -209,9 +208,7 @@ const WATCH_TYPES: ReadonlySet<string> = new Set(['create', 'write', 'remove', '
  */
 export class ProcChannel extends EventEmitter {
   private readonly parser: FrameParser;
-  private synced = false;
-  private syncing = false;
-  private syncTimer: NodeJS.Timeout | null = null;
+  private readonly hello: HelloHandshake;
   private nextId = 1;
   private closedReason: string | null = null;
   private readonly streams = new Map<number, StreamState>();
@@ -226,6 +223,9 @@ export class ProcChannel extends EventEmitter {
     super();
     this.helloTimeoutMs = options.helloTimeoutMs ?? 10_000;
     this.parser = new FrameParser(this.frameSink(), LIMITS);
+    this.hello = new HelloHandshake(this.parser, PROTOCOL_VERSION, this.helloTimeoutMs, () =>
+      this.syncTimedOut(),
+    );
     socket.on('data', (chunk: Buffer) => this.parser.push(chunk));
     socket.on('error', () => undefined);
     socket.on('close', () => this.onClose('the processes channel closed'));
@@ -329,7 +329,7 @@ export class ProcChannel extends EventEmitter {
     for (const frame of tail) frame.writeUInt32BE(id, 1);
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
-      this.send([...this.requestFrames(id, msg), ...tail]);
+      this.send([...this.hello.requestFrames(id, msg), ...tail]);
     });
   }
 
@@ -349,7 +349,7 @@ export class ProcChannel extends EventEmitter {
       return handle;
     }
     this.streams.set(id, stream);
-    this.send(this.requestFrames(id, msg));
+    this.send(this.hello.requestFrames(id, msg));
     return handle;
   }
 
@@ -368,20 +368,7 @@ export class ProcChannel extends EventEmitter {
   private detach(id: number, stream: StreamState): void {
     if (this.streams.get(id) !== stream) return;
     this.streams.delete(id);
-    if (this.synced || this.syncing) this.send([jsonFrame(id, { op: 'detach' })]);
-  }
-
-  private requestFrames(id: number, msg: Record<string, unknown>): Buffer[] {
-    const frames: Buffer[] = [];
-    if (!this.synced && !this.syncing) {
-      const nonce = newNonce();
-      this.syncing = true;
-      this.parser.awaitSync(nonce);
-      this.syncTimer = setTimeout(() => this.syncTimedOut(), this.helloTimeoutMs);
-      frames.push(helloBytes(nonce, { version: PROTOCOL_VERSION }));
-    }
-    frames.push(jsonFrame(id, msg));
-    return frames;
+    if (this.hello.started) this.send([jsonFrame(id, { op: 'detach' })]);
   }
 
   private send(buffers: Buffer[]): void {
@@ -393,10 +380,7 @@ export class ProcChannel extends EventEmitter {
 
   /** Everything open fails with `err`; the next request starts over with a hello. */
   private startOver(err: ProcChannelError): void {
-    this.synced = false;
-    this.syncing = false;
-    if (this.syncTimer) clearTimeout(this.syncTimer);
-    this.syncTimer = null;
+    this.hello.reset();
     const streams = [...this.streams.values()];
     const pending = [...this.pending.values()];
     this.streams.clear();
@@ -406,7 +390,6 @@ export class ProcChannel extends EventEmitter {
   }
 
   private syncTimedOut(): void {
-    this.syncTimer = null;
     const ms = this.helloTimeoutMs;
     this.startOver(
       new ProcChannelError(
@@ -438,12 +421,7 @@ export class ProcChannel extends EventEmitter {
 
   private frameSink(): FrameSink {
     return {
-      synced: () => {
-        this.synced = true;
-        this.syncing = false;
-        if (this.syncTimer) clearTimeout(this.syncTimer);
-        this.syncTimer = null;
-      },
+      synced: () => this.hello.answered(),
       frame: (kind, id, payload) => {
         if (kind === Kind.data) return this.onData(id, payload);
         const msg = parseJsonObject(payload);
