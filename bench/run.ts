@@ -58,6 +58,7 @@ import { guarded } from './skip.js';
 import { ISOLATION_FIGURES, isolationFigures } from './isolation.js';
 import { DEFAULT_TCG_TB_MIB } from '../src/config.js';
 import { loadAverage, machineInfo } from './proc-stats.js';
+import { baselineRatios } from './ratios.js';
 import { exec, execHttp, now, pct, type Results } from './util.js';
 
 async function del(c: Api, id: string): Promise<void> {
@@ -329,6 +330,7 @@ async function main(): Promise<void> {
   results.load_at_end = loadAverage();
   // The host's speed can drift over a run (other tenants of a shared machine): compare both ends.
   results.baseline_no_vm_ms_at_end = baselineNoVm();
+  Object.assign(results, baselineRatios(results));
   results.bench_seconds = Math.round((now() - started) / 1000);
   results.measured_at = new Date().toISOString();
   mkdirSync(join(ROOT, 'bench', 'results'), { recursive: true });
