@@ -169,11 +169,14 @@ export const Errors = {
   unknownUser: e2bDef('unknown_user', 400, (name: string) => `invalid username: '${name}'`),
   /** A process's working directory that does not exist (the message is E2B's envd's). */
   invalidCwd: e2bDef('invalid_cwd', 400, (path: string) => `cwd '${path}' does not exist`),
-  /** The guest could not execute a process's program. */
+  /**
+   * The guest could not execute a process's program. The guest's own words (which a guest may
+   * make anything) go to the log with the sandbox id, not to the client.
+   */
   processStartFailed: e2bDef(
     'process_start_failed',
     400,
-    (why: string) => `the process could not start: ${why}`,
+    () => 'the process could not start: its program could not be executed',
   ),
   /** A process request the guest refused as malformed (an environment variable named "A=B"). */
   invalidProcessRequest: def('invalid_request', 400, (why: string) => why),

@@ -328,7 +328,8 @@ export class SandboxProcesses {
         case 'invalid_cwd':
           return fail('invalidCwd', err.path ?? context.cwd ?? '');
         case 'start_failed':
-          return fail('processStartFailed', err.detail);
+          this.log.info({ sandbox: sandbox.id, detail: err.detail }, 'a process could not start');
+          return fail('processStartFailed');
         case 'stdin_closed':
           return fail('stdinClosed', describe(selector));
         case 'file_not_found':

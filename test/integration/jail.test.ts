@@ -9,8 +9,20 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtemp, readFile, readdir, readlink, rm, stat } from 'node:fs/promises';
-import { join } from 'node:path';
+import { existsSync } from 'node:fs';
+import {
+  mkdir,
+  mkdtemp,
+  readFile,
+  readdir,
+  readlink,
+  rm,
+  rmdir,
+  stat,
+  utimes,
+} from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { eventually } from '../../testkit/eventually.js';
 import { sandboxQemuPid, startHostd, type Hostd } from '../../testkit/hostd.js';
 import { run } from '../../testkit/exec.js';
 import { createSandbox, reportFailure, withSandboxes } from '../../testkit/sandboxes.js';
@@ -18,7 +30,14 @@ import { createSandbox, reportFailure, withSandboxes } from '../../testkit/sandb
 const asRoot = process.getuid?.() === 0;
 const TEMPLATE = 'python-slim';
 
-const env = { SERVICE_TEMPLATES: TEMPLATE, SERVICE_POOL_SIZE: '0', SERVICE_FORK_STANDBY_MAX: '0' };
+/** A uid range of its own: its start-up sweep must not meet other hostds' leaves on this host. */
+const UIDS = { first: 240000, last: 249999 };
+const env = {
+  SERVICE_TEMPLATES: TEMPLATE,
+  SERVICE_POOL_SIZE: '0',
+  SERVICE_FORK_STANDBY_MAX: '0',
+  SERVICE_VM_UID_RANGE: `${UIDS.first}-${UIDS.last}`,
+};
 let hostd: Hostd;
 /** Kept across the restart of the last test: the second hostd re-adopts the first's VMs. */
 let dataDir: string;
@@ -151,7 +170,7 @@ describe('a compromised QEMU, jailed', { skip: !asRoot && 'needs root' }, () => 
       const [a, b] = [await create({ template: TEMPLATE }), await create({ template: TEMPLATE })];
       const [ja, jb] = [await jailOf(a), await jailOf(b)];
       assert.notEqual(ja.uid, jb.uid);
-      assert.ok(ja.uid >= 200000 && jb.uid >= 200000, `uids ${ja.uid}, ${jb.uid}`);
+      assert.ok(ja.uid >= UIDS.first && jb.uid >= UIDS.first, `uids ${ja.uid}, ${jb.uid}`);
       const status = await readFile(`/proc/${ja.pid}/status`, 'utf8');
       assert.match(status, /^CapEff:\s+0+$/m);
       assert.match(status, /^CapBnd:\s+0+$/m);
@@ -170,6 +189,12 @@ describe('a compromised QEMU, jailed', { skip: !asRoot && 'needs root' }, () => 
       const top = await stat(ja.top);
       assert.equal(top.uid, ja.uid);
       assert.equal(top.mode & 0o777, 0o600);
+      // When the VM ends, its leaf goes with it.
+      assert.equal((await hostd.request('DELETE', `/v1/sandboxes/${a}`)).status, 204);
+      const leaves = ja.cgroupProcs.map((procs) => dirname(procs));
+      await eventually("the deleted VM's cgroup leaves to be removed", () =>
+        leaves.every((leaf) => !existsSync(leaf)),
+      );
     });
   });
 
@@ -280,18 +305,30 @@ done()
     });
   });
 
-  test('a VM re-adopted after a crash of hostd keeps its uid; new VMs get others', async () => {
+  test('a VM re-adopted after a crash of hostd keeps its uid and leaf; stale leaves are swept; new VMs get other uids', async () => {
     // Not withSandboxes: its clean-up would talk to the hostd this test kills.
     const ids: string[] = [];
+    let stale: string[] = [];
     try {
       ids.push(await createSandbox(hostd, { template: TEMPLATE }));
       const before = await jailOf(ids[0]!);
       await hostd.stop('SIGKILL');
+      // The empty leaf a VM that ended while no hostd ran would leave (its uid the range's last,
+      // not this VM's), made long ago: the next start sweeps it away.
+      stale = before.cgroupProcs.map((procs) => join(dirname(dirname(procs)), `vm-${UIDS.last}`));
+      for (const leaf of stale) {
+        await mkdir(leaf, { recursive: true });
+        await utimes(leaf, new Date(0), new Date(0));
+      }
       hostd = await startHostd({ env, dataDir, stateDir });
       assert.equal((await run(hostd, ids[0]!, 'print(1)')).stdout.trim(), '1');
       const after = await jailOf(ids[0]!);
       assert.equal(after.pid, before.pid);
       assert.equal(after.uid, before.uid);
+      await eventually('the stale leaves to be swept', () =>
+        stale.every((leaf) => !existsSync(leaf)),
+      );
+      assert.deepEqual(after.cgroupProcs, before.cgroupProcs, "the re-adopted VM's leaf stays");
       ids.push(await createSandbox(hostd, { template: TEMPLATE }));
       assert.notEqual((await jailOf(ids[1]!)).uid, before.uid);
     } catch (err) {
@@ -299,6 +336,8 @@ done()
       throw err;
     } finally {
       for (const id of ids) await hostd.request('DELETE', `/v1/sandboxes/${id}`);
+      // A cgroup folder goes by rmdir; gone already (swept) is the expected case.
+      for (const leaf of stale) await rmdir(leaf).catch(() => undefined);
     }
   });
 });

@@ -61,6 +61,7 @@ test('a jailed QEMU joins its cgroup leaf, then new namespaces, then drops to it
     version: 'v2' as const,
     prepare: (uid: number) => Promise.resolve([`/cg/vm-${uid}/cgroup.procs`]),
     remove: () => Promise.resolve(),
+    sweep: () => 0,
   };
   const jail = new Jail(new VmUidPool(range, () => new Set()), 995, {
     namespaces: true,

@@ -9,9 +9,11 @@
  * The launcher joins the leaf itself before it execs QEMU (QemuProcess spawns it through a shell
  * step that writes its own pid into `cgroup.procs`), so QEMU never runs a moment outside it.
  */
-import { existsSync, readFileSync } from 'node:fs';
-import { mkdir, rmdir, writeFile } from 'node:fs/promises';
+import { existsSync, readdirSync, readFileSync, rmdirSync, statSync } from 'node:fs';
+import { mkdir, rmdir, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { IdRange } from './vm-uids.js';
 
 /** The limits of one VM's leaf. */
 export interface VmLimits {
@@ -49,6 +51,31 @@ export interface VmCgroups {
   prepare(uid: number, limits: VmLimits): Promise<string[]>;
   /** Removes VM `uid`'s leaf once its processes are gone. */
   remove(uid: number): Promise<void>;
+  /**
+   * Removes the empty leaves of uids in `range` that `held` says no VM holds (left by VMs that
+   * ended while no hostd ran, or whose last process was slow to go) and that are older than
+   * `minAgeMs` (by mtime); returns how many went.
+   */
+  sweep(range: IdRange, held: (uid: number) => boolean, minAgeMs: number): number;
+}
+
+/**
+ * The uids of the leaves among `names` (a `hostd-vms` folder's entries) that a sweep removes:
+ * `vm-<uid>` with `uid` in `range` (another hostd's range is not ours to touch) that no VM holds.
+ */
+export function staleLeafUids(
+  names: readonly string[],
+  range: IdRange,
+  held: (uid: number) => boolean,
+): number[] {
+  const uids: number[] = [];
+  for (const name of names) {
+    const m = /^vm-(\d+)$/.exec(name);
+    if (!m) continue;
+    const uid = Number(m[1]);
+    if (uid >= range.first && uid <= range.last && !held(uid)) uids.push(uid);
+  }
+  return uids;
 }
 
 /**
@@ -105,6 +132,7 @@ class V2Cgroups implements VmCgroups {
   async prepare(uid: number, limits: VmLimits): Promise<string[]> {
     const leaf = join(this.parent, `vm-${uid}`);
     await mkdir(leaf, { recursive: true });
+    await markInUse(leaf);
     await writeFile(join(leaf, 'memory.max'), String(limits.memoryBytes));
     // Absent without swap accounting: then there is no swap to cap.
     const swap = join(leaf, 'memory.swap.max');
@@ -116,6 +144,10 @@ class V2Cgroups implements VmCgroups {
 
   async remove(uid: number): Promise<void> {
     await removeLeaf(join(this.parent, `vm-${uid}`));
+  }
+
+  sweep(range: IdRange, held: (uid: number) => boolean, minAgeMs: number): number {
+    return sweepLeaves([this.parent], range, held, minAgeMs);
   }
 }
 
@@ -137,7 +169,10 @@ class V1Cgroups implements VmCgroups {
       string,
       string,
     ];
-    for (const leaf of [memory, pids, cpu]) await mkdir(leaf, { recursive: true });
+    for (const leaf of [memory, pids, cpu]) {
+      await mkdir(leaf, { recursive: true });
+      await markInUse(leaf);
+    }
     await writeFile(join(memory, 'memory.limit_in_bytes'), String(limits.memoryBytes));
     await writeFile(join(pids, 'pids.max'), String(limits.pids));
     await writeFile(
@@ -150,15 +185,85 @@ class V1Cgroups implements VmCgroups {
   async remove(uid: number): Promise<void> {
     for (const r of this.roots) await removeLeaf(join(r, PARENT, `vm-${uid}`));
   }
+
+  sweep(range: IdRange, held: (uid: number) => boolean, minAgeMs: number): number {
+    return sweepLeaves(
+      this.roots.map((r) => join(r, PARENT)),
+      range,
+      held,
+      minAgeMs,
+    );
+  }
 }
 
+/**
+ * Removes the stale leaves under each of `parents`. Synchronous on purpose: between reading
+ * `held` and the rmdir, no allocation of the same uid (whose leaf is then being prepared) can
+ * run. A leaf that still holds a process (EBUSY) stays, and so does a young one: another hostd
+ * misconfigured onto an overlapping uid range may have just prepared it for a QEMU that has
+ * not joined it yet.
+ */
+function sweepLeaves(
+  parents: readonly string[],
+  range: IdRange,
+  held: (uid: number) => boolean,
+  minAgeMs: number,
+): number {
+  const bornBefore = Date.now() - minAgeMs;
+  let removed = 0;
+  for (const parent of parents) {
+    let names: string[];
+    try {
+      names = readdirSync(parent);
+    } catch {
+      continue; // no parent (yet): nothing of ours to sweep
+    }
+    for (const uid of staleLeafUids(names, range, held)) {
+      const leaf = join(parent, `vm-${uid}`);
+      try {
+        if (statSync(leaf).mtimeMs > bornBefore) continue;
+        rmdirSync(leaf);
+        removed++;
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        // Gone meanwhile; or holding a process (EBUSY; ENOTEMPTY where it is a plain folder).
+        if (code !== 'ENOENT' && code !== 'EBUSY' && code !== 'ENOTEMPTY') throw err;
+      }
+    }
+  }
+  return removed;
+}
+
+/**
+ * Dates a leaf now: one left by an earlier VM of this uid and reused is as young as a new one
+ * to a sweep (which spares young leaves).
+ */
+async function markInUse(leaf: string): Promise<void> {
+  const now = new Date();
+  await utimes(leaf, now, now);
+}
+
+/** How long a leaf's last process may take to leave it after the VM's exit was seen. */
+const LEAF_DRAIN_MS = 5_000;
+
+/**
+ * Removes a leaf. Its VM's exit can be seen (QMP closing, for a re-adopted VM) a moment before
+ * the kernel has taken the process out of the leaf: then it waits, bounded, until the leaf is
+ * empty. A leaf still busy after that stays; the next start's sweep removes it, and a VM of the
+ * same uid (which only comes once no process of it is left) would reuse it meanwhile.
+ */
 async function removeLeaf(leaf: string): Promise<void> {
-  try {
-    await rmdir(leaf);
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    // Gone already; or still busy for a moment (a process of the VM not yet reaped): the leaf
-    // is then reused as it is by the next VM of this uid, which only comes once none is left.
-    if (code !== 'ENOENT' && code !== 'EBUSY') throw err;
+  const until = Date.now() + LEAF_DRAIN_MS;
+  for (;;) {
+    try {
+      await rmdir(leaf);
+      return;
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT') return; // gone already
+      if (code !== 'EBUSY') throw err;
+      if (Date.now() >= until) return;
+    }
+    await sleep(20);
   }
 }

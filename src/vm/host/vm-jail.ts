@@ -36,6 +36,11 @@ export interface VmJail {
   release(uid: number): Promise<void>;
   /** Sets up VM `uid`'s jail; returns the argv prefix that runs the rest of the command in it. */
   enter(uid: number, limits: VmLimits): Promise<string[]>;
+  /**
+   * Removes what jails of VMs that are gone left behind (their empty cgroup leaves, older than
+   * `minAgeMs`), once the VMs this hostd re-adopted are claimed; returns how many leaves went.
+   */
+  sweep(minAgeMs?: number): number;
 }
 
 export interface JailOptions {
@@ -67,6 +72,11 @@ export class Jail implements VmJail {
   async release(uid: number): Promise<void> {
     await this.options.cgroups?.remove(uid);
     this.uids.release(uid);
+  }
+
+  sweep(minAgeMs = 60_000): number {
+    const held = (uid: number): boolean => this.uids.holds(uid);
+    return this.options.cgroups?.sweep(this.uids.range, held, minAgeMs) ?? 0;
   }
 
   async enter(uid: number, limits: VmLimits): Promise<string[]> {

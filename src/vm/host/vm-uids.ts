@@ -96,6 +96,11 @@ export class VmUidPool {
     return true;
   }
 
+  /** True while a VM of this hostd holds `uid`. */
+  holds(uid: number): boolean {
+    return this.taken.has(uid);
+  }
+
   /** Gives `uid` back: its VM's process and files are gone. */
   release(uid: number): void {
     this.taken.delete(uid);

@@ -2,7 +2,8 @@
  * The QEMU implementation of vm/machine.ts's Hypervisor: where states live (vm/qemu/state-store.ts),
  * how a template's machine spec is made, and the per-VM memory estimate admission uses.
  */
-import { statSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import { readdir, readFile, rm } from 'node:fs/promises';
 import { findProcessesUsing } from '../../state-dir.js';
@@ -141,7 +142,7 @@ export class QemuHypervisor implements Hypervisor {
     const { vmsDir } = this.ctx.host;
     const mine = `vm${process.pid.toString(36)}-`;
     const keep = (id: string): boolean => this.adopted.has(id) || id.startsWith(mine);
-    let swept = 0;
+    const killed: number[] = [];
     for (const pid of await findProcessesUsing(vmsDir)) {
       // Expected: a process that exited since it was listed has no command line (''): skipped.
       const cmd = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
@@ -149,7 +150,7 @@ export class QemuHypervisor implements Hypervisor {
       if (id === undefined || keep(id)) continue;
       try {
         process.kill(pid, 'SIGKILL');
-        swept++;
+        killed.push(pid);
       } catch {
         // gone already
       }
@@ -157,7 +158,13 @@ export class QemuHypervisor implements Hypervisor {
     for (const name of await readdir(vmsDir)) {
       if (!keep(name)) await rm(join(vmsDir, name), { recursive: true, force: true });
     }
-    return swept;
+    if (this.ctx.host.jail) {
+      // A leaf empties only once the killed QEMUs are gone; one still busy after that is
+      // swept at the next start.
+      await processesGone(killed, 5_000);
+      this.ctx.host.jail.sweep();
+    }
+    return killed.length;
   }
 
   prepareForkTarget(base: FrozenState): Promise<QemuForkTarget> {
@@ -183,6 +190,13 @@ export class QemuHypervisor implements Hypervisor {
       return 0;
     }
   }
+}
+
+/** Waits, at most `ms`, until none of `pids` exists any more. */
+async function processesGone(pids: readonly number[], ms: number): Promise<void> {
+  const until = Date.now() + ms;
+  const alive = (pid: number): boolean => existsSync(`/proc/${pid}`);
+  while (pids.some(alive) && Date.now() < until) await sleep(20);
 }
 
 /** Path, size and modification time of `command` as found on PATH: changes with any upgrade. */
