@@ -487,9 +487,8 @@ export class SandboxManager {
       throw asMachineError(err, this.log, { sandbox: id }, 'vmOperationFailed', 'start the exec');
     }
     this.observer.execStarted?.();
-    sandbox.currentRun = run;
+    sandbox.trackRun(run);
     void run.done.then(() => {
-      if (sandbox.currentRun === run) sandbox.currentRun = null;
       sandbox.touch();
       release();
       this.observer.execFinished?.(secondsSince(started));

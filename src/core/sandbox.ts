@@ -181,7 +181,6 @@ export type RunningSandbox = Sandbox & { readonly machine: Machine };
 
 export class Sandbox {
   readonly createdAt: Date;
-  lastUsedAt = Date.now();
   /** Execs, forks, merges, snapshots and pauses, one at a time in arrival order. */
   readonly queue: SerialQueue;
   /**
@@ -200,8 +199,8 @@ export class Sandbox {
   private expiry: Date | null = null;
   /** Network bytes of the machines it had before this one (a machine counts from zero). */
   private readonly netBefore = { out: 0, in: 0 };
-  /** The exec running now, if any (set and cleared by the exec's owner, core/sandbox-manager). */
-  currentRun: ExecRun | null = null;
+  private lastUsed = Date.now();
+  private run_: ExecRun | null = null;
   readonly metadata: Readonly<Record<string, string>>;
 
   constructor(
@@ -230,6 +229,24 @@ export class Sandbox {
     } else {
       this.current = initial;
     }
+  }
+
+  /** When a request last used it (ms since the epoch): the idle reaper reads it. */
+  get lastUsedAt(): number {
+    return this.lastUsed;
+  }
+
+  /** The exec running now, if any: its lifetime's end and shutdown interrupt it. */
+  get currentRun(): ExecRun | null {
+    return this.run_;
+  }
+
+  /** Notes `run` as its running exec until it ends. */
+  trackRun(run: ExecRun): void {
+    this.run_ = run;
+    void run.done.then(() => {
+      if (this.run_ === run) this.run_ = null;
+    });
   }
 
   /** Where it is now; change it only through the transition methods below. */
@@ -426,8 +443,9 @@ export class Sandbox {
     this.host.expiryChanged();
   }
 
+  /** Notes a use now: an idle sandbox is one no request touched for a while. */
   touch(): void {
-    this.lastUsedAt = Date.now();
+    this.lastUsed = Date.now();
   }
 
   info(): SandboxInfo {
@@ -437,7 +455,7 @@ export class Sandbox {
       state: this.state,
       template: this.template,
       created_at: this.createdAt.toISOString(),
-      last_used_at: new Date(this.lastUsedAt).toISOString(),
+      last_used_at: new Date(this.lastUsed).toISOString(),
       parent_id: this.parentId,
       snapshot_id: this.snapshotId,
       busy: this.queue.running,
