@@ -15,8 +15,7 @@ import type { SandboxNetwork } from './network.js';
 import type { Admission } from './admission.js';
 import type { ForkStandby } from './fork-standby.js';
 import type { SandboxRegistry } from './registry.js';
-import type { Sandbox, SandboxInfo } from './sandbox.js';
-import type { RunningSandbox } from './registry.js';
+import type { RunningSandbox, Sandbox, SandboxInfo } from './sandbox.js';
 import { asMachineError, clientReason, logMachineFailure } from './machine-error.js';
 
 export const MAX_FORK = 32;
@@ -93,16 +92,26 @@ export class Lineage {
       if (!registry.holds(winner)) throw fail('sandboxNotFound', winnerId);
       if (winner.brokenReason) throw fail('sandboxBroken', winnerId, winner.brokenReason);
       await registry.wake(winner); // a paused winner runs again first
-      const { machine: old, paused: oldPaused } = parent;
-      registry.remove(winner, fail('sandboxMergedAway', winner.id, parent.id));
-      // Before the rebind, which writes the parent's record: a restart must see both.
-      parent.allowOut = winner.allowOut;
-      parent.noteMerge(winner.id);
-      registry.rebind(parent, winner.machine!, winner.template);
+      if (!winner.isRunning())
+        throw fail('sandboxBroken', winnerId, winner.brokenReason ?? 'its VM failed');
+      const taken = {
+        id: winner.id,
+        machine: winner.machine,
+        template: winner.template,
+        allowOut: winner.allowOut,
+      };
+      // The winner's record goes before the parent's is rewritten: a restart must never find
+      // two sandboxes on one VM. Its machine is handed on, not destroyed.
+      winner.delete(`merged into ${parent.id}`, fail('sandboxMergedAway', winner.id, parent.id));
+      const old = parent.status;
+      parent.adoptMerged(taken);
+      registry.watchMachine(parent);
       parent.touch();
       log.info({ parent: parent.id, winner: winner.id }, 'merged');
-      void old?.destroy('the sandbox adopted another VM by merge');
-      void oldPaused?.discard();
+      if (old.kind === 'running' || old.kind === 'failed') {
+        void old.machine.destroy('the sandbox adopted another VM by merge');
+      }
+      if (old.kind === 'paused') void old.paused.discard();
       return parent.info();
     } finally {
       releases.forEach((r) => r());

@@ -2,33 +2,50 @@
  * The sandboxes that exist, and the rules every operation on one follows: ids are validated
  * before they touch anything, a sandbox whose machine died answers with that reason, a paused
  * sandbox is resumed by the first operation that needs it running, and an operation that waited
- * its turn re-checks the sandbox still exists when it gets it. Every change is written to the
- * journal (core/journal.ts).
+ * its turn re-checks the sandbox still exists when it gets it. It looks sandboxes up and keeps
+ * the index; a sandbox changes its own state (core/sandbox.ts), and through the registry (its
+ * `SandboxHost`) writes the journal (core/journal.ts) and tells stop listeners.
  */
 import type { Logger } from 'pino';
-import { fail, type HostdError } from '../errors.js';
+import { fail } from '../errors.js';
 import type { Hypervisor, Machine } from '../vm/machine.js';
 import { isSandboxId, newSandboxId } from './ids.js';
 import { memoryRecords, type RecordStore, type SandboxRecord } from './journal.js';
 import { asMachineError } from './machine-error.js';
-import { Sandbox, type Lifetime, type PauseReason, type SandboxOrigin } from './sandbox.js';
+import {
+  IllegalSandboxTransition,
+  Sandbox,
+  type InitialState,
+  type MergeRecord,
+  type RunningSandbox,
+  type SandboxHost,
+  type SandboxOrigin,
+  type StopReason,
+} from './sandbox.js';
 import type { Release } from './serial-queue.js';
 
-/** A sandbox whose machine is running, as an operation that holds its turn sees it. */
-export type RunningSandbox = Sandbox & { machine: Machine };
-
-/** Why a sandbox stopped running: deleted (merged away, expired), paused, or its VM failed. */
-export type StopReason = 'deleted' | 'paused' | 'failed';
+export type { RunningSandbox, StopReason } from './sandbox.js';
 /** Told when a sandbox stops running, after the fact; must not throw (errors are ignored). */
 export type StopListener = (id: string, why: StopReason) => void;
 
 export class SandboxRegistry {
+  /** Every sandbox this hostd holds: running, paused, failed, and lost (until deleted). */
   private readonly sandboxes = new Map<string, Sandbox>();
-  /** Sandboxes whose VM died while hostd was not running: id -> why. */
-  private readonly lost = new Map<string, string>();
   private readonly stopListeners = new Set<StopListener>();
   /** Called whenever a sandbox's `expiresAt` may have changed (core/lifetimes.ts re-arms). */
   onExpiryChange: () => void = () => undefined;
+  /** What every sandbox's transitions call (core/sandbox.ts, `SandboxHost`). */
+  private readonly host: SandboxHost = {
+    save: (sandbox) => this.save(sandbox),
+    forget: (sandbox) => {
+      if (this.holds(sandbox)) {
+        this.sandboxes.delete(sandbox.id);
+        this.journal.remove(sandbox.id);
+      }
+    },
+    stopped: (sandbox, why) => this.stopped(sandbox.id, why),
+    expiryChanged: () => this.onExpiryChange(),
+  };
 
   constructor(
     private readonly log: Logger,
@@ -59,24 +76,26 @@ export class SandboxRegistry {
     }
   }
 
+  /** Sandboxes held (running, paused or failed; not the lost). */
   get size(): number {
-    return this.sandboxes.size;
+    return this.all().length;
   }
 
   /** Sandboxes with a running machine (admission counts these). */
   get running(): number {
     let n = 0;
-    for (const s of this.sandboxes.values()) if (!s.paused) n++;
+    for (const s of this.all()) if (!s.paused) n++;
     return n;
   }
 
+  /** Sandboxes held (running, paused or failed); lost ones only answer their id. */
   all(): Sandbox[] {
-    return [...this.sandboxes.values()];
+    return [...this.sandboxes.values()].filter((s) => s.status.kind !== 'lost');
   }
 
-  /** True when `id` is registered (running or paused) or remembered as lost. */
+  /** True when `id` is registered (running, paused or failed) or remembered as lost. */
   has(id: string): boolean {
-    return this.sandboxes.has(id) || this.lost.has(id);
+    return this.sandboxes.has(id);
   }
 
   /** True while `sandbox` is still the one registered under its id. */
@@ -84,103 +103,63 @@ export class SandboxRegistry {
     return this.sandboxes.get(sandbox.id) === sandbox;
   }
 
-  /** Registers a new sandbox driving `machine`. */
-  adopt(machine: Machine, origin: SandboxOrigin): RunningSandbox {
-    const sandbox = new Sandbox(newSandboxId(), origin, machine, this.maxQueued);
-    sandbox.startClock();
-    this.sandboxes.set(sandbox.id, sandbox);
-    this.watch(sandbox, machine);
-    this.save(sandbox);
-    this.onExpiryChange();
+  /**
+   * Registers a new sandbox driving `machine`. It is failed already if the machine died before
+   * this (a fork child waiting for its siblings).
+   */
+  adopt(machine: Machine, origin: SandboxOrigin): Sandbox {
+    const sandbox = this.admit(newSandboxId(), origin, { kind: 'running', machine });
     this.log.info(
       { sandbox: sandbox.id, vm: machine.id, template: origin.template, parent: origin.parentId },
       'sandbox ready',
     );
-    return sandbox as RunningSandbox;
+    return sandbox;
   }
 
-  /** Registers a sandbox read back from the journal after a restart. */
-  readmit(sandbox: Sandbox): void {
-    this.sandboxes.set(sandbox.id, sandbox);
-    if (sandbox.machine) this.watch(sandbox, sandbox.machine);
-    this.save(sandbox);
-    this.onExpiryChange();
+  /**
+   * Registers a sandbox read back from the journal after a restart, as it was (`initial`:
+   * paused, running on its re-adopted VM); its record is rewritten.
+   */
+  readmit(
+    record: SandboxRecord,
+    origin: SandboxOrigin,
+    initial: Exclude<InitialState, { kind: 'lost' }>,
+  ): Sandbox {
+    return this.admit(record.id, origin, initial, record);
   }
 
   /** Remembers a sandbox lost while hostd was down: its id answers `sandbox_lost` until deleted. */
   markLost(record: SandboxRecord, why: string): void {
-    this.lost.set(record.id, why);
-    this.journal.write({ ...record, state: 'lost', error: why });
+    const origin = {
+      template: record.template,
+      parentId: record.parent_id,
+      snapshotId: record.snapshot_id,
+    };
+    this.admit(record.id, origin, { kind: 'lost', why, record }, record);
   }
 
-  /** Unregisters it; its queue's waiters get `why`. */
-  remove(sandbox: Sandbox, why: HostdError): void {
-    const held = this.holds(sandbox);
-    if (held) {
-      this.sandboxes.delete(sandbox.id);
-      this.journal.remove(sandbox.id);
-    }
-    sandbox.close(why);
-    if (held) {
-      this.stopped(sandbox.id, 'deleted');
-      this.onExpiryChange();
-    }
+  private admit(
+    id: string,
+    origin: SandboxOrigin,
+    initial: InitialState,
+    record?: SandboxRecord,
+  ): Sandbox {
+    const merged: readonly MergeRecord[] = record?.merged_from ?? [];
+    const createdAt = record ? new Date(record.created_at) : new Date();
+    const sandbox = new Sandbox(id, origin, initial, this.maxQueued, this.host, createdAt, merged);
+    this.sandboxes.set(id, sandbox);
+    if (sandbox.machine) this.watch(sandbox, sandbox.machine);
+    this.save(sandbox);
+    this.onExpiryChange();
+    return sandbox;
   }
 
   /** Forgets a lost sandbox; true if `id` was one. */
   forgetLost(id: string): boolean {
-    if (!this.lost.delete(id)) return false;
-    this.journal.remove(id);
+    const sandbox = this.sandboxes.get(id);
+    if (sandbox?.status.kind !== 'lost') return false;
+    sandbox.delete(sandbox.status.why, fail('sandboxDeleted', id));
     return true;
-  }
-
-  /** Points `sandbox` at another running machine (merge, resume) and watches that one. */
-  rebind(sandbox: Sandbox, machine: Machine, template = sandbox.template): void {
-    // A paused sandbox that runs again gets its whole lifetime again.
-    if (sandbox.paused) sandbox.startClock();
-    sandbox.setMachine(machine);
-    sandbox.template = template;
-    sandbox.brokenReason = null;
-    sandbox.paused = null;
-    sandbox.pausedAt = null;
-    sandbox.pausedBy = null;
-    this.watch(sandbox, machine);
-    this.save(sandbox);
-    this.onExpiryChange();
-  }
-
-  /** Records that `sandbox` is now on disk (its machine stopped): its lifetime's clock stops. */
-  markPaused(
-    sandbox: Sandbox,
-    paused: NonNullable<Sandbox['paused']>,
-    by: PauseReason = 'request',
-  ): void {
-    sandbox.setMachine(null);
-    sandbox.paused = paused;
-    sandbox.pausedAt = new Date();
-    sandbox.pausedBy = by;
-    sandbox.expiresAt = null;
-    this.save(sandbox);
-    this.stopped(sandbox.id, 'paused');
-    this.onExpiryChange();
-  }
-
-  /** Records who paused a paused sandbox (a client pausing one hostd paused). */
-  setPausedBy(sandbox: Sandbox, by: PauseReason): void {
-    if (!sandbox.paused || sandbox.pausedBy === by) return;
-    sandbox.pausedBy = by;
-    this.save(sandbox);
-  }
-
-  /**
-   * Sets the sandbox's lifetime and when it ends (null: no limit); a paused sandbox keeps no
-   * end (its clock starts when it runs again).
-   */
-  setLifetime(sandbox: Sandbox, lifetime: Lifetime | null, expiresAt: Date | null): void {
-    sandbox.lifetime = lifetime;
-    sandbox.expiresAt = lifetime && !sandbox.paused ? expiresAt : null;
-    this.save(sandbox);
-    this.onExpiryChange();
   }
 
   /**
@@ -189,10 +168,8 @@ export class SandboxRegistry {
    */
   get(id: string, usable: boolean): Sandbox {
     const sandbox = isSandboxId(id) ? this.sandboxes.get(id) : undefined;
-    if (!sandbox) {
-      const why = this.lost.get(id);
-      throw why === undefined ? fail('sandboxNotFound', id) : fail('sandboxLost', id, why);
-    }
+    if (!sandbox) throw fail('sandboxNotFound', id);
+    if (sandbox.status.kind === 'lost') throw fail('sandboxLost', id, sandbox.status.why);
     if (usable) this.ensureUsable(sandbox);
     sandbox.touch();
     return sandbox;
@@ -215,11 +192,14 @@ export class SandboxRegistry {
       if (!this.holds(sandbox)) throw fail('sandboxNotFound', id);
       await this.wake(sandbox);
       this.ensureUsable(sandbox);
+      if (!sandbox.isRunning()) {
+        throw new IllegalSandboxTransition(id, sandbox.status.kind, 'acquire');
+      }
+      return { sandbox, release };
     } catch (err) {
       release();
       throw err;
     }
-    return { sandbox: sandbox as RunningSandbox, release };
   }
 
   /**
@@ -242,7 +222,7 @@ export class SandboxRegistry {
         throw err;
       }
       // Pausing takes this lane too, so a sandbox running now stays running until release.
-      if (!sandbox.paused) return { sandbox: sandbox as RunningSandbox, release };
+      if (sandbox.isRunning()) return { sandbox, release };
       release(); // paused again before its turn came: resume it again
     }
   }
@@ -250,7 +230,7 @@ export class SandboxRegistry {
   /** Resumes `sandbox` if it is paused; its caller holds its turn. */
   async wake(sandbox: Sandbox): Promise<void> {
     const { paused } = sandbox;
-    if (!paused || sandbox.brokenReason) return;
+    if (!paused) return;
     let machine: Machine;
     try {
       machine = await this.hypervisor.resume(paused);
@@ -264,8 +244,15 @@ export class SandboxRegistry {
       // The paused files are gone with the resume: the sandbox runs on, without network.
       this.log.error({ err, sandbox: sandbox.id }, 'could not set up the network after resume');
     }
-    this.rebind(sandbox, machine);
+    sandbox.resume(machine);
+    this.watch(sandbox, machine);
     this.log.info({ sandbox: sandbox.id, vm: machine.id }, 'sandbox resumed');
+  }
+
+  /** Watches the machine a merge bound to `sandbox` (core/lineage.ts): its death fails it. */
+  watchMachine(sandbox: Sandbox): void {
+    const { machine } = sandbox;
+    if (machine) this.watch(sandbox, machine);
   }
 
   /**
@@ -273,10 +260,8 @@ export class SandboxRegistry {
    * or stopped answering, and destroys that machine. Later operations but delete report it.
    */
   markBroken(sandbox: Sandbox, machine: Machine, why: string): void {
-    if (sandbox.machine !== machine || sandbox.brokenReason) return;
-    sandbox.brokenReason = why;
+    if (!sandbox.fail(machine, why)) return;
     this.log.warn({ sandbox: sandbox.id, vm: machine.id, why }, 'sandbox VM failed');
-    this.stopped(sandbox.id, 'failed');
     void machine.logTail().then(
       (tail) => this.log.warn({ sandbox: sandbox.id, tail }, 'VM log tail'),
       (err: unknown) => this.log.warn({ sandbox: sandbox.id, err }, 'no VM log tail'),
@@ -287,9 +272,9 @@ export class SandboxRegistry {
   private ensureUsable(sandbox: Sandbox): void {
     // The machine may be gone before its death was reported (the channel closes a moment
     // before QEMU's exit is seen): judge by its state, not only by events.
-    const { machine } = sandbox;
-    if (machine && !sandbox.brokenReason && !machine.alive) {
-      this.markBroken(sandbox, machine, machine.deathReason);
+    const s = sandbox.status;
+    if (s.kind === 'running' && !s.machine.alive) {
+      this.markBroken(sandbox, s.machine, s.machine.deathReason);
     }
     if (sandbox.brokenReason) throw fail('sandboxBroken', sandbox.id, sandbox.brokenReason);
   }

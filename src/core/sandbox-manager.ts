@@ -20,7 +20,7 @@ import { Lineage } from './lineage.js';
 import { asMachineError, clientReason } from './machine-error.js';
 import { TemplatePool, type PoolStats, type RefillPauses } from './pool.js';
 import { SandboxRegistry, type StopListener } from './registry.js';
-import { Sandbox, type Lifetime, type PauseReason, type SandboxInfo } from './sandbox.js';
+import type { Lifetime, PauseReason, Sandbox, SandboxInfo, SandboxState } from './sandbox.js';
 import { Snapshots, type SnapshotInfo } from './snapshots.js';
 import { SandboxFiles } from './sandbox-files.js';
 import { SandboxProcesses } from './sandbox-processes.js';
@@ -290,8 +290,7 @@ export class SandboxManager {
     } catch (err) {
       if (!this.registry.holds(s) || s.paused) return;
       this.log.error({ err, sandbox: s.id }, 'could not end a sandbox whose lifetime is up');
-      if (s.expiresAt)
-        this.registry.setLifetime(s, s.lifetime, new Date(Date.now() + EXPIRY_RETRY_MS));
+      if (s.expiresAt) s.setLifetime(s.lifetime, new Date(Date.now() + EXPIRY_RETRY_MS));
     }
   }
 
@@ -421,9 +420,7 @@ export class SandboxManager {
     if (this.registry.forgetLost(id)) return;
     if (!this.registry.has(id)) return;
     const sandbox = this.registry.get(id, false);
-    this.registry.remove(sandbox, fail('sandboxNotFound', id));
-    sandbox.brokenReason = why;
-    await Promise.all([sandbox.machine?.destroy(why), sandbox.paused?.discard()]);
+    await this.destroyState(sandbox.delete(why, fail('sandboxNotFound', id)), why);
     this.log.warn({ sandbox: id, why }, 'local copy destroyed (fenced)');
   }
 
@@ -490,9 +487,8 @@ export class SandboxManager {
       throw asMachineError(err, this.log, { sandbox: id }, 'vmOperationFailed', 'start the exec');
     }
     this.observer.execStarted?.();
-    sandbox.currentRun = run;
+    sandbox.trackRun(run);
     void run.done.then(() => {
-      if (sandbox.currentRun === run) sandbox.currentRun = null;
       sandbox.touch();
       release();
       this.observer.execFinished?.(secondsSince(started));
@@ -512,7 +508,7 @@ export class SandboxManager {
   ): SandboxInfo {
     const sandbox = this.registry.get(id, false);
     if (timeoutS === null) {
-      this.registry.setLifetime(sandbox, null, null);
+      sandbox.setLifetime(null, null);
       return sandbox.info();
     }
     if (!(timeoutS > 0 && timeoutS <= MAX_LIFETIME_S)) {
@@ -531,7 +527,7 @@ export class SandboxManager {
       if (sandbox.lifetime.timeoutS > timeoutS)
         lifetime = { ...lifetime, timeoutS: sandbox.lifetime.timeoutS };
     }
-    this.registry.setLifetime(sandbox, lifetime, expiresAt);
+    sandbox.setLifetime(lifetime, expiresAt);
     return sandbox.info();
   }
 
@@ -625,11 +621,13 @@ export class SandboxManager {
     const release = await sandbox.acquireAll();
     try {
       if (!this.registry.holds(sandbox)) throw fail('sandboxNotFound', id);
-      const { machine } = sandbox;
-      if (!machine) {
-        if (by === 'request') this.registry.setPausedBy(sandbox, by);
+      if (sandbox.paused) {
+        if (by === 'request') sandbox.repause(by);
         return sandbox.info();
       }
+      // It may have failed while this waited for its turn.
+      if (!sandbox.isRunning()) throw fail('sandboxBroken', id, sandbox.brokenReason ?? '');
+      const { machine } = sandbox;
       this.ensureStorage(0);
       const paused = await machine.pause().catch((err: unknown) => {
         throw asMachineError(
@@ -640,7 +638,12 @@ export class SandboxManager {
           'pause the sandbox',
         );
       });
-      this.registry.markPaused(sandbox, paused, by);
+      if (sandbox.status.kind !== 'running') {
+        // Its VM died as it was being written: what was written is not trusted.
+        await paused.discard();
+        throw fail('sandboxBroken', id, sandbox.brokenReason ?? '');
+      }
+      sandbox.pause(paused, by);
       this.log.info({ sandbox: id, bytes: paused.sizeBytes, by }, 'sandbox paused');
       return sandbox.info();
     } finally {
@@ -660,13 +663,15 @@ export class SandboxManager {
   async delete(id: string): Promise<void> {
     if (this.registry.forgetLost(id)) return;
     const sandbox = this.registry.get(id, false);
-    this.registry.remove(sandbox, fail('sandboxDeleted', id));
-    sandbox.brokenReason = 'the sandbox was deleted';
-    await Promise.all([
-      sandbox.machine?.destroy('the sandbox was deleted'),
-      sandbox.paused?.discard(),
-    ]);
+    const why = 'the sandbox was deleted';
+    await this.destroyState(sandbox.delete(why, fail('sandboxDeleted', id)), why);
     this.log.info({ sandbox: id }, 'deleted');
+  }
+
+  /** Destroys what a deleted sandbox left: its machine, or its files on disk. */
+  private async destroyState(was: SandboxState, why: string): Promise<void> {
+    if (was.kind === 'running' || was.kind === 'failed') await was.machine.destroy(why);
+    else if (was.kind === 'paused') await was.paused.discard();
   }
 
   /**
@@ -783,36 +788,33 @@ export class SandboxManager {
         this.registry.markLost(record, record.error ?? 'its VM is gone');
         continue;
       }
-      const sandbox = new Sandbox(
-        record.id,
-        {
-          template: record.template,
-          parentId: record.parent_id,
-          snapshotId: record.snapshot_id,
-          allowOut: record.allow_out ?? [],
-          metadata: record.metadata ?? {},
-          lifetime: record.lifetime
-            ? { timeoutS: record.lifetime.timeout_s, onTimeout: record.lifetime.on_timeout }
-            : null,
-        },
-        null,
-        this.options.maxQueuedExecs,
-        new Date(record.created_at),
-      );
-      sandbox.mergedFrom.push(...(record.merged_from ?? []).map((m) => ({ ...m })));
+      const origin = {
+        template: record.template,
+        parentId: record.parent_id,
+        snapshotId: record.snapshot_id,
+        allowOut: record.allow_out ?? [],
+        metadata: record.metadata ?? {},
+        lifetime: record.lifetime
+          ? { timeoutS: record.lifetime.timeout_s, onTimeout: record.lifetime.on_timeout }
+          : null,
+      };
       try {
         if (record.state === 'paused' && record.paused) {
-          sandbox.paused = await this.hypervisor.openPaused(record.paused);
-          sandbox.pausedAt = new Date(record.paused_at ?? Date.now());
-          sandbox.pausedBy = record.paused_by ?? null;
+          this.registry.readmit(record, origin, {
+            kind: 'paused',
+            paused: await this.hypervisor.openPaused(record.paused),
+            at: new Date(record.paused_at ?? Date.now()),
+            by: record.paused_by ?? null,
+          });
         } else if (record.running) {
           const machine = await this.hypervisor.adopt(record.running);
-          sandbox.setMachine(machine);
           // Its lifetime ran on while hostd was down (the VM did): it ends when it would have.
-          if (sandbox.lifetime) {
-            sandbox.expiresAt = record.expires_at ? new Date(record.expires_at) : null;
-            if (!sandbox.expiresAt) sandbox.startClock();
-          }
+          const expiresAt = record.expires_at ? new Date(record.expires_at) : null;
+          const sandbox = this.registry.readmit(record, origin, {
+            kind: 'running',
+            machine,
+            expiresAt,
+          });
           // The old hostd's relayed connections went with it; the guest's listeners are reset.
           await this.network.bind(machine, sandbox.allowOut).catch((err: unknown) => {
             this.log.error({ err, sandbox: record.id }, 'could not set up the network');
@@ -820,9 +822,7 @@ export class SandboxManager {
           adopted++;
         } else {
           this.registry.markLost(record, 'its record names no VM');
-          continue;
         }
-        this.registry.readmit(sandbox);
       } catch (err) {
         // What the client reads (410 sandbox_lost) is the kind; the log has the raw text.
         const why = clientReason(err);
@@ -835,7 +835,7 @@ export class SandboxManager {
   }
 
   private async pauseAll(sandboxes: Sandbox[]): Promise<void> {
-    const todo = sandboxes.filter((s) => s.machine && !s.brokenReason);
+    const todo = sandboxes.filter((s) => s.isRunning());
     const worker = async (): Promise<void> => {
       for (let s = todo.shift(); s; s = todo.shift()) {
         const sandbox = s;
@@ -844,9 +844,10 @@ export class SandboxManager {
         const release = await sandbox.acquireAll().catch(() => null);
         if (!release) continue;
         try {
-          const { machine } = sandbox;
-          if (!machine || !this.registry.holds(sandbox)) continue;
-          this.registry.markPaused(sandbox, await machine.pause(), 'shutdown');
+          if (!sandbox.isRunning() || !this.registry.holds(sandbox)) continue;
+          const paused = await sandbox.machine.pause();
+          if (sandbox.status.kind === 'running') sandbox.pause(paused, 'shutdown');
+          else await paused.discard(); // its VM died as it was written
         } catch (err) {
           this.log.error({ err, sandbox: sandbox.id }, 'could not pause on shutdown: it is lost');
         } finally {

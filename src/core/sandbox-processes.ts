@@ -274,10 +274,9 @@ export class SandboxProcesses {
         (await this.registry.acquire(id, signal)).release();
         continue;
       }
-      const { machine } = sandbox;
-      if (!machine) throw fail('sandboxNotFound', id);
+      if (!sandbox.isRunning()) throw fail('sandboxNotFound', id);
       sandbox.touch();
-      return { sandbox, machine, what };
+      return { sandbox, machine: sandbox.machine, what };
     }
   }
 
