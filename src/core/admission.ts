@@ -30,6 +30,52 @@ export function sandboxCapFor(
   return Math.max(1, Math.floor((memTotalMib - reserveMib) / perVmMib));
 }
 
+/**
+ * Host memory (MiB) of an idle sandbox that has run code, outside any translation buffer, as the
+ * bench measures it (docs/architecture.md, "Density: what one sandbox costs the host"), with room for a guest
+ * that wrote more. A sandbox that grows past it is held back by the memory check, not the count.
+ */
+export const IDLE_SANDBOX_MIB = 14;
+
+/**
+ * The part of TCG's translation buffer (MiB) an idle VM has filled, whatever the buffer's size
+ * (docs/architecture.md, "Density: what one sandbox costs the host").
+ */
+export const IDLE_TCG_TB_MIB = 12;
+
+/**
+ * The estimated host memory of one idle sandbox: the admission's per-VM cost and the unit of the
+ * default cap. `tcgTbMib` is the translation buffer's size under TCG, null under KVM (none).
+ */
+export function idleSandboxMib(tcgTbMib: number | null): number {
+  return IDLE_SANDBOX_MIB + (tcgTbMib === null ? 0 : Math.min(tcgTbMib, IDLE_TCG_TB_MIB));
+}
+
+/** How many sandboxes this host takes, and what one is assumed to cost. */
+export interface SandboxSizing {
+  readonly maxSandboxes: number;
+  readonly perVmMib: number;
+  /** Whether the cap follows host memory (SERVICE_MAX_SANDBOXES unset or `auto`). */
+  readonly fromHostMemory: boolean;
+}
+
+/**
+ * The sizing hostd starts with: the configured cap (`configuredMax`, null for none) or else
+ * `sandboxCapFor` the host's memory, at the cost of an idle sandbox under this accelerator.
+ */
+export function sandboxSizing(opts: {
+  readonly configuredMax: number | null;
+  readonly memTotalMib: number;
+  readonly tcgTbMib: number | null;
+}): SandboxSizing {
+  const perVmMib = idleSandboxMib(opts.tcgTbMib);
+  return {
+    perVmMib,
+    maxSandboxes: opts.configuredMax ?? sandboxCapFor(opts.memTotalMib, perVmMib),
+    fromHostMemory: opts.configuredMax === null,
+  };
+}
+
 export interface AdmissionLimits {
   /** Sandboxes alive at once, fork children and pending starts included. */
   readonly maxSandboxes: number;

@@ -33,7 +33,6 @@ import {
   stat,
   writeFile,
 } from 'node:fs/promises';
-import { homedir } from 'node:os';
 import { basename, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -121,13 +120,6 @@ const ROOTFS_SCRIPTS = [
   'rootfs.py',
 ];
 
-/** Where templates are built unless SERVICE_CACHE_DIR says otherwise. */
-export function defaultCacheDir(env: NodeJS.ProcessEnv = process.env): string {
-  if (env.SERVICE_CACHE_DIR) return env.SERVICE_CACHE_DIR;
-  // As root, QEMU runs as an unprivileged account, which cannot read root's home.
-  return process.getuid?.() === 0 ? '/var/cache/hostd' : join(homedir(), '.cache', 'hostd');
-}
-
 export interface BuildOptions {
   readonly cacheDir: string;
   /** The checkout holding guest/ (default: the one this file is in). */
@@ -160,7 +152,7 @@ const inflight = new Map<string, Promise<BuiltTemplate>>();
  * downloads and installs Debian packages); hostd starts it at start-up, `npm run template --
  * build` ahead of time.
  *
- * @example const { dir } = await buildTemplate(recipe, { cacheDir: defaultCacheDir() });
+ * @example const { dir } = await buildTemplate(recipe, { cacheDir: loadTemplateSettings().cacheDir });
  */
 export function buildTemplate(spec: TemplateSpec, opts: BuildOptions): Promise<BuiltTemplate> {
   const id = `${resolve(opts.cacheDir)}\0${JSON.stringify(spec)}`;
