@@ -178,10 +178,9 @@ function choice<T extends string>(env: Env, name: string, allowed: readonly T[],
 }
 
 /**
- * The translation buffer of a restored VM under TCG. An idle sandbox touches ~11.6 MiB of it
- * whatever its size; at 16 the data stack (a chart, a groupby) overflowed it, and each flush
- * retranslated everything: the same cells took up to 3 times the CPU (docs/architecture.md,
- * "Compute under TCG").
+ * The translation buffer of a restored VM under TCG, in MiB: smaller ones overflowed under the
+ * data stack (a chart, a groupby), and each flush retranslated everything (docs/architecture.md,
+ * "Measured choices in the code" and "Compute under TCG").
  */
 export const DEFAULT_TCG_TB_MIB = 32;
 

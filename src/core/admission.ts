@@ -1,9 +1,9 @@
 /**
  * Admission: whether the host can take `n` more VMs now. Two limits, each with its own answer:
  * the configured cap on sandboxes alive (429, retry later) and the host's free memory and
- * state-directory space (503): an out-of-memory host kills processes at random (hostd itself or
- * another sandbox) and a full tmpfs makes QEMU die mid-copy, so failing early gives the client a
- * clear error instead.
+ * data-directory space (503): an out-of-memory host kills processes at random (hostd itself or
+ * another sandbox) and a full disk makes a fork's image copy fail midway, so failing early gives
+ * the client a clear error instead (core/host-resources.ts).
  */
 import { fail } from '../errors.js';
 import { shortage, type HostFree } from './host-resources.js';
@@ -79,7 +79,7 @@ export function sandboxSizing(opts: {
 export interface AdmissionLimits {
   /** Sandboxes alive at once, fork children and pending starts included. */
   readonly maxSandboxes: number;
-  /** MiB of memory and state-dir space that must stay free after a start. */
+  /** MiB of memory and data-dir space that must stay free after a start. */
   readonly reserveMib: number;
   /** Estimated host memory of one idle VM. */
   readonly perVmMib: number;

@@ -103,10 +103,9 @@ interface RootfsBuildSpec {
 }
 
 /**
- * EROFS compression of root filesystems. Measured on the python template (docs/templates.md,
- * "Measurements"): lz4 makes the image 45% smaller than none (740 MB of 1350) and lz4hc 51%
- * (666 MB), while `import pandas` in a guest under TCG took the same time with all three; lz4hc
- * took 48 s to pack where lz4 took 12, so lz4.
+ * EROFS compression of root filesystems: lz4 makes the image much smaller than none, guests
+ * import as fast from it, and it packs several times faster than lz4hc, which saves little more
+ * (docs/architecture.md, "Measured choices in the code").
  */
 export const ROOTFS_COMPRESSION = 'lz4';
 /** Bump when this file changes what goes into a root filesystem. */
