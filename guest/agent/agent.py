@@ -41,7 +41,7 @@ from cgroups import Cgroups
 from default_env import DefaultEnvironment, invalid_entry
 from executor import Executor
 from host_channel import Channel, open_port
-from hostd_shared import MAX_INPUT_LINE, encode, parse_line, read_lines
+from hostd_wire import MAX_INPUT_LINE, encode, parse_line, read_lines
 from template_config import DEFAULT_PATH, load_template
 from worker_supervisor import Supervisor
 
