@@ -33,6 +33,27 @@ export default tseslint.config(
     },
   },
   {
+    // Settings are read once, validated, in src/config.ts; elsewhere a SERVICE_* variable is a
+    // Config field. (What a child process inherits, like PATH, is not a setting.)
+    files: ['src/**/*.ts'],
+    ignores: ['src/config.ts'],
+    rules: {
+      'no-restricted-syntax': [
+        'error',
+        {
+          selector:
+            "MemberExpression[object.object.name='process'][object.property.name='env'][property.name=/^SERVICE_/]",
+          message: 'Read SERVICE_* variables in src/config.ts and pass the Config field.',
+        },
+        {
+          selector:
+            "MemberExpression[object.object.name='process'][object.property.name='env'][property.value=/^SERVICE_/]",
+          message: 'Read SERVICE_* variables in src/config.ts and pass the Config field.',
+        },
+      ],
+    },
+  },
+  {
     files: ['src/vm/**/*.ts'],
     rules: {
       'no-restricted-imports': [

@@ -5,7 +5,6 @@
  */
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import { defaultCacheDir } from './vm/image/image-builder.js';
 import { DEFAULT_VM_UID_RANGE, parseIdRange, type IdRange } from './vm/host/vm-uids.js';
 
 export type AccelChoice = 'auto' | 'kvm' | 'tcg';
@@ -109,7 +108,20 @@ export interface Config {
   readonly mcpSessionIdleS: number;
   /** Cluster mode (SERVICE_CLUSTER_ETCD set); null: a single hostd, as without it. */
   readonly cluster: ClusterConfig | null;
+  /** Variables hostd no longer reads that are set (RETIRED_VARS): main warns of each. */
+  readonly retired: readonly RetiredVar[];
 }
+
+/** A variable hostd once read, and what replaced it, for the warning when it is still set. */
+export interface RetiredVar {
+  readonly name: string;
+  readonly why: string;
+}
+
+/** Variables hostd no longer reads: set, they are ignored with a warning rather than refused. */
+export const RETIRED_VARS: readonly RetiredVar[] = [
+  { name: 'SERVICE_IMAGE_DIR', why: 'each template is served from its own build' },
+];
 
 /** Cluster mode's settings (docs/operations.md, Cluster mode). */
 export interface ClusterConfig {
@@ -166,10 +178,9 @@ function choice<T extends string>(env: Env, name: string, allowed: readonly T[],
 }
 
 /**
- * The translation buffer of a restored VM under TCG. An idle sandbox touches ~11.6 MiB of it
- * whatever its size; at 16 the data stack (a chart, a groupby) overflowed it, and each flush
- * retranslated everything: the same cells took up to 3 times the CPU (docs/architecture.md,
- * "Compute under TCG").
+ * The translation buffer of a restored VM under TCG, in MiB: smaller ones overflowed under the
+ * data stack (a chart, a groupby), and each flush retranslated everything (docs/architecture.md,
+ * "Measured choices in the code" and "Compute under TCG").
  */
 export const DEFAULT_TCG_TB_MIB = 32;
 
@@ -278,6 +289,30 @@ export function parseCluster(env: Env): ClusterConfig | null {
   return { etcd, nodeId, nodeUrl, ttlS: intVar(env, 'SERVICE_CLUSTER_TTL_S', 10, 2, 300) };
 }
 
+/**
+ * Where templates are built and found (SERVICE_CACHE_DIR). As root the default is outside any
+ * home, because QEMU runs as an unprivileged account, which cannot read root's home.
+ */
+export function defaultCacheDir(env: Env = process.env): string {
+  if (env.SERVICE_CACHE_DIR) return env.SERVICE_CACHE_DIR;
+  return process.getuid?.() === 0 ? '/var/cache/hostd' : join(homedir(), '.cache', 'hostd');
+}
+
+/**
+ * The settings of the template CLI (`npm run template`): only where recipes and images are, so
+ * that a variable only hostd reads, set wrong, does not stop a build.
+ */
+export function loadTemplateSettings(env: Env = process.env): {
+  readonly cacheDir: string;
+  readonly templateDir: string;
+} {
+  return { cacheDir: defaultCacheDir(env), templateDir: env.SERVICE_TEMPLATE_DIR || '' };
+}
+
+/**
+ * The whole configuration of hostd from `env`, validated: a bad value is a ConfigError naming
+ * the variable, thrown before anything starts.
+ */
 export function loadConfig(env: Env = process.env): Config {
   const { host, port } = parseAddr(env.SERVICE_HOSTD_ADDR ?? '127.0.0.1:7070');
   const e2bAddr = parseE2bAddr(env.SERVICE_E2B_ADDR, { host, port });
@@ -306,8 +341,7 @@ export function loadConfig(env: Env = process.env): Config {
     authDisabled,
     stateDir: env.SERVICE_STATE_DIR || `/dev/shm/hostd-${uid}`,
     dataDir,
-    cacheDir: defaultCacheDir(env),
-    templateDir: env.SERVICE_TEMPLATE_DIR || '',
+    ...loadTemplateSettings(env),
     accel,
     tcgTbMib: intVar(env, 'SERVICE_TCG_TB_MIB', DEFAULT_TCG_TB_MIB, 4, 1024),
     tcgCpu: tcgCpuVar(env),
@@ -353,6 +387,7 @@ export function loadConfig(env: Env = process.env): Config {
     ),
     mcpSessionIdleS: intVar(env, 'SERVICE_MCP_SESSION_IDLE_S', 3600, 0, 30 * 24 * 3600),
     cluster: parseCluster(env),
+    retired: RETIRED_VARS.filter((v) => env[v.name]),
   };
 }
 

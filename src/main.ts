@@ -2,24 +2,25 @@
  * hostd's entry point: read configuration, claim the state directory, boot the templates,
  * serve HTTP, and on SIGTERM/SIGINT destroy every VM and leave nothing behind.
  */
+import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
 import { ConfigError, isLoopback, loadConfig, type Config } from './config.js';
 import { exitOnUncaught } from './fail-fast.js';
-import { authMode } from './api/auth.js';
-import { createMetrics } from './api/metrics.js';
+import { authMode, type AuthMode } from './api/auth.js';
+import { createMetrics, type Metrics } from './api/metrics.js';
 import { buildServer } from './api/server.js';
 import { SandboxTokens } from './api/e2b/auth.js';
 import { buildE2bServer } from './api/e2b/server.js';
-import { sandboxCapFor } from './core/admission.js';
+import { sandboxSizing, type SandboxSizing } from './core/admission.js';
 import { hostFree, hostMemTotalMib } from './core/host-resources.js';
 import { FileRecords, type SandboxRecord } from './core/journal.js';
 import { SandboxManager } from './core/sandbox-manager.js';
-import { chooseAccel, hostTscKhz } from './vm/qemu/accel.js';
+import { chooseAccel, hostTscKhz, type AccelDecision } from './vm/qemu/accel.js';
 import { QemuHypervisor } from './vm/qemu/hypervisor.js';
 import { guestImageOf } from './vm/image/image.js';
 import { CachedTemplateImages } from './vm/image/template-images.js';
 import { BUILTIN_RECIPE_DIR, loadRecipes } from './core/recipe.js';
-import { planTemplates, UnknownRecipeError } from './core/template-plan.js';
+import { planTemplates, UnknownRecipeError, type TemplatePlan } from './core/template-plan.js';
 import { capstoneStandIn } from './vm/host/capstone-stand-in.js';
 import { noHugePagesLauncher } from './vm/host/huge-pages.js';
 import { enableKsm } from './vm/host/ksm.js';
@@ -37,7 +38,7 @@ import { detectCgroups } from './vm/host/vm-cgroups.js';
 import { VmUidPool, accountsInRange } from './vm/host/vm-uids.js';
 import { readFileSync } from 'node:fs';
 import { EtcdKv } from './cluster/etcd-kv.js';
-import { ClusterNode } from './core/cluster/cluster-node.js';
+import { ClusterNode, type LocalSandboxes } from './core/cluster/cluster-node.js';
 import type { RecordStore, SnapshotRecord } from './core/journal.js';
 import { randomBytes } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
@@ -46,22 +47,90 @@ import { join } from 'node:path';
 
 const HOSTD_VERSION = '0.1.0';
 
+/** hostd's start, step by step; each step is a function below, in this order. */
 async function main(): Promise<void> {
-  let config: Config;
-  let auth;
+  const { config, auth } = readSettings();
+  const log = createLogger(config);
+  announceAuth(log, auth, config);
+  const { vmUser, jail } = await jailVms(config, log);
+  // A bug leaves hostd in an unknown state: it logs and exits (src/fail-fast.ts); its VMs run
+  // on, and the next start re-adopts them.
+  exitOnUncaught(log);
+  await claimDirs(config, vmUser);
+  for (const v of config.retired) log.warn(`${v.name} is not read any more: ${v.why}`);
+  const accel = chooseAccel(config.accel);
+  log.info({ accel: accel.accel, reason: accel.reason }, 'accelerator chosen');
+  const templates = await planTemplatesOrExit(config);
+  const images = templateImages(config, vmUser, log);
+  const sizing = sandboxSizing({
+    configuredMax: config.maxSandboxes,
+    memTotalMib: hostMemTotalMib(),
+    tcgTbMib: accel.accel === 'tcg' ? config.tcgTbMib : null,
+  });
+  log.info(sizing, 'sandbox cap');
+  const hypervisor = await startHypervisor(config, accel.accel, jail, sizing.perVmMib, log);
+  const ports = new ApiPorts(config.port);
+  const metrics = createMetrics({ accel: accel.accel, version: HOSTD_VERSION });
+  // Cluster mode (SERVICE_CLUSTER_ETCD): this node's records are mirrored into etcd's catalog.
+  const cluster = config.cluster ? await clusterNode(config, log) : null;
+  const manager = createManager(
+    config,
+    { templates, images, sizing, ports, cluster },
+    hypervisor,
+    log,
+    metrics,
+  );
+  metrics.bind(manager);
+  cluster?.bind(clusterView(config, manager, sizing));
+  const servers = await buildServers(config, { manager, auth, log, metrics, cluster });
+  const stop = stopOnSignals(config, { manager, cluster, servers, log });
+  await bootTemplates(manager, stop, log);
+  const address = await listen(config, servers, ports, stop, log);
+  if (cluster) {
+    // Joins once it serves: peers may forward to it as soon as its record appears.
+    cluster.url = config.cluster?.nodeUrl ?? address;
+    await cluster.start();
+  }
+  // Where a client that started hostd on port 0 (tests, scripts) finds it, without parsing logs.
+  await writeFile(join(config.stateDir, 'hostd.url'), `${address}\n`, { mode: 0o600 });
+  log.info(
+    { address, accel: accel.accel, templateBootMs: manager.templateBootMs() },
+    `hostd listening on ${address}`,
+  );
+}
+
+main().catch((err: unknown) => {
+  if (err instanceof ConfigError || err instanceof DirectoryInUseError) {
+    process.stderr.write(`hostd: ${err.message}\n`);
+  } else process.stderr.write(`hostd: fatal: ${(err as Error)?.stack ?? String(err)}\n`);
+  process.exit(1);
+});
+
+/** A start refused before anything is touched: said on stderr, exit status 2. */
+function refuse(message: string): never {
+  process.stderr.write(`hostd: ${message}\n`);
+  process.exit(2);
+}
+
+/** The configuration and the authentication it implies, or exit 2 saying what is wrong. */
+function readSettings(): { config: Config; auth: AuthMode } {
   try {
-    config = loadConfig();
-    auth = authMode({
+    const config = loadConfig();
+    const auth = authMode({
       apiKeys: config.apiKeys,
       authDisabled: config.authDisabled,
       // The E2B front runs code for whoever reaches it too: both binds must be loopback.
       loopback: isLoopback(config.host) && (!config.e2bAddr || isLoopback(config.e2bAddr.host)),
     });
+    return { config, auth };
   } catch (err) {
-    process.stderr.write(`hostd: ${(err as Error).message}\n`);
-    process.exit(2);
+    return refuse((err as Error).message);
   }
-  const log = pino({
+}
+
+/** hostd's log: JSON lines on stdout, with credentials redacted wherever they appear. */
+function createLogger(config: Config): Logger {
+  return pino({
     level: config.logLevel,
     base: { service: 'hostd' },
     redact: {
@@ -74,6 +143,10 @@ async function main(): Promise<void> {
       censor: '[redacted]',
     },
   });
+}
+
+/** Says how clients are authenticated; loudly when nobody is. */
+function announceAuth(log: Logger, auth: AuthMode, config: Config): void {
   if (auth.kind === 'open' && auth.why === 'disabled') {
     log.warn(
       '!!! AUTHENTICATION IS DISABLED (SERVICE_AUTH_DISABLED=1): anyone who can reach ' +
@@ -84,75 +157,87 @@ async function main(): Promise<void> {
   } else {
     log.info({ keys: auth.keys.length }, 'API key authentication on');
   }
+}
 
-  // As root, each QEMU runs jailed as a uid of its own; as anyone else, as that same user.
-  let vmUser: VmUser | undefined;
-  let jail: VmJail | undefined;
-  if (process.getuid?.() === 0) {
-    vmUser = lookupUser(config.vmUser);
-    if (!vmUser) {
-      process.stderr.write(
-        `hostd: running as root but the account "${config.vmUser}" (SERVICE_VM_USER) that QEMU should run as does not exist; create it with:\n  useradd --system --no-create-home --shell /usr/sbin/nologin ${config.vmUser}\n`,
-      );
-      process.exit(2);
-    }
-    const range = config.vmUidRange;
-    const clash = accountsInRange(readFileSync('/etc/passwd', 'utf8'), range);
-    if (clash.length) {
-      process.stderr.write(
-        `hostd: SERVICE_VM_UID_RANGE ${range.first}-${range.last} holds the accounts ${clash.join(', ')}; VMs need uids nobody else uses\n`,
-      );
-      process.exit(2);
-    }
-    const full = config.vmJail === 'full';
-    const cg = full ? await detectCgroups() : { cgroups: null, why: 'SERVICE_VM_JAIL=uid' };
-    if (full && !cg.cgroups) {
-      log.warn(
-        { why: cg.why },
-        'QEMUs run without a cgroup leaf each: a sandbox can take more than its share of host memory and CPU',
-      );
-    }
-    jail = new Jail(new VmUidPool(range), vmUser.gid, { namespaces: full, cgroups: cg.cgroups });
-    log.info(
-      {
-        group: vmUser.name,
-        uids: `${range.first}-${range.last}`,
-        namespaces: full,
-        cgroups: cg.cgroups?.version ?? null,
-      },
-      'each QEMU runs jailed as a uid of its own',
-    );
-  } else {
+/**
+ * As root, each QEMU runs jailed as a uid of its own (docs/operations.md, The jail); as anyone
+ * else, as that same user, unjailed. Refuses a start whose VM account or uid range is unusable.
+ */
+async function jailVms(
+  config: Config,
+  log: Logger,
+): Promise<{ vmUser: VmUser | undefined; jail: VmJail | undefined }> {
+  if (process.getuid?.() !== 0) {
     log.warn(
       'hostd does not run as root: QEMUs run as its own user, unjailed (docs/operations.md, Security)',
     );
+    return { vmUser: undefined, jail: undefined };
   }
-  // A bug leaves hostd in an unknown state: it logs and exits (src/fail-fast.ts); its VMs run
-  // on, and the next start re-adopts them.
-  exitOnUncaught(log);
-  // Both checked before either is touched: a refused start leaves a running hostd as it was.
+  const vmUser = lookupUser(config.vmUser);
+  if (!vmUser) {
+    refuse(
+      `running as root but the account "${config.vmUser}" (SERVICE_VM_USER) that QEMU should run as does not exist; create it with:\n  useradd --system --no-create-home --shell /usr/sbin/nologin ${config.vmUser}`,
+    );
+  }
+  const range = config.vmUidRange;
+  const clash = accountsInRange(readFileSync('/etc/passwd', 'utf8'), range);
+  if (clash.length) {
+    refuse(
+      `SERVICE_VM_UID_RANGE ${range.first}-${range.last} holds the accounts ${clash.join(', ')}; VMs need uids nobody else uses`,
+    );
+  }
+  const full = config.vmJail === 'full';
+  const cg = full ? await detectCgroups() : { cgroups: null, why: 'SERVICE_VM_JAIL=uid' };
+  if (full && !cg.cgroups) {
+    log.warn(
+      { why: cg.why },
+      'QEMUs run without a cgroup leaf each: a sandbox can take more than its share of host memory and CPU',
+    );
+  }
+  const jail = new Jail(new VmUidPool(range), vmUser.gid, {
+    namespaces: full,
+    cgroups: cg.cgroups,
+  });
+  log.info(
+    {
+      group: vmUser.name,
+      uids: `${range.first}-${range.last}`,
+      namespaces: full,
+      cgroups: cg.cgroups?.version ?? null,
+    },
+    'each QEMU runs jailed as a uid of its own',
+  );
+  return { vmUser, jail };
+}
+
+/** Claims the state and data directories; both are checked before either is touched, so a refused start leaves a running hostd as it was. */
+async function claimDirs(config: Config, vmUser: VmUser | undefined): Promise<void> {
   await ensureDirsFree(config.stateDir, config.dataDir);
   await claimStateDir(config.stateDir, vmUser?.gid);
   await claimDataDir(config.dataDir, vmUser?.gid);
-  const accel = chooseAccel(config.accel);
-  log.info({ accel: accel.accel, reason: accel.reason }, 'accelerator chosen');
-  const tscKhz = hostTscKhz();
-  if (process.env.SERVICE_IMAGE_DIR) {
-    log.warn('SERVICE_IMAGE_DIR is not read any more: each template is served from its own build');
-  }
+}
+
+/** The templates to serve from the recipes (built-in and SERVICE_TEMPLATE_DIR's), or exit 2. */
+async function planTemplatesOrExit(config: Config): Promise<TemplatePlan[]> {
   const recipes = await loadRecipes([
     BUILTIN_RECIPE_DIR,
     ...(config.templateDir ? [config.templateDir] : []),
   ]);
-  let templates;
   try {
-    templates = planTemplates(recipes, config.templates, config.templateDefaults);
+    return planTemplates(recipes, config.templates, config.templateDefaults);
   } catch (err) {
     if (!(err instanceof UnknownRecipeError)) throw err;
-    process.stderr.write(`hostd: ${err.message}\n`);
-    process.exit(2);
+    return refuse(err.message);
   }
-  const images = new CachedTemplateImages({
+}
+
+/** The template images of the cache, built when missing, each checked readable by QEMU's account. */
+function templateImages(
+  config: Config,
+  vmUser: VmUser | undefined,
+  log: Logger,
+): CachedTemplateImages {
+  return new CachedTemplateImages({
     cacheDir: config.cacheDir,
     onStep: (template, step) => log.info({ template, step }, 'template build step'),
     check: (image) => {
@@ -164,27 +249,31 @@ async function main(): Promise<void> {
       }
     },
   });
+}
 
-  // Host memory of an idle sandbox that has run code, measured by the bench (bench/density.ts):
-  // QEMU's heap, its other anonymous memory, the guest pages written since the restore and its
-  // libraries' private data come to ~13 MiB (14 leaves room for a guest that wrote more); under
-  // TCG, the part of the translation buffer an idle VM has filled (~11.5 MiB, whatever the
-  // buffer's size) on top. A sandbox that grows past this is held back by the memory check, not
-  // by the count.
-  const perVmMib = 14 + (accel.accel === 'tcg' ? Math.min(config.tcgTbMib, 12) : 0);
-  const maxSandboxes = config.maxSandboxes ?? sandboxCapFor(hostMemTotalMib(), perVmMib);
-  log.info({ maxSandboxes, perVmMib, fromHostMemory: config.maxSandboxes === null }, 'sandbox cap');
+/**
+ * The host tuned for many VMs (KSM, QEMU's stand-in for libcapstone), then the hypervisor that
+ * starts every VM with this host's accelerator and settings.
+ */
+async function startHypervisor(
+  config: Config,
+  accel: AccelDecision['accel'],
+  jail: VmJail | undefined,
+  perVmMib: number,
+  log: Logger,
+): Promise<QemuHypervisor> {
   const ksm = enableKsm(config.ksm && process.getuid?.() === 0);
   log.info(ksm, 'kernel same-page merging (SERVICE_KSM)');
   const standIn = config.qemuCapstone
     ? { dir: null, why: 'SERVICE_QEMU_CAPSTONE=1' }
     : capstoneStandIn(config.cacheDir, config.qemuBinary);
   log.info(standIn, "QEMU's stand-in for libcapstone (SERVICE_QEMU_CAPSTONE)");
+  const tscKhz = hostTscKhz();
   const hypervisor = new QemuHypervisor(
     {
       qemuBinary: config.qemuBinary,
       vmsDir: join(config.stateDir, 'vms'),
-      launcher: [...(accel.accel === 'tcg' && !config.tcgHugePages ? noHugePagesLauncher() : [])],
+      launcher: [...(accel === 'tcg' && !config.tcgHugePages ? noHugePagesLauncher() : [])],
       ...(jail ? { jail } : {}),
       ...(standIn.dir !== null ? { env: { LD_LIBRARY_PATH: standIn.dir } } : {}),
     },
@@ -196,28 +285,44 @@ async function main(): Promise<void> {
       },
       memoryMib: shape.memoryMib,
       vcpus: shape.vcpus,
-      accel: accel.accel,
+      accel,
       tcgTbMib: config.tcgTbMib,
       tscKhz,
     }),
     perVmMib,
   );
   await hypervisor.init();
-  // The API's port is known once it listens (SERVICE_HOSTD_ADDR may ask for port 0).
-  let apiPort = config.port;
-  let e2bPort: number | null = null;
-  const egress = {
-    get apiPort(): number {
-      return apiPort;
-    },
-    get otherApiPorts(): number[] {
-      return e2bPort === null ? [] : [e2bPort];
-    },
-    hostAddresses: hostAddresses(),
-  };
-  const metrics = createMetrics({ accel: accel.accel, version: HOSTD_VERSION });
-  // Cluster mode (SERVICE_CLUSTER_ETCD): this node's records are mirrored into etcd's catalog.
-  const cluster = config.cluster ? await clusterNode(config, log) : null;
+  return hypervisor;
+}
+
+/**
+ * The ports hostd's APIs listen on, which sandboxes may not reach (core's egress rules); known
+ * once they listen (SERVICE_HOSTD_ADDR may ask for port 0).
+ */
+class ApiPorts {
+  e2bPort: number | null = null;
+  readonly hostAddresses = hostAddresses();
+  constructor(public apiPort: number) {}
+  get otherApiPorts(): number[] {
+    return this.e2bPort === null ? [] : [this.e2bPort];
+  }
+}
+
+/** The sandbox manager over this host's records (mirrored into etcd in cluster mode). */
+function createManager(
+  config: Config,
+  parts: {
+    templates: TemplatePlan[];
+    images: CachedTemplateImages;
+    sizing: SandboxSizing;
+    ports: ApiPorts;
+    cluster: ClusterNode | null;
+  },
+  hypervisor: QemuHypervisor,
+  log: Logger,
+  metrics: Metrics,
+): SandboxManager {
+  const { cluster } = parts;
   const sandboxRecords = new FileRecords<SandboxRecord>(
     join(config.dataDir, 'sandboxes'),
     // A running sandbox's VM does not outlive the host: only paused and lost ones must.
@@ -226,11 +331,11 @@ async function main(): Promise<void> {
   const snapshotRecords: RecordStore<SnapshotRecord> = new FileRecords(
     join(config.dataDir, 'snapshots'),
   );
-  const manager = new SandboxManager(
+  return new SandboxManager(
     {
-      templates,
-      images,
-      maxSandboxes,
+      templates: parts.templates,
+      images: parts.images,
+      maxSandboxes: parts.sizing.maxSandboxes,
       maxQueuedExecs: config.maxQueuedExecs,
       idleTimeoutS: config.idleTimeoutS,
       minFreeMib: config.minFreeMib,
@@ -247,7 +352,7 @@ async function main(): Promise<void> {
       pausedTtlS: config.pausedTtlS,
       maxStorageMib: config.maxStorageMib,
       maxFileBytes: config.maxFileBytes,
-      egress,
+      egress: parts.ports,
       ...(cluster
         ? {
             cluster: {
@@ -263,13 +368,20 @@ async function main(): Promise<void> {
     log,
     metrics.observer,
   );
-  metrics.bind(manager);
-  cluster?.bind({
+}
+
+/** What the cluster sees of this node: its sandboxes, capacity, load and templates. */
+function clusterView(
+  config: Config,
+  manager: SandboxManager,
+  sizing: SandboxSizing,
+): LocalSandboxes {
+  return {
     holds: (id) => manager.holds(id),
     holdsSnapshot: (id) => manager.holdsSnapshot(id),
     fence: (id, why) => manager.fence(id, why),
     fenceSnapshot: (id, why) => manager.fenceSnapshot(id, why),
-    capacity: () => ({ sandboxes: maxSandboxes, memory_mib: Math.round(hostMemTotalMib()) }),
+    capacity: () => ({ sandboxes: sizing.maxSandboxes, memory_mib: Math.round(hostMemTotalMib()) }),
     load: () => ({
       sandboxes: manager.count,
       memory_free_mib: Math.round(hostFree(config.dataDir).memAvailableMib),
@@ -278,9 +390,26 @@ async function main(): Promise<void> {
       Object.fromEntries(
         manager.listTemplates().map((t) => [t.name, { state: t.state, build: t.image_key }]),
       ),
-  });
+  };
+}
 
-  let stopping: Promise<void> | null = null;
+/** The HTTP servers: the native API, and the E2B-compatible front (docs/e2b.md) unless off. */
+interface Servers {
+  readonly app: FastifyInstance;
+  readonly e2b: FastifyInstance | null;
+}
+
+async function buildServers(
+  config: Config,
+  parts: {
+    manager: SandboxManager;
+    auth: AuthMode;
+    log: Logger;
+    metrics: Metrics;
+    cluster: ClusterNode | null;
+  },
+): Promise<Servers> {
+  const { manager, auth, log, metrics, cluster } = parts;
   const app = await buildServer({
     manager,
     auth,
@@ -302,7 +431,7 @@ async function main(): Promise<void> {
         }
       : {}),
   });
-  // The E2B-compatible front (docs/e2b.md), on its own port, over the same manager.
+  // The E2B-compatible front, on its own port, over the same manager.
   const e2b = config.e2bAddr
     ? await buildE2bServer({
         manager,
@@ -313,16 +442,34 @@ async function main(): Promise<void> {
         logger: log,
       })
     : null;
+  return { app, e2b: e2b?.app ?? null };
+}
+
+/**
+ * On SIGTERM/SIGINT: destroy every VM, close the servers, release the directories, exit 0.
+ * Returns the same stop for the start's own failures; it runs once however often it is called.
+ */
+function stopOnSignals(
+  config: Config,
+  parts: {
+    manager: SandboxManager;
+    cluster: ClusterNode | null;
+    servers: Servers;
+    log: Logger;
+  },
+): (signal: string) => Promise<void> {
+  const { manager, cluster, servers, log } = parts;
+  let stopping: Promise<void> | null = null;
   const stop = (signal: string): Promise<void> =>
     (stopping ??= (async () => {
       log.info({ signal }, 'shutting down: destroying all VMs');
       await manager.shutdown();
       await cluster?.stop();
-      await app
+      await servers.app
         .close()
         .catch((err: unknown) => log.warn({ err }, 'closing the HTTP server failed'));
-      await e2b?.app
-        .close()
+      await servers.e2b
+        ?.close()
         .catch((err: unknown) => log.warn({ err }, 'closing the E2B server failed'));
       await releaseStateDir(config.stateDir);
       await releaseDataDir(config.dataDir);
@@ -331,7 +478,15 @@ async function main(): Promise<void> {
   for (const sig of ['SIGTERM', 'SIGINT'] as const) {
     process.once(sig, () => void stop(sig).finally(() => process.exit(0)));
   }
+  return stop;
+}
 
+/** Boots (or re-adopts) the templates' VMs; a failure stops hostd with exit status 1. */
+async function bootTemplates(
+  manager: SandboxManager,
+  stop: (signal: string) => Promise<void>,
+  log: Logger,
+): Promise<void> {
   try {
     await manager.start();
   } catch (err) {
@@ -339,45 +494,39 @@ async function main(): Promise<void> {
     await stop('startup-failure');
     process.exit(1);
   }
+}
+
+/**
+ * Listens: the E2B front first, so that both serve once hostd.url exists. Returns the native
+ * API's address; a port in use stops hostd with exit status 1, leaving no VM behind.
+ */
+async function listen(
+  config: Config,
+  servers: Servers,
+  ports: ApiPorts,
+  stop: (signal: string) => Promise<void>,
+  log: Logger,
+): Promise<string> {
   let address: string;
   try {
-    // The E2B front listens first: once hostd.url exists, both serve.
-    if (e2b && config.e2bAddr) {
+    if (servers.e2b && config.e2bAddr) {
       const { host, port } = config.e2bAddr;
-      const e2bAddress = await e2b.app.listen({ host, port });
-      e2bPort = Number(new URL(e2bAddress).port) || port;
+      const e2bAddress = await servers.e2b.listen({ host, port });
+      ports.e2bPort = Number(new URL(e2bAddress).port) || port;
       await writeFile(join(config.stateDir, 'e2b.url'), `${e2bAddress}\n`, { mode: 0o600 });
       log.info({ address: e2bAddress }, `E2B-compatible API listening on ${e2bAddress}`);
     }
-    address = await app.listen({ host: config.host, port: config.port });
+    address = await servers.app.listen({ host: config.host, port: config.port });
   } catch (err) {
-    // A port in use: say which, and leave no VM behind.
     log.error({ err }, 'could not listen');
     process.stderr.write(`hostd: could not listen: ${(err as Error).message}\n`);
     await stop('listen-failure');
     process.exit(1);
   }
   const { port } = new URL(address);
-  apiPort = port ? Number(port) : config.port;
-  if (cluster) {
-    // Joins once it serves: peers may forward to it as soon as its record appears.
-    cluster.url = config.cluster?.nodeUrl ?? address;
-    await cluster.start();
-  }
-  // Where a client that started hostd on port 0 (tests, scripts) finds it, without parsing logs.
-  await writeFile(join(config.stateDir, 'hostd.url'), `${address}\n`, { mode: 0o600 });
-  log.info(
-    { address, accel: accel.accel, templateBootMs: manager.templateBootMs() },
-    `hostd listening on ${address}`,
-  );
+  ports.apiPort = port ? Number(port) : config.port;
+  return address;
 }
-
-main().catch((err: unknown) => {
-  if (err instanceof ConfigError || err instanceof DirectoryInUseError) {
-    process.stderr.write(`hostd: ${err.message}\n`);
-  } else process.stderr.write(`hostd: fatal: ${(err as Error)?.stack ?? String(err)}\n`);
-  process.exit(1);
-});
 
 /**
  * This hostd as a cluster node: its id (SERVICE_NODE_ID, else one kept in the data directory so

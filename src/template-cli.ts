@@ -13,12 +13,8 @@
  */
 import { BUILTIN_RECIPE_DIR, loadRecipes, RecipeError, type Recipe } from './core/recipe.js';
 import { TemplateBuildError } from './vm/image/build-step.js';
-import {
-  buildTemplate,
-  defaultCacheDir,
-  findBuilt,
-  rootfsKeyOf,
-} from './vm/image/image-builder.js';
+import { loadTemplateSettings } from './config.js';
+import { buildTemplate, findBuilt, rootfsKeyOf } from './vm/image/image-builder.js';
 
 const USAGE = `usage: npm run template -- list
        npm run template -- build [-v] NAME... | --all
@@ -36,12 +32,8 @@ async function main(argv: string[]): Promise<number> {
   const verbose = argv.some((a) => a === '-v' || a === '--verbose');
   const args = argv.filter((a) => a !== '-v' && a !== '--verbose');
   const [command, ...rest] = args;
-  const dirs = [
-    BUILTIN_RECIPE_DIR,
-    ...(process.env.SERVICE_TEMPLATE_DIR ? [process.env.SERVICE_TEMPLATE_DIR] : []),
-  ];
-  const catalog = await loadRecipes(dirs);
-  const cacheDir = defaultCacheDir();
+  const { cacheDir, templateDir } = loadTemplateSettings();
+  const catalog = await loadRecipes([BUILTIN_RECIPE_DIR, ...(templateDir ? [templateDir] : [])]);
   const find = (name: string): Recipe | RecipeError | undefined =>
     catalog.recipes.find((r) => r.name === name) ?? catalog.errors.find((e) => e.template === name);
 

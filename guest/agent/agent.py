@@ -41,7 +41,7 @@ from cgroups import Cgroups
 from default_env import DefaultEnvironment, invalid_entry
 from executor import Executor
 from host_channel import Channel, open_port
-from hostd_shared import MAX_INPUT_LINE, encode, parse_line, read_lines
+from hostd_wire import MAX_INPUT_LINE, encode, parse_line, read_lines
 from template_config import DEFAULT_PATH, load_template
 from worker_supervisor import Supervisor
 
@@ -141,7 +141,7 @@ class Agent:
         # Written from this thread, not through the control writer: a hello comes right after a
         # restore, when nothing else writes and the host reads, and under TCG every first run
         # of code is translated anew in each restored VM: a thread hand-off costs a fork child
-        # ~10 ms of CPU before it can answer.
+        # CPU before it can answer (docs/architecture.md, "Measured choices in the code").
         self.channel.write([encode({"op": "hello", "nonce": nonce, "pid": os.getpid(),
                                     "python": PYTHON_VERSION,
                                     "net": net_relay.quiet_state(),

@@ -12,7 +12,7 @@ import subprocess
 import threading
 import time
 
-from hostd_shared import TIMED_OUT, cancel_exit_code, cwd_error
+from hostd_exec_end import TIMED_OUT, cancel_exit_code, cwd_error
 from output_pipe import OutputPipe
 from process_exit import exit_notifier, exit_status
 

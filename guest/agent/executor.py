@@ -15,7 +15,7 @@ import threading
 import time
 import traceback
 
-from hostd_shared import encode
+from hostd_wire import encode
 
 
 class Timer:

@@ -8,7 +8,7 @@ import os
 import threading
 import time
 
-from hostd_shared import encode, write_all
+from hostd_wire import encode, write_all
 
 
 class Channel:

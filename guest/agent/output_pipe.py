@@ -3,11 +3,11 @@ messages."""
 
 import os
 
-from hostd_shared import LineCutter, drain_budget
+from hostd_output_cut import LineCutter, drain_budget
 
 
 class OutputPipe:
-    """One output pipe (stdout or stderr), cut into `out` messages (hostd_shared.LineCutter)
+    """One output pipe (stdout or stderr), cut into `out` messages (hostd_output_cut.LineCutter)
     appended to `outbox`, which the executor writes to the channel after each round."""
 
     def __init__(self, fd, name, outbox):

@@ -23,7 +23,7 @@ import math
 import sys
 import warnings
 
-from hostd_shared import MAX_DISPLAY_LINE, encode
+from hostd_wire import MAX_DISPLAY_LINE, encode
 from repl_charts import CHART_MIME
 from repl_matplotlib import Figures
 from repl_output import guarded

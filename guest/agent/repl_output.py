@@ -14,7 +14,8 @@ import sys
 import threading
 import time
 
-from hostd_shared import LineCutter, drain_budget, encode, wait_writable
+from hostd_output_cut import LineCutter, drain_budget
+from hostd_wire import encode, wait_writable
 from repl_interrupts import raise_deferred_interrupt, state
 
 FLUSH_DELAY = 0.004         # output waits at most this long for more, then goes to the host

@@ -8,7 +8,7 @@ except those. Default environment changes persist, as if the cell had made them.
 
 import os
 
-from hostd_shared import cwd_error
+from hostd_exec_end import cwd_error
 
 
 def valid_env(env):

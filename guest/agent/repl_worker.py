@@ -2,12 +2,12 @@
 
 The worker answers Python execs itself, on its own virtio-serial port (`hostd.repl`): it reads
 each exec from the port, runs it in its main thread and writes the output and the exit back.
-Under TCG every switch between two guest processes flushes QEMU's soft TLB and jump cache; an
-exec that went host -> agent -> worker -> agent -> host cost ~3 ms more than one that stays in
-this process. The agent still supervises it, without being on that path: it starts it, forwards
+Under TCG every switch between two guest processes flushes QEMU's soft TLB and jump cache, so an
+exec that went host -> agent -> worker -> agent -> host cost more than one that stays in this
+process (docs/architecture.md, "Measured choices in the code"). The agent still supervises it, without being on that path: it starts it, forwards
 cancels (a message on its command pipe plus a SIGINT, repl_interrupts.py), kills it when it
 ignores one, and finishes the exec of a worker that died, from what the worker left in the
-shared page (hostd_shared.py).
+shared page (hostd_shared_page.py).
 
 The agent starts it as `python3 -u repl_worker.py CONFIG`, CONFIG a JSON object:
   port_in, port_out  the hostd.repl port
@@ -20,8 +20,8 @@ The agent starts it as `python3 -u repl_worker.py CONFIG`, CONFIG a JSON object:
                      stderr), or null
   preload            modules to import before it says it is ready (the template's)
 
-Its modules are named repl_* (and hostd_shared): they are in sys.modules, where user code can
-see them, so their names must not take a name user code would use.
+Its modules are named repl_* and hostd_*: they are in sys.modules, where user code can see
+them, so their names must not take a name user code would use.
 """
 
 import builtins
@@ -37,7 +37,9 @@ import types
 
 import repl_interrupts
 import repl_magics  # noqa: F401 -- notebook cells call it by name (repl_notebook.py)
-from hostd_shared import TIMED_OUT, SharedPage, cancel_exit_code, encode, parse_line, read_lines
+from hostd_exec_end import TIMED_OUT, cancel_exit_code
+from hostd_shared_page import SharedPage
+from hostd_wire import encode, parse_line, read_lines
 from repl_cells import CellRunner
 from repl_contexts import ContextError, Contexts
 from repl_display import Display
@@ -271,7 +273,8 @@ def reseed_generators(log):
     draws from without seeding: Python's `random` and, once imported, numpy's global one
     (np.random.rand, and pandas' and scikit-learn's default). Without it every copy of a
     frozen VM draws what its siblings draw. The numpy state is set whole (MT19937's 624 words)
-    rather than by np.random.seed(), whose first call costs ~25 ms under TCG against ~3."""
+    rather than by np.random.seed(), whose first call costs several times more under TCG
+    (docs/architecture.md, "Measured choices in the code")."""
     import random
     random.seed()
     mtrand = sys.modules.get("numpy.random.mtrand")

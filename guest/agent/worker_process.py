@@ -11,7 +11,8 @@ import subprocess
 import sys
 import time
 
-from hostd_shared import SharedPage, encode
+from hostd_shared_page import SharedPage
+from hostd_wire import encode
 from process_exit import exit_notifier
 
 WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "repl_worker.py")

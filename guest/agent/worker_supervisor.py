@@ -14,7 +14,8 @@ import threading
 import time
 
 from default_env import diff
-from hostd_shared import TIMED_OUT, cancel_exit_code, encode, write_all
+from hostd_exec_end import TIMED_OUT, cancel_exit_code
+from hostd_wire import encode, write_all
 from output_pipe import OutputPipe
 from process_exit import exit_status
 from worker_process import WorkerProcess

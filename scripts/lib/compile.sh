@@ -12,8 +12,11 @@
 compile_typescript() {
   local sources inputs=(src test bench testkit examples/e2b/src sdk/typescript/src tsconfig.json package-lock.json)
   sources=$(find "${inputs[@]}" -name '*.ts' -type f | LC_ALL=C sort)
+  # Only what tsc reads counts as a change: the bench's results (bench/results/, written by every
+  # `npm run bench`) and any other file written under these directories at run time do not.
   if [ -f dist/.sources ] && [ "$(cat dist/.sources)" = "$sources" ] &&
-    [ -z "$(find "${inputs[@]}" -newer dist/.sources -print -quit)" ]; then
+    [ -z "$(find "${inputs[@]}" -type f \( -name '*.ts' -o -name tsconfig.json -o -name package-lock.json \) \
+      -newer dist/.sources -print -quit)" ]; then
     return 0
   fi
   if [ ! -f dist/.sources ] || [ "$(cat dist/.sources)" != "$sources" ]; then rm -rf dist; fi

@@ -1,9 +1,9 @@
 /**
  * Admission: whether the host can take `n` more VMs now. Two limits, each with its own answer:
  * the configured cap on sandboxes alive (429, retry later) and the host's free memory and
- * state-directory space (503): an out-of-memory host kills processes at random (hostd itself or
- * another sandbox) and a full tmpfs makes QEMU die mid-copy, so failing early gives the client a
- * clear error instead.
+ * data-directory space (503): an out-of-memory host kills processes at random (hostd itself or
+ * another sandbox) and a full disk makes a fork's image copy fail midway, so failing early gives
+ * the client a clear error instead (core/host-resources.ts).
  */
 import { fail } from '../errors.js';
 import { shortage, type HostFree } from './host-resources.js';
@@ -30,10 +30,56 @@ export function sandboxCapFor(
   return Math.max(1, Math.floor((memTotalMib - reserveMib) / perVmMib));
 }
 
+/**
+ * Host memory (MiB) of an idle sandbox that has run code, outside any translation buffer, as the
+ * bench measures it (docs/architecture.md, "Density: what one sandbox costs the host"), with room for a guest
+ * that wrote more. A sandbox that grows past it is held back by the memory check, not the count.
+ */
+export const IDLE_SANDBOX_MIB = 14;
+
+/**
+ * The part of TCG's translation buffer (MiB) an idle VM has filled, whatever the buffer's size
+ * (docs/architecture.md, "Density: what one sandbox costs the host").
+ */
+export const IDLE_TCG_TB_MIB = 12;
+
+/**
+ * The estimated host memory of one idle sandbox: the admission's per-VM cost and the unit of the
+ * default cap. `tcgTbMib` is the translation buffer's size under TCG, null under KVM (none).
+ */
+export function idleSandboxMib(tcgTbMib: number | null): number {
+  return IDLE_SANDBOX_MIB + (tcgTbMib === null ? 0 : Math.min(tcgTbMib, IDLE_TCG_TB_MIB));
+}
+
+/** How many sandboxes this host takes, and what one is assumed to cost. */
+export interface SandboxSizing {
+  readonly maxSandboxes: number;
+  readonly perVmMib: number;
+  /** Whether the cap follows host memory (SERVICE_MAX_SANDBOXES unset or `auto`). */
+  readonly fromHostMemory: boolean;
+}
+
+/**
+ * The sizing hostd starts with: the configured cap (`configuredMax`, null for none) or else
+ * `sandboxCapFor` the host's memory, at the cost of an idle sandbox under this accelerator.
+ */
+export function sandboxSizing(opts: {
+  readonly configuredMax: number | null;
+  readonly memTotalMib: number;
+  readonly tcgTbMib: number | null;
+}): SandboxSizing {
+  const perVmMib = idleSandboxMib(opts.tcgTbMib);
+  return {
+    perVmMib,
+    maxSandboxes: opts.configuredMax ?? sandboxCapFor(opts.memTotalMib, perVmMib),
+    fromHostMemory: opts.configuredMax === null,
+  };
+}
+
 export interface AdmissionLimits {
   /** Sandboxes alive at once, fork children and pending starts included. */
   readonly maxSandboxes: number;
-  /** MiB of memory and state-dir space that must stay free after a start. */
+  /** MiB of memory and data-dir space that must stay free after a start. */
   readonly reserveMib: number;
   /** Estimated host memory of one idle VM. */
   readonly perVmMib: number;

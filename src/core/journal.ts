@@ -81,8 +81,8 @@ export function memoryRecords<R extends { id: string }>(): RecordStore<R> & {
 /**
  * One `<id>.json` per record in `dir`, replaced atomically (a crash of hostd loses none), and
  * synced to disk when `lastsReboot` says the record must outlive the host. A record that only
- * matters while the host stays up is not synced: fsync held hostd's event loop ~1 ms per create
- * on a fast disk, far longer on a slow one, and every fork child and delete wrote one.
+ * matters while the host stays up is not synced: fsync holds hostd's event loop on every create,
+ * fork child and delete (docs/architecture.md, "Measured choices in the code").
  */
 export class FileRecords<R extends { id: string }> implements RecordStore<R> {
   constructor(

@@ -90,8 +90,8 @@ export class TemplatePool {
       machine.onDeath(null);
       if (machine.alive) {
         // A create is mostly followed by its first exec at once. A refill (a restore and its
-        // warm-up, ~0.5 s of CPU under TCG) started now ran beside it on a 2-core host and
-        // doubled it (55 ms against 27 to import pandas): it waits a moment instead.
+        // warm-up) started now would run beside it on a small host and slow it down
+        // (docs/architecture.md, "Measured choices in the code"): it waits a moment instead.
         setTimeout(() => this.refill(), this.pauses.afterTakeMs).unref();
         return { machine, hit: true };
       }

@@ -12,7 +12,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseRecipe, type Recipe } from '../../src/core/recipe.js';
 import { TemplateBuildError } from '../../src/vm/image/build-step.js';
-import { buildTemplate, defaultCacheDir, findBuilt } from '../../src/vm/image/image-builder.js';
+import { defaultCacheDir } from '../../src/config.js';
+import { buildTemplate, findBuilt } from '../../src/vm/image/image-builder.js';
 
 const cacheDir = defaultCacheDir();
 const recipes = await mkdtemp(join(tmpdir(), 'hostd-recipes-'));

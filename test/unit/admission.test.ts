@@ -6,7 +6,15 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { pino } from 'pino';
-import { Admission, CAP_RESERVE_MIB, sandboxCapFor } from '../../src/core/admission.js';
+import {
+  Admission,
+  CAP_RESERVE_MIB,
+  IDLE_SANDBOX_MIB,
+  IDLE_TCG_TB_MIB,
+  idleSandboxMib,
+  sandboxCapFor,
+  sandboxSizing,
+} from '../../src/core/admission.js';
 import { HostdError } from '../../src/errors.js';
 import { SandboxManager } from '../../src/core/sandbox-manager.js';
 import { FakeHypervisor } from '../helpers/fake-hypervisor.js';
@@ -32,6 +40,36 @@ describe('sandboxCapFor', () => {
 
   test('is at least one, so a small host still serves', () => {
     assert.equal(sandboxCapFor(1024, 24), 1);
+  });
+});
+
+describe('sandboxSizing', () => {
+  test('an idle sandbox costs its fixed part, plus under TCG the part of the buffer an idle VM fills', () => {
+    assert.equal(idleSandboxMib(null), IDLE_SANDBOX_MIB);
+    assert.equal(idleSandboxMib(32), IDLE_SANDBOX_MIB + IDLE_TCG_TB_MIB);
+    // A buffer smaller than what an idle VM fills is all counted, and no more.
+    assert.equal(idleSandboxMib(8), IDLE_SANDBOX_MIB + 8);
+  });
+
+  test('without a configured cap, the cap follows host memory at that cost', () => {
+    const memTotalMib = 24 * 1024;
+    const sizing = sandboxSizing({ configuredMax: null, memTotalMib, tcgTbMib: 32 });
+    assert.deepEqual(sizing, {
+      perVmMib: IDLE_SANDBOX_MIB + IDLE_TCG_TB_MIB,
+      maxSandboxes: sandboxCapFor(memTotalMib, IDLE_SANDBOX_MIB + IDLE_TCG_TB_MIB),
+      fromHostMemory: true,
+    });
+    const kvm = sandboxSizing({ configuredMax: null, memTotalMib, tcgTbMib: null });
+    assert.ok(kvm.maxSandboxes > sizing.maxSandboxes, 'no translation buffer, more sandboxes');
+  });
+
+  test('a configured cap is kept whatever the host memory; the cost still follows the accelerator', () => {
+    const sizing = sandboxSizing({ configuredMax: 5, memTotalMib: 1 << 20, tcgTbMib: 32 });
+    assert.deepEqual(sizing, {
+      perVmMib: IDLE_SANDBOX_MIB + IDLE_TCG_TB_MIB,
+      maxSandboxes: 5,
+      fromHostMemory: false,
+    });
   });
 });
 

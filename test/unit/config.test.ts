@@ -5,7 +5,9 @@ import {
   isLoopback,
   loadConfig,
   parseAddr,
+  loadTemplateSettings,
   parseTemplates,
+  RETIRED_VARS,
 } from '../../src/config.js';
 
 test('SERVICE_HOSTD_ADDR defaults to 127.0.0.1:7070', () => {
@@ -136,4 +138,28 @@ test('SERVICE_E2B_ADDR: the native host on 49982 by default, port 0 with a nativ
   });
   assert.equal(loadConfig({ SERVICE_E2B_ADDR: 'off' }).e2bAddr, null);
   assert.throws(() => loadConfig({ SERVICE_E2B_ADDR: 'nonsense' }), /SERVICE_E2B_ADDR/);
+});
+
+test('SERVICE_CACHE_DIR and SERVICE_TEMPLATE_DIR are read the same by hostd and the template CLI', () => {
+  const env = { SERVICE_CACHE_DIR: '/c', SERVICE_TEMPLATE_DIR: '/t' };
+  assert.deepEqual(loadTemplateSettings(env), { cacheDir: '/c', templateDir: '/t' });
+  const c = loadConfig(env);
+  assert.deepEqual({ cacheDir: c.cacheDir, templateDir: c.templateDir }, loadTemplateSettings(env));
+  assert.equal(loadTemplateSettings({}).templateDir, '');
+  assert.ok(loadTemplateSettings({}).cacheDir.endsWith('hostd'));
+});
+
+test('the template CLI does not refuse a variable only hostd reads', () => {
+  assert.throws(() => loadConfig({ SERVICE_POOL_SIZE: 'many' }), ConfigError);
+  assert.doesNotThrow(() => loadTemplateSettings({ SERVICE_POOL_SIZE: 'many' }));
+});
+
+test('a retired variable that is set is listed for a warning, not refused', () => {
+  assert.deepEqual(loadConfig({}).retired, []);
+  const retired = loadConfig({ SERVICE_IMAGE_DIR: '/old' }).retired;
+  assert.deepEqual(
+    retired.map((v) => v.name),
+    ['SERVICE_IMAGE_DIR'],
+  );
+  assert.ok(RETIRED_VARS.every((v) => v.why !== ''));
 });

@@ -1,5 +1,5 @@
 /**
- * The console log hostd writes for each VM (vm/console-log.ts): never over its cap, however much
+ * The console log hostd writes for each VM (vm/qemu/console-log.ts): never over its cap, however much
  * comes and in whatever pieces, its last lines kept; it goes on after what an earlier hostd left,
  * and never writes through a link that QEMU's account could plant.
  */

@@ -3,7 +3,6 @@
 import glob
 import os
 import signal
-import time
 import unittest
 
 from agent_harness import NOTICE, TIMED_OUT, AgentTestCase, wait_for
@@ -50,12 +49,12 @@ class Cancel(AgentTestCase):
                                    "        time.sleep(10)\n"
                                    "    except KeyboardInterrupt:\n        pass")
         self.agent.recv_repl()
-        t0 = time.monotonic()
         self.agent.send({"op": "cancel", "id": exec_id, "reason": "timeout"})
         result = self.agent.collect(exec_id, timeout=6)
         self.assertEqual(result.code, 124)
         self.assertEqual(result.stderr, [TIMED_OUT])
-        self.assertGreater(time.monotonic() - t0, 1.8)       # SIGINT first, SIGKILL after 2 s
+        # SIGINT first: the loop swallowed it and went round again before the SIGKILL
+        self.assertIn("in the loop", result.stdout)
         result = self.agent.run("state")
         self.assertEqual(result.stderr[0], NOTICE % (128 + signal.SIGKILL))
         self.assertEqual(result.stderr[-1], "NameError: name 'state' is not defined")

@@ -11,7 +11,7 @@ import agent_harness  # noqa: F401  (puts the agent's modules on sys.path)
 from agent import Agent
 from default_env import DefaultEnvironment
 from guest_system import RELEASE_MIN_BYTES, claim_upper_dir, fill_with_zeros, release_written_files
-from hostd_shared import SharedPage
+from hostd_shared_page import SharedPage
 from repl_display import mime_bundle
 from template_config import load_template
 

@@ -205,18 +205,25 @@ class AsyncSandboxTest(unittest.IsolatedAsyncioTestCase):
             await self.sandbox.run("x")
 
     async def test_leaving_the_loop_early_closes_the_connection(self):
+        left = threading.Event()
         closed = threading.Event()
 
         def handler(req, res):
             res.start_stream()
             res.event("stdout", "first", 0)
-            for i in range(50):
-                time.sleep(0.1)
+            # Once the client has left the loop, its end is closed: writing fails, at the latest
+            # once the kernel has the peer's reset (the first write may still be taken)
+            left.wait(10)
+            deadline = time.monotonic() + 10
+            seq = 1
+            while time.monotonic() < deadline:
                 try:
-                    res.event("stdout", "more", i + 1)
+                    res.event("stdout", "more", seq)
                 except OSError:
                     closed.set()
                     return
+                seq += 1
+                time.sleep(0.01)
 
         self.fake.handler = handler
         events = self.sandbox.exec("x")
@@ -224,7 +231,8 @@ class AsyncSandboxTest(unittest.IsolatedAsyncioTestCase):
             self.assertEqual(e.data, "first")
             break
         await events.aclose()
-        self.assertTrue(await asyncio.get_running_loop().run_in_executor(None, closed.wait, 5))
+        left.set()
+        self.assertTrue(await asyncio.get_running_loop().run_in_executor(None, closed.wait, 15))
 
     async def test_errors_retries_and_timeouts(self):
         count = []

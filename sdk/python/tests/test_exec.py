@@ -177,24 +177,32 @@ class ExecTest(unittest.TestCase):
         self.assertEqual((result.stdout, result.stderr, result.exit_code), ("", "", 0))
 
     def test_closing_the_generator_early_closes_the_connection(self):
+        left = threading.Event()
         closed = threading.Event()
 
         def handler(req, res):
             res.start_stream()
             res.event("stdout", "first", 0)
-            for i in range(50):
-                time.sleep(0.1)
+            # Once the client has closed the generator, its end is closed: writing fails, at the
+            # latest once the kernel has the peer's reset (the first write may still be taken)
+            left.wait(10)
+            deadline = time.monotonic() + 10
+            seq = 1
+            while time.monotonic() < deadline:
                 try:
-                    res.event("stdout", "more", i + 1)
+                    res.event("stdout", "more", seq)
                 except OSError:
                     closed.set()
                     return
+                seq += 1
+                time.sleep(0.01)
 
         self.fake.handler = handler
         events = self.sandbox.exec("x")
         self.assertEqual(next(events).data, "first")
         events.close()
-        self.assertTrue(closed.wait(5), "the server did not see the connection close")
+        left.set()
+        self.assertTrue(closed.wait(15), "the server did not see the connection close")
 
 
 if __name__ == "__main__":

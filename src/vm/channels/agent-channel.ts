@@ -2,7 +2,8 @@
  * Host side of the guest agent protocol (guest/PROTOCOL.md): newline-delimited JSON over the
  * two unix sockets that QEMU bridges to the guest's virtio-serial ports: `hostd.agent` (the
  * agent: hello, ping, cancel, bash) and `hostd.repl` (the Python REPL worker, which answers
- * Python execs itself: under TCG, a hop through the agent process cost ~3 ms per exec).
+ * Python execs itself, sparing each a hop through the agent process: docs/architecture.md,
+ * "Measured choices in the code").
  * Hand-written because the protocol is ours.
  */
 import { randomBytes } from 'node:crypto';

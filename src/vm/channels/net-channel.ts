@@ -187,8 +187,8 @@ export class NetChannel extends EventEmitter {
    * Takes the port as it is instead of a sync, when the guest's relay said in its latest hello
    * (`relay`) that it was quiet, listening on exactly `ports`, and it has sent nothing since
    * this channel connected. Every pool VM and the child of a parent that held no connection
-   * then skips the reset's round trip: under TCG, ~4,000 guest blocks translated anew per
-   * machine (about a quarter of a fork child's CPU, 2 MiB of its translation buffer). Anything
+   * then skips the reset's round trip, a good part of a fork child's CPU under TCG
+   * (docs/architecture.md, "Measured choices in the code"). Anything
    * the guest sends afterwards is a new connection, in whole frames. Null when a sync is needed.
    */
   acceptQuiet(ports: readonly number[], relay: QuietRelay | null): NetSyncResult | null {

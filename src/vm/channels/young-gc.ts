@@ -1,11 +1,9 @@
 /**
  * Bounds the garbage large file transfers leave behind. Every socket read is a fresh 64 KiB
  * buffer that is garbage once written out, and V8 collects such buffers only when its external
- * memory limit (64 MiB above the last collection) is reached: a 1 GiB download grew hostd by 13
- * to 36 MiB, the most on a loaded host, where the thread that frees dead buffers lags. A minor
- * collection every 8 MiB a transfer moves frees them at once (1.5 to 5 MiB of growth then). A
- * scavenge of a young generation holding little but those buffers took 0.3 to 4 ms here, a
- * dozen per second at 100 MiB/s, and transfers did not get slower.
+ * memory limit (64 MiB above the last collection) is reached, and a large download grew hostd
+ * by tens of MiB. A minor collection every 8 MiB a transfer moves frees them at once, for a
+ * scavenge of a few ms that left transfers as fast (docs/architecture.md, "Measured choices in the code").
  */
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';

@@ -33,7 +33,6 @@ import {
   stat,
   writeFile,
 } from 'node:fs/promises';
-import { homedir } from 'node:os';
 import { basename, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -104,10 +103,9 @@ interface RootfsBuildSpec {
 }
 
 /**
- * EROFS compression of root filesystems. Measured on the python template (docs/templates.md,
- * "Measurements"): lz4 makes the image 45% smaller than none (740 MB of 1350) and lz4hc 51%
- * (666 MB), while `import pandas` in a guest under TCG took the same time with all three; lz4hc
- * took 48 s to pack where lz4 took 12, so lz4.
+ * EROFS compression of root filesystems: lz4 makes the image much smaller than none, guests
+ * import as fast from it, and it packs several times faster than lz4hc, which saves little more
+ * (docs/architecture.md, "Measured choices in the code").
  */
 export const ROOTFS_COMPRESSION = 'lz4';
 /** Bump when this file changes what goes into a root filesystem. */
@@ -120,13 +118,6 @@ const ROOTFS_SCRIPTS = [
   'build-rootfs.sh',
   'rootfs.py',
 ];
-
-/** Where templates are built unless SERVICE_CACHE_DIR says otherwise. */
-export function defaultCacheDir(env: NodeJS.ProcessEnv = process.env): string {
-  if (env.SERVICE_CACHE_DIR) return env.SERVICE_CACHE_DIR;
-  // As root, QEMU runs as an unprivileged account, which cannot read root's home.
-  return process.getuid?.() === 0 ? '/var/cache/hostd' : join(homedir(), '.cache', 'hostd');
-}
 
 export interface BuildOptions {
   readonly cacheDir: string;
@@ -160,7 +151,7 @@ const inflight = new Map<string, Promise<BuiltTemplate>>();
  * downloads and installs Debian packages); hostd starts it at start-up, `npm run template --
  * build` ahead of time.
  *
- * @example const { dir } = await buildTemplate(recipe, { cacheDir: defaultCacheDir() });
+ * @example const { dir } = await buildTemplate(recipe, { cacheDir: loadTemplateSettings().cacheDir });
  */
 export function buildTemplate(spec: TemplateSpec, opts: BuildOptions): Promise<BuiltTemplate> {
   const id = `${resolve(opts.cacheDir)}\0${JSON.stringify(spec)}`;

@@ -65,8 +65,8 @@ export function writtenRuns(pagemap: Buffer): Array<[number, number]> {
  * buffer is reused between calls. The process must be paused. Returns the bytes seen.
  *
  * Synchronous reads, in slices between which the event loop runs: the guest is paused
- * meanwhile, and a thread-pool round trip per run of pages (hundreds of runs) made a 9 MiB copy
- * take 120 ms instead of ~10.
+ * meanwhile, and a thread-pool round trip per run of pages (hundreds of runs) made a copy many
+ * times slower (docs/architecture.md, "Measured choices in the code").
  */
 async function forEachWrittenChunk(
   pid: number,

@@ -1,0 +1,110 @@
+"""The protocol's lines (guest/PROTOCOL.md): each message is one line of JSON, read from and
+written to a host port by the agent and by the REPL worker alike. How a message is encoded,
+how a line read is parsed (with the hello a restored VM may find glued behind garbage), and the
+longest lines either side accepts.
+"""
+
+import json
+import os
+import select
+import time
+
+MAX_INPUT_LINE = 4 << 20    # the host never sends more than 1 MiB per line; beyond is garbage
+MAX_DISPLAY_LINE = 16 << 20  # a `display` line (a base64 image) may be this long, newline included
+
+
+def read_lines(fd, on_line, log, stop_at_eof=False, on_oversized=None, before_read=None):
+    """Reads newline-delimited messages from a host port and calls on_line(bytes) for each.
+
+    At EOF the host end of a virtio port is closed: reads return EOF at once until it
+    reconnects, and a reconnection starts with a fresh hello, so the partial line is dropped
+    and reading goes on. With stop_at_eof (pipes, in tests) EOF or a read error returns. A
+    line over MAX_INPUT_LINE is dropped up to its newline, after on_oversized() if given.
+    before_read(), if given, is called whenever every line read so far has been handled, right
+    before the read that waits for more (the REPL runs its asyncio tasks there).
+    """
+    buf = bytearray()
+    skipping = False                 # inside an oversized line: drop up to its newline
+    while True:
+        if before_read is not None:
+            before_read()
+        try:
+            data = os.read(fd, 65536)
+        except OSError as e:
+            if stop_at_eof:
+                return
+            log("port read failed: %s" % e)
+            time.sleep(0.1)
+            continue
+        if not data:
+            if stop_at_eof:
+                return
+            del buf[:]
+            time.sleep(0.05)
+            continue
+        start = len(buf)
+        buf += data
+        pos = 0
+        nl = buf.find(b"\n", start)
+        while nl >= 0:
+            if not skipping:
+                on_line(bytes(buf[pos:nl]))
+            skipping = False
+            pos = nl + 1
+            nl = buf.find(b"\n", pos)
+        del buf[:pos]
+        if len(buf) > MAX_INPUT_LINE:
+            if not skipping and on_oversized is not None:
+                on_oversized()
+            skipping = True
+            del buf[:]
+
+
+def encode(msg):
+    # backslashreplace turns a lone surrogate (e.g. echoed from a nonce) into a valid JSON escape
+    text = json.dumps(msg, ensure_ascii=False, separators=(",", ":"))
+    return (text + "\n").encode("utf-8", "backslashreplace")
+
+
+def wait_writable(fd):
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    poller.poll()
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:          # an fd inherited in non-blocking mode
+            wait_writable(fd)
+
+
+def salvage_hello(line):
+    """Find a hello glued behind garbage: a restored VM may hold half a line from the moment
+    it was frozen, followed by the host's hello. Returns the hello or None."""
+    text = line.decode("utf-8", "replace")
+    if '"hello"' not in text:
+        return None
+    decoder = json.JSONDecoder()
+    floor = max(0, len(text) - 4096)    # a hello is small; bounds the work on a huge line
+    i = text.rfind("{", floor)
+    while i >= 0:
+        try:
+            obj, end = decoder.raw_decode(text, i)
+            if isinstance(obj, dict) and obj.get("op") == "hello" and not text[end:].strip():
+                return obj
+        except ValueError:
+            pass
+        i = text.rfind("{", floor, i)
+    return None
+
+
+def parse_line(line):
+    """A host message as a dict, or None for a line that is not one (noise before hello)."""
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        msg = salvage_hello(line)
+    return msg if isinstance(msg, dict) else None
