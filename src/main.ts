@@ -9,6 +9,7 @@ import { authMode } from './api/auth.js';
 import { createMetrics } from './api/metrics.js';
 import { buildServer } from './api/server.js';
 import { SandboxTokens } from './api/e2b/auth.js';
+import { peerE2bUrl } from './api/e2b/cluster-hop.js';
 import { buildE2bServer } from './api/e2b/server.js';
 import { sandboxCapFor } from './core/admission.js';
 import { hostFree, hostMemTotalMib } from './core/host-resources.js';
@@ -311,6 +312,7 @@ async function main(): Promise<void> {
         maxBodyBytes: config.maxBodyBytes,
         maxFileBytes: config.maxFileBytes,
         logger: log,
+        ...(cluster ? { cluster } : {}),
       })
     : null;
   const stop = (signal: string): Promise<void> =>
@@ -340,11 +342,12 @@ async function main(): Promise<void> {
     process.exit(1);
   }
   let address: string;
+  let e2bAddress: string | null = null;
   try {
     // The E2B front listens first: once hostd.url exists, both serve.
     if (e2b && config.e2bAddr) {
       const { host, port } = config.e2bAddr;
-      const e2bAddress = await e2b.app.listen({ host, port });
+      e2bAddress = await e2b.app.listen({ host, port });
       e2bPort = Number(new URL(e2bAddress).port) || port;
       await writeFile(join(config.stateDir, 'e2b.url'), `${e2bAddress}\n`, { mode: 0o600 });
       log.info({ address: e2bAddress }, `E2B-compatible API listening on ${e2bAddress}`);
@@ -362,6 +365,7 @@ async function main(): Promise<void> {
   if (cluster) {
     // Joins once it serves: peers may forward to it as soon as its record appears.
     cluster.url = config.cluster?.nodeUrl ?? address;
+    if (e2bAddress) cluster.e2bUrl = peerE2bUrl(e2bAddress, cluster.url);
     await cluster.start();
   }
   // Where a client that started hostd on port 0 (tests, scripts) finds it, without parsing logs.
