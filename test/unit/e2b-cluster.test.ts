@@ -13,6 +13,7 @@ import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
 import { SandboxTokens } from '../../src/api/e2b/auth.js';
 import { e2bSubject, e2bTarget, peerE2bUrl } from '../../src/api/e2b/cluster-hop.js';
+import { fileSignature } from '../../src/api/e2b/envd-files.js';
 import { buildE2bServer } from '../../src/api/e2b/server.js';
 import { buildServer } from '../../src/api/server.js';
 import { createMetrics } from '../../src/api/metrics.js';
@@ -269,6 +270,27 @@ describe('the E2B front of a two-node cluster', () => {
     });
     assert.equal(rpc.status, 404, JSON.stringify(rpc.json));
     assert.equal((rpc.json as { code: string }).code, 'not_found');
+
+    // Signed URLs (uploadUrl, downloadUrl) name no sandbox: the node whose sandbox the signature
+    // is for answers them, whichever node they reach.
+    const path = '/tmp/signed.txt';
+    const signed = (op: 'read' | 'write'): string =>
+      `/files?path=${encodeURIComponent(path)}&username=user&signature=${encodeURIComponent(
+        fileSignature(path, op, 'user', token),
+      )}`;
+    const up = await fetch(other.e2bUrl + signed('write'), {
+      method: 'POST',
+      headers: { 'content-type': 'application/octet-stream' },
+      body: 'signed and forwarded',
+    });
+    assert.equal(up.status, 200, await up.clone().text());
+    const down = await fetch(other.e2bUrl + signed('read'));
+    assert.equal(down.status, 200);
+    assert.equal(await down.text(), 'signed and forwarded');
+    const forged = await fetch(
+      other.e2bUrl + signed('read').replace(/signature=[^&]+/, 'signature=v1_x'),
+    );
+    assert.equal(forged.status, 401);
 
     // The control plane's key is checked before anything is looked up or forwarded.
     const noKey = await fetch(`${other.e2bUrl}/sandboxes/${id}`, {

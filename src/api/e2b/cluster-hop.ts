@@ -109,6 +109,22 @@ export interface E2bHopOptions {
   sendError(req: FastifyRequest, reply: FastifyReply, err: HostdError): FastifyReply;
   /** Reads and discards the request's body (answering before it was read). */
   drain(req: FastifyRequest): void;
+  /** The local sandbox a bare signed `/files` URL is for (envd-files.ts), or null. */
+  signedSandboxId(req: FastifyRequest, operation: 'read' | 'write'): string | null;
+}
+
+/**
+ * Asked of a node as `GET` with a bare signed `/files` URL's query, this header saying the
+ * operation signed (`read`, `write`): `200` when the signature is one of its running sandboxes',
+ * else `404`. Only hop-marked requests are probes.
+ */
+const PROBE_HEADER = 'x-hostd-signature-probe';
+
+/** A bare signed `/files` URL: envd's, with a signature and no sandbox header. */
+function isBareSigned(req: FastifyRequest, kind: 'control' | 'data', header: unknown): boolean {
+  if (kind !== 'data' || (header !== undefined && header !== '')) return false;
+  if (req.method !== 'GET' && req.method !== 'POST') return false;
+  return (req.url.split('?')[0] ?? '') === '/files' && /[?&]signature=/.test(req.url);
 }
 
 /**
@@ -120,10 +136,49 @@ export function installE2bHop(
   front: ClusterFront,
   opts: E2bHopOptions,
 ): void {
+  /**
+   * The node holding the sandbox a bare signed `/files` URL is for, when it is not this node:
+   * such a URL names no sandbox (the SDKs sign it with the sandbox's token and drop its id), so
+   * every other node is asked whether the signature is one of its sandboxes'.
+   */
+  const signedElsewhere = async (req: FastifyRequest): Promise<Target | null> => {
+    const operation = req.method === 'POST' ? 'write' : 'read';
+    if (opts.signedSandboxId(req, operation) !== null) return null;
+    const asks = front.node.otherNodes().map(async (node) => {
+      const target = e2bTarget(node);
+      if (target === null) throw new Error('no E2B front');
+      const headers = { ...req.headers, [PROBE_HEADER]: operation };
+      const a = await front.forwarder.ask(
+        { method: 'GET', url: req.url, headers },
+        target,
+        undefined,
+        10_000,
+      );
+      if (a.status !== 200) throw new Error(`not ${node.id}'s`);
+      return target;
+    });
+    return Promise.any(asks).catch(() => null);
+  };
+
   app.addHook('onRequest', async (req, reply) => {
-    if (ClusterFront.forwarded(req)) return;
     const kind = opts.kindOf(req);
     const sandboxHeader = req.headers['e2b-sandbox-id'];
+    if (ClusterFront.forwarded(req)) {
+      const probe = req.headers[PROBE_HEADER];
+      if (probe === undefined || !isBareSigned(req, kind, sandboxHeader)) return;
+      opts.drain(req);
+      const found = opts.signedSandboxId(req, probe === 'write' ? 'write' : 'read');
+      return reply.code(found === null ? 404 : 200).send();
+    }
+    if (isBareSigned(req, kind, sandboxHeader)) {
+      const target = await signedElsewhere(req);
+      if (target === null) return; // this node's, or nobody's: answered here (401 for nobody's)
+      reply.hijack();
+      await front.forwarder.pass(req.raw, reply.raw, target, (res, err) =>
+        writeE2bError(res, err, false),
+      );
+      return;
+    }
     const subject = e2bSubject(
       kind,
       req.method,

@@ -42,6 +42,7 @@ import { ClusterFront } from '../cluster-front.js';
 import { installE2bHop } from './cluster-hop.js';
 import { registerControlRoutes } from './control.js';
 import { registerEnvdRoutes } from './envd.js';
+import { signedSandboxId } from './envd-files.js';
 import { classifyFrameworkError, isConnectPath, sendConnectError, sendE2bError } from './errors.js';
 import { registerHealthRoute } from './health.js';
 import { registerInterpreterRoutes } from './interpreter.js';
@@ -172,6 +173,7 @@ export async function buildE2bServer(
       isConnect: (req) => isConnectPath(req.url),
       sendError: (req, reply, err) => renderFor(kindOf(req.raw), req, reply, err),
       drain,
+      signedSandboxId: (req, operation) => signedSandboxId(ctx, req, operation),
     });
   }
   await app.register(
