@@ -29,6 +29,9 @@ const SANDBOX_PARAM: Record<string, string> = {
 
 const SNAPSHOT_ROUTES = new Set(['/v1/snapshots/:id']);
 
+/** How long a create waits for this node to be connected to etcd before it answers 503. */
+const CONNECT_WAIT_MS = 5000;
+
 /** Sandbox routes the next helper's front may add: any `/v1/sandboxes/:id/...` is forwarded. */
 function sandboxParam(route: string): string | undefined {
   return SANDBOX_PARAM[route] ?? (route.startsWith('/v1/sandboxes/:id/') ? 'id' : undefined);
@@ -108,6 +111,8 @@ export class ClusterFront {
     local: () => Promise<unknown>,
     targetOf: (node: NodeRecord) => Target | null = (node) => node,
   ): Promise<unknown> {
+    // Riding out an etcd member's loss (the watch moving to another member) or a short outage.
+    await this.node.awaitConnected(CONNECT_WAIT_MS);
     if (ClusterFront.forwarded(req)) return this.createHere(local);
     const order = await this.node.placeCreate(body);
     if (order.length === 0) throw fail('noNodeAvailable', body.template ?? 'the default');

@@ -230,6 +230,18 @@ export class ClusterNode {
     return this.writer.confirm([{ kind: 'snapshot', id }], CONFIRM_MS);
   }
 
+  /**
+   * Resolves once this node is connected to etcd, or after `timeoutMs` either way (then
+   * `ensureConnected` answers). One etcd member going down drops the watch on it until the
+   * client moves to another member: a create asked meanwhile waits for that instead of failing.
+   */
+  async awaitConnected(timeoutMs: number): Promise<void> {
+    await this.view.waitFor(
+      () => (this.view.ready && this.view.connected ? true : null),
+      timeoutMs,
+    );
+  }
+
   /** 503 cluster_unavailable unless etcd is reachable now (what a create needs). */
   ensureConnected(): void {
     if (!this.view.ready || !this.view.connected) {
