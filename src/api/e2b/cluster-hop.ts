@@ -8,8 +8,9 @@
  *
  * Which sandbox a request names: the control plane's routes say it in the path
  * (`/sandboxes/:id/...`, `/v2/sandboxes/:id/connect`; `DELETE /templates/snap_...` names a
- * snapshot), sandbox traffic (envd, the code interpreter) in `E2b-Sandbox-Id`. What names none
- * (creates, lists, signed `/files` URLs that carry no header) is answered here.
+ * snapshot), sandbox traffic (envd, the code interpreter) in `E2b-Sandbox-Id`. A signed
+ * `/files` URL fetched bare names none: the other nodes are asked whose signature it is. What
+ * names nothing else (creates, lists) is answered here: control.ts places and gathers them.
  */
 import type { ServerResponse } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
