@@ -291,6 +291,17 @@ describe('the E2B front of a two-node cluster', () => {
       other.e2bUrl + signed('read').replace(/signature=[^&]+/, 'signature=v1_x'),
     );
     assert.equal(forged.status, 401);
+    // The node it is for answers an expired one, in envd's words.
+    const past = Math.floor(Date.now() / 1000) - 60;
+    const expired = await fetch(
+      `${other.e2bUrl}/files?path=${encodeURIComponent(path)}&username=user&signature=${encodeURIComponent(
+        fileSignature(path, 'read', 'user', token, past),
+      )}&signature_expiration=${past}`,
+    );
+    assert.deepEqual(
+      [expired.status, await expired.json()],
+      [401, { code: 401, message: 'signature is already expired' }],
+    );
 
     // The control plane's key is checked before anything is looked up or forwarded.
     const noKey = await fetch(`${other.e2bUrl}/sandboxes/${id}`, {

@@ -119,8 +119,9 @@ function sandboxFor(ctx: E2bContext, req: FastifyRequest, operation: Operation):
 
 /**
  * The id of the running sandbox of this node whose access token reproduces the signature of the
- * bare signed `/files` request `req` for `operation`, or null when none does (in cluster
- * mode its URL may be another node's sandbox: cluster-hop.ts asks them).
+ * bare signed `/files` request `req` for `operation`, expired or not, or null when none does (in
+ * cluster mode its URL may be another node's sandbox: cluster-hop.ts asks them, and the node it
+ * is for answers, "signature is already expired" included).
  */
 export function signedSandboxId(
   ctx: E2bContext,
@@ -129,9 +130,10 @@ export function signedSandboxId(
 ): string | null {
   const query = queryOf(req);
   if (query.signature === undefined || query.signature === '') return null;
-  const match = ctx
-    .runningSandboxes()
-    .find((c) => signatureProblem(query, operation, c.accessToken) === null);
+  const match = ctx.runningSandboxes().find((c) => {
+    const problem = signatureProblem(query, operation, c.accessToken);
+    return problem === null || problem === 'signature is already expired';
+  });
   return match?.id ?? null;
 }
 
