@@ -10,6 +10,7 @@ import { authMode, type AuthMode } from './api/auth.js';
 import { createMetrics, type Metrics } from './api/metrics.js';
 import { buildServer } from './api/server.js';
 import { SandboxTokens } from './api/e2b/auth.js';
+import { peerE2bUrl } from './api/e2b/cluster-hop.js';
 import { buildE2bServer } from './api/e2b/server.js';
 import { sandboxSizing, type SandboxSizing } from './core/admission.js';
 import { hostFree, hostMemTotalMib } from './core/host-resources.js';
@@ -85,10 +86,11 @@ async function main(): Promise<void> {
   const servers = await buildServers(config, { manager, auth, log, metrics, cluster });
   const stop = stopOnSignals(config, { manager, cluster, servers, log });
   await bootTemplates(manager, stop, log);
-  const address = await listen(config, servers, ports, stop, log);
+  const { address, e2bAddress } = await listen(config, servers, ports, stop, log);
   if (cluster) {
     // Joins once it serves: peers may forward to it as soon as its record appears.
     cluster.url = config.cluster?.nodeUrl ?? address;
+    if (e2bAddress) cluster.e2bUrl = peerE2bUrl(e2bAddress, cluster.url);
     await cluster.start();
   }
   // Where a client that started hostd on port 0 (tests, scripts) finds it, without parsing logs.
@@ -440,6 +442,7 @@ async function buildServers(
         maxBodyBytes: config.maxBodyBytes,
         maxFileBytes: config.maxFileBytes,
         logger: log,
+        ...(cluster ? { cluster } : {}),
       })
     : null;
   return { app, e2b: e2b?.app ?? null };
@@ -497,8 +500,9 @@ async function bootTemplates(
 }
 
 /**
- * Listens: the E2B front first, so that both serve once hostd.url exists. Returns the native
- * API's address; a port in use stops hostd with exit status 1, leaving no VM behind.
+ * Listens: the E2B front first, so that both serve once hostd.url exists. Returns both
+ * addresses (the E2B front's null when it is off); a port in use stops hostd with exit status 1,
+ * leaving no VM behind.
  */
 async function listen(
   config: Config,
@@ -506,12 +510,13 @@ async function listen(
   ports: ApiPorts,
   stop: (signal: string) => Promise<void>,
   log: Logger,
-): Promise<string> {
+): Promise<{ address: string; e2bAddress: string | null }> {
   let address: string;
+  let e2bAddress: string | null = null;
   try {
     if (servers.e2b && config.e2bAddr) {
       const { host, port } = config.e2bAddr;
-      const e2bAddress = await servers.e2b.listen({ host, port });
+      e2bAddress = await servers.e2b.listen({ host, port });
       ports.e2bPort = Number(new URL(e2bAddress).port) || port;
       await writeFile(join(config.stateDir, 'e2b.url'), `${e2bAddress}\n`, { mode: 0o600 });
       log.info({ address: e2bAddress }, `E2B-compatible API listening on ${e2bAddress}`);
@@ -525,7 +530,7 @@ async function listen(
   }
   const { port } = new URL(address);
   ports.apiPort = port ? Number(port) : config.port;
-  return address;
+  return { address, e2bAddress };
 }
 
 /**

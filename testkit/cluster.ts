@@ -48,6 +48,8 @@ export interface ClusterNode {
   readonly id: string;
   /** Where peers and HAProxy reach it (SERVICE_NODE_URL). */
   readonly url: string;
+  /** Its E2B-compatible front's origin (SERVICE_E2B_ADDR), what E2B's SDKs are pointed at. */
+  readonly e2bUrl: string;
   /** A client of this node alone (no HAProxy). */
   readonly api: Api;
   readonly stateDir: string;
@@ -269,6 +271,7 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
     for (let i = 0; i < count; i++) {
       const host = NODE_HOSTS[i]!;
       const port = await freePort(host);
+      const e2bPort = await freePort(host);
       const id = `node-${i + 1}`;
       const url = `http://${host}:${port}`;
       const stateDir = `/dev/shm/hostd-test-cluster-${randomBytes(4).toString('hex')}-${id}`;
@@ -277,6 +280,7 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
       const runs: string[][] = [];
       const env: Record<string, string> = {
         SERVICE_HOSTD_ADDR: `${host}:${port}`,
+        SERVICE_E2B_ADDR: `${host}:${e2bPort}`,
         SERVICE_NODE_ID: id,
         SERVICE_NODE_URL: url,
         SERVICE_CLUSTER_ETCD: etcdEndpoints,
@@ -290,6 +294,7 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
       const node = {
         id,
         url,
+        e2bUrl: `http://${host}:${e2bPort}`,
         api: connect(url, apiKey),
         stateDir,
         dataDir,

@@ -8,7 +8,8 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ClusterNode, Route } from '../core/cluster/cluster-node.js';
 import { fail, HostdError, toHostdError } from '../errors.js';
-import { Forwarder, HOP_HEADER, type Answer } from './forward.js';
+import type { NodeRecord } from '../core/cluster/records.js';
+import { Forwarder, HOP_HEADER, type Answer, type Target } from './forward.js';
 
 /** Routes answered by the node holding the sandbox named by this parameter. */
 const SANDBOX_PARAM: Record<string, string> = {
@@ -27,6 +28,9 @@ const SANDBOX_PARAM: Record<string, string> = {
 };
 
 const SNAPSHOT_ROUTES = new Set(['/v1/snapshots/:id']);
+
+/** How long a create waits for this node to be connected to etcd before it answers 503. */
+const CONNECT_WAIT_MS = 5000;
 
 /** Sandbox routes the next helper's front may add: any `/v1/sandboxes/:id/...` is forwarded. */
 function sandboxParam(route: string): string | undefined {
@@ -54,7 +58,8 @@ export class ClusterFront {
       let target: Route | 'deleted';
       const param = sandboxParam(route);
       if (param !== undefined) {
-        target = await this.locate(req.method, route, params[param] ?? '');
+        const isDelete = req.method === 'DELETE' && route === '/v1/sandboxes/:id';
+        target = await this.locate(params[param] ?? '', isDelete, `${req.method} ${route}`);
         if (target === 'deleted') return reply.code(204).send();
         if (route === '/v1/sandboxes/:parent/merge_into/:winner') {
           await this.checkMerge(params.parent ?? '', params.winner ?? '', target);
@@ -77,15 +82,15 @@ export class ClusterFront {
   /**
    * Where a sandbox's request goes. A `DELETE` of a sandbox lost with its node, or paused on a
    * node that is down, is answered here: its catalog entry is removed (the node fences its copy
-   * if it comes back), as a single hostd deletes a lost sandbox.
+   * if it comes back), as a single hostd deletes a lost sandbox. The E2B front's kill is such a
+   * delete too (`isDelete`).
    */
-  private async locate(method: string, route: string, id: string): Promise<Route | 'deleted'> {
-    const isDelete = method === 'DELETE' && route === '/v1/sandboxes/:id';
+  async locate(id: string, isDelete: boolean, what: string): Promise<Route | 'deleted'> {
     for (let attempt = 0; ; attempt++) {
       try {
         return await this.node.locateSandbox(id);
       } catch (err) {
-        const e = toHostdError(err, `${method} ${route}`);
+        const e = toHostdError(err, what);
         const stranded = e.code === 'sandbox_lost' || e.code === 'node_unavailable';
         if (!isDelete || !stranded || attempt > 0) throw e;
         if (await this.node.forgetStranded(id)) return 'deleted';
@@ -96,14 +101,18 @@ export class ClusterFront {
   /**
    * A create: asked of each node in placement order until one accepts; `local` creates here.
    * A node that refuses (429, 503: full, draining, short of memory) passes it on; any other
-   * answer is the client's.
+   * answer is the client's. `targetOf` says where on a node the create is asked (the E2B front
+   * asks the node's E2B front); a node it gives nothing for is passed over.
    */
   async create(
     req: FastifyRequest,
     reply: FastifyReply,
     body: { template?: string; snapshot?: string },
     local: () => Promise<unknown>,
+    targetOf: (node: NodeRecord) => Target | null = (node) => node,
   ): Promise<unknown> {
+    // Riding out an etcd member's loss (the watch moving to another member) or a short outage.
+    await this.node.awaitConnected(CONNECT_WAIT_MS);
     if (ClusterFront.forwarded(req)) return this.createHere(local);
     const order = await this.node.placeCreate(body);
     if (order.length === 0) throw fail('noNodeAvailable', body.template ?? 'the default');
@@ -119,11 +128,13 @@ export class ClusterFront {
           continue;
         }
       }
+      const target = targetOf(node);
+      if (target === null) continue;
       let answer: Answer;
       try {
         answer = await this.forwarder.ask(
           { method: 'POST', url: req.url, headers: req.headers },
-          node,
+          target,
           Buffer.from(JSON.stringify(req.body ?? {})),
         );
       } catch (err) {
@@ -142,20 +153,32 @@ export class ClusterFront {
     return relay(reply, refusal);
   }
 
-  /** Every live node's list under `key` (sandboxes, snapshots), this node's included. */
-  async gather<T>(req: FastifyRequest, key: string, local: T[]): Promise<T[]> {
+  /**
+   * Every live node's list under `key` (sandboxes, snapshots), this node's included. A null `key`
+   * reads the answer as the list itself (the E2B front's lists); `targetOf` as for `create`.
+   */
+  async gather<T>(
+    req: FastifyRequest,
+    key: string | null,
+    local: T[],
+    targetOf: (node: NodeRecord) => Target | null = (node) => node,
+  ): Promise<T[]> {
     if (ClusterFront.forwarded(req)) return local;
     const others = await Promise.all(
       this.node.otherNodes().map(async (node) => {
+        const target = targetOf(node);
+        if (target === null) return [];
         try {
           const a = await this.forwarder.ask(
             { method: 'GET', url: req.url, headers: req.headers },
-            node,
+            target,
             undefined,
             10_000,
           );
           if (a.status !== 200) return [];
-          return ((JSON.parse(a.body.toString('utf8')) as Record<string, T[]>)[key] ?? []) as T[];
+          const json = JSON.parse(a.body.toString('utf8')) as unknown;
+          const list = key === null ? json : (json as Record<string, unknown>)[key];
+          return (Array.isArray(list) ? list : []) as T[];
         } catch (err) {
           req.log.warn({ node: node.id, err: (err as Error).message }, 'a node did not list');
           return [];

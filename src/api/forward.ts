@@ -55,9 +55,15 @@ export class Forwarder {
   /**
    * Passes `req` to `target` and its answer back on `res`, streaming both ways. A node that does
    * not answer gets the client a 503 node_unavailable (Retry-After: 1) when nothing was sent yet;
-   * past that, the client's connection is closed as the node's was.
+   * past that, the client's connection is closed as the node's was. `failed` writes that error in
+   * the shape the client reads (the E2B front's differs from the native API's).
    */
-  pass(req: IncomingMessage, res: ServerResponse, target: Target): Promise<void> {
+  pass(
+    req: IncomingMessage,
+    res: ServerResponse,
+    target: Target,
+    failed: (res: ServerResponse, err: HostdError) => void = writeError,
+  ): Promise<void> {
     return new Promise((resolve) => {
       const url = new URL(req.url ?? '/', target.url);
       const upstream = httpRequest(url, {
@@ -79,7 +85,7 @@ export class Forwarder {
       });
       upstream.on('error', (err) => {
         if (!answered && !res.headersSent) {
-          writeError(res, fail('nodeUnreachable', target.id, err.message));
+          failed(res, fail('nodeUnreachable', target.id, err.message));
         } else {
           res.destroy();
         }

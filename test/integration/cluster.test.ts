@@ -9,7 +9,9 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
-import { startCluster, type Cluster } from '../../testkit/cluster.js';
+import { Sandbox } from '@e2b/code-interpreter';
+import { startCluster, type Cluster, type ClusterNode } from '../../testkit/cluster.js';
+import { E2B_TEST_KEY } from '../../testkit/e2b.js';
 import { eventually } from '../../testkit/eventually.js';
 import { execEvents, run } from '../../testkit/exec.js';
 import { readBytes, upload } from '../../testkit/files.js';
@@ -47,8 +49,42 @@ async function info(api: Api, id: string): Promise<Info> {
 const elsewhere = (owner: string): Api => cluster.nodes.find((n) => n.id !== owner && n.hostd)!.api;
 
 before(async () => {
-  cluster = await startCluster({ ttlS: 4 });
+  // E2B's key format, so that E2B's SDKs take the key as they take a real one.
+  cluster = await startCluster({ ttlS: 4, apiKey: E2B_TEST_KEY });
 });
+
+/** E2B's SDKs pointed at one node's E2B front, as E2B_API_URL and E2B_SANDBOX_URL would. */
+const viaE2b = (n: ClusterNode) => ({
+  apiKey: E2B_TEST_KEY,
+  apiUrl: n.e2bUrl,
+  sandboxUrl: n.e2bUrl,
+  // A loaded TCG host: a first cell takes seconds
+  requestTimeoutMs: 300_000,
+});
+
+/** A raw request to a node's E2B front with the control plane's key. */
+async function e2bFetch(
+  n: ClusterNode,
+  method: string,
+  path: string,
+  opts: { body?: unknown; headers?: Record<string, string> } = {},
+): Promise<{ status: number; headers: Headers; json: Record<string, unknown> }> {
+  const res = await fetch(n.e2bUrl + path, {
+    method,
+    headers: {
+      'x-api-key': E2B_TEST_KEY,
+      ...(opts.body !== undefined ? { 'content-type': 'application/json' } : {}),
+      ...opts.headers,
+    },
+    ...(opts.body !== undefined ? { body: JSON.stringify(opts.body) } : {}),
+  });
+  const text = await res.text();
+  return {
+    status: res.status,
+    headers: res.headers,
+    json: (text ? JSON.parse(text) : {}) as Record<string, unknown>,
+  };
+}
 
 after(async () => {
   if (!cluster) return;
@@ -71,6 +107,9 @@ async function reported(fn: () => Promise<void>): Promise<void> {
 
 describe('a three-node cluster', () => {
   let sandboxes: Info[] = [];
+  /** Set by the SIGKILL test: a sandbox kept on the killed node, and one deleted meanwhile. */
+  let survivor: Info | null = null;
+  let deletedWhileAway = '';
 
   test('every node sees the three nodes serving, etcd connected', () =>
     reported(async () => {
@@ -161,6 +200,90 @@ describe('a three-node cluster', () => {
       }
     }));
 
+  test("E2B's SDKs on one node drive a sandbox placed on another: commands, files, runCode, kill", () =>
+    reported(async () => {
+      const first = cluster.nodes[0]!;
+      const sbx = await Sandbox.create({ ...viaE2b(first), metadata: { suite: 'cluster-e2b' } });
+      created.add(sbx.sandboxId);
+      // Placed by the cluster and in its catalog: every node knows where it runs.
+      const owner = (await info(cluster.api, sbx.sandboxId)).node;
+      const asker = cluster.nodes.find((n) => n.id !== owner)!;
+      const remote = await Sandbox.connect(sbx.sandboxId, viaE2b(asker));
+
+      // envd's Connect RPC, streamed through the hop.
+      const out: string[] = [];
+      const cmd = await remote.commands.run('echo one; echo two >&2; echo three', {
+        onStdout: (d) => void out.push(d),
+        timeoutMs: 0,
+      });
+      assert.equal(cmd.exitCode, 0);
+      assert.equal(cmd.stdout, 'one\nthree\n');
+      assert.equal(cmd.stderr, 'two\n');
+      assert.equal(out.join(''), 'one\nthree\n');
+
+      // envd's /files both ways, byte for byte; the native API of its own node reads the same.
+      const data = randomBytes(1024 * 1024 + 3);
+      await remote.files.write('/home/user/e2b.bin', new Blob([data]));
+      const back = await remote.files.read('/home/user/e2b.bin', { format: 'bytes' });
+      assert.equal(sha(back), sha(data));
+      const native = await readBytes(cluster.node(owner).api, sbx.sandboxId, '/home/user/e2b.bin');
+      assert.equal(sha(native), sha(data));
+      assert.equal(
+        (await remote.files.list('/home/user')).some((e) => e.name === 'e2b.bin'),
+        true,
+      );
+
+      // The code interpreter's /execute, its lines streamed as they come.
+      const lines: string[] = [];
+      const cell = await remote.runCode('y = 6 * 7\nprint("a")\nprint("b")\ny', {
+        onStdout: (m) => void lines.push(m.line),
+        timeoutMs: 0,
+      });
+      assert.equal(cell.error, undefined);
+      assert.equal(cell.text, '42');
+      assert.deepEqual(lines, ['a\n', 'b\n']);
+      assert.equal((await remote.runCode('y + 1', { timeoutMs: 0 })).text, '43');
+
+      // The control plane: info and lists through any node.
+      const got = await Sandbox.getInfo(sbx.sandboxId, viaE2b(asker));
+      assert.equal(got.sandboxId, sbx.sandboxId);
+      assert.deepEqual(got.metadata, { suite: 'cluster-e2b' });
+      for (const n of cluster.nodes) {
+        const page = await Sandbox.list({
+          ...viaE2b(n),
+          query: { metadata: { suite: 'cluster-e2b' } },
+        }).nextItems();
+        assert.deepEqual(
+          page.map((x) => x.sandboxId),
+          [sbx.sandboxId],
+          `listed by ${n.id}`,
+        );
+      }
+
+      // Errors of the sandbox's node reach the client as they are: a wrong token is its 401.
+      const denied = await e2bFetch(asker, 'GET', '/files?path=/home/user/e2b.bin', {
+        headers: {
+          'e2b-sandbox-id': sbx.sandboxId,
+          'e2b-sandbox-port': '49983',
+          'x-access-token': 'not-the-token',
+        },
+      });
+      assert.equal(denied.status, 401);
+      assert.equal(denied.json.code, 401);
+
+      // Kill through a node that does not run it: gone everywhere.
+      assert.equal(await Sandbox.kill(sbx.sandboxId, viaE2b(asker)), true);
+      created.delete(sbx.sandboxId);
+      const gone = await cluster.api.json<ErrorBody>('GET', `/v1/sandboxes/${sbx.sandboxId}`);
+      assert.equal(gone.status, 404);
+      assert.equal(await Sandbox.kill(sbx.sandboxId, viaE2b(asker)), false);
+      const stale = await e2bFetch(asker, 'POST', '/execute', {
+        body: { code: '1' },
+        headers: { 'e2b-sandbox-id': sbx.sandboxId, 'e2b-sandbox-port': '49999' },
+      });
+      assert.equal(stale.status, 502, 'E2B proxy answer for a sandbox that is not running');
+    }));
+
   test("a fork asked of another node stays on the parent's node; children run there", () =>
     reported(async () => {
       const parent = sandboxes[1]!;
@@ -212,6 +335,17 @@ describe('a three-node cluster', () => {
       const del = await cluster.api.request('DELETE', `/v1/sandboxes/${s.id}`);
       assert.equal(del.status, 204);
       created.delete(s.id);
+      // So is an E2B create asked of its E2B front.
+      const viaE2bFront = await e2bFetch(target, 'POST', '/v2/sandboxes', {
+        body: { templateID: 'python-slim' },
+      });
+      assert.equal(viaE2bFront.status, 201, JSON.stringify(viaE2bFront.json));
+      const e2bId = String(viaE2bFront.json.sandboxID);
+      created.add(e2bId);
+      assert.notEqual((await info(cluster.api, e2bId)).node, target.id);
+      const e2bDel = await e2bFetch(target, 'DELETE', `/sandboxes/${e2bId}`);
+      assert.equal(e2bDel.status, 204);
+      created.delete(e2bId);
       const unknown = await cluster.api.json<ErrorBody>('POST', '/v1/cluster/nodes/nope/drain');
       assert.equal(unknown.status, 404);
       assert.equal(unknown.body.code, 'node_not_found');
@@ -244,6 +378,19 @@ describe('a three-node cluster', () => {
       // Not the node restarted above: its sandboxes were proven kept.
       const victim = sandboxes.find((s) => s.node !== sandboxes[0]!.node) ?? sandboxes[0]!;
       const node = cluster.node(victim.node);
+      // A child on the same node (forks stay there), kept while the node is away: the next test
+      // sees it re-adopted when the node is back.
+      const fork = await cluster.api.json<{ children: { id: string }[] }>(
+        'POST',
+        `/v1/sandboxes/${victim.id}/fork`,
+        { n: 1 },
+      );
+      assert.equal(fork.status, 200, JSON.stringify(fork.body));
+      const child = await info(cluster.api, fork.body.children[0]!.id);
+      created.add(child.id);
+      assert.equal(child.node, victim.node);
+      survivor = child;
+      deletedWhileAway = victim.id;
       await node.kill();
       const asker = elsewhere(victim.node);
       const lost = await eventually(
@@ -278,5 +425,118 @@ describe('a three-node cluster', () => {
       assert.equal(gone.status, 404);
       assert.equal(gone.body.code, 'sandbox_not_found');
       sandboxes = sandboxes.filter((s) => s.node !== victim.node);
+    }));
+
+  test('back after the SIGKILL, the node re-adopts what it kept and fences what was deleted', () =>
+    reported(async () => {
+      assert.ok(survivor, 'the SIGKILL test ran');
+      const kept = survivor;
+      const node = cluster.node(kept.node);
+      await node.start();
+      const asker = elsewhere(kept.node);
+      // Re-adopted: its VM ran on while hostd was down; it serves again, REPL state intact,
+      // through any node (its live key is back).
+      await eventually(
+        `${kept.id} to serve again after ${kept.node} came back`,
+        async () => (await asker.json<Info>('GET', `/v1/sandboxes/${kept.id}`)).status === 200,
+        { timeoutMs: 120_000, everyMs: 200 },
+      );
+      assert.equal((await info(asker, kept.id)).node, kept.node);
+      assert.equal((await run(asker, kept.id, 'print(x)')).stdout, '41\n');
+      // Fenced: deleted through another node while it was away, its local copy is destroyed.
+      for (const n of cluster.nodes) {
+        const res = await n.api.json<ErrorBody>('GET', `/v1/sandboxes/${deletedWhileAway}`);
+        assert.equal(res.status, 404, `${deletedWhileAway} from ${n.id}`);
+      }
+      const own = await node.api.json<{ sandboxes: Info[] }>('GET', '/v1/sandboxes');
+      assert.equal(
+        own.body.sandboxes.some((s) => s.id === deletedWhileAway),
+        false,
+        'the fenced sandbox is in no list',
+      );
+      sandboxes.push(kept);
+    }));
+
+  test('with one etcd member down the cluster creates and runs code as before', () =>
+    reported(async () => {
+      const member = cluster.etcd[0]!;
+      await member.stop();
+      try {
+        const s = await create(cluster.api);
+        assert.equal((await run(elsewhere(s.node), s.id, 'print(6 * 7)')).stdout, '42\n');
+        const del = await elsewhere(s.node).request('DELETE', `/v1/sandboxes/${s.id}`);
+        assert.equal(del.status, 204);
+        created.delete(s.id);
+        // Every node's client is on the members left.
+        await eventually(
+          'every node to be connected to the members left',
+          async () => {
+            for (const n of cluster.nodes) {
+              const v = await n.api.json<ClusterView>('GET', '/v1/cluster');
+              if (!v.body.etcd.connected) return false;
+            }
+            return true;
+          },
+          { timeoutMs: 30_000, everyMs: 200 },
+        );
+      } finally {
+        await member.start();
+      }
+    }));
+
+  test('with etcd down, creates are refused with 503 and Retry-After; running sandboxes serve', () =>
+    reported(async () => {
+      await Promise.all(cluster.etcd.map((m) => m.stop()));
+      try {
+        await eventually(
+          'every node to see etcd gone',
+          async () => {
+            for (const n of cluster.nodes) {
+              const v = await n.api.json<ClusterView>('GET', '/v1/cluster');
+              if (v.body.etcd.connected) return false;
+            }
+            return true;
+          },
+          { timeoutMs: 60_000, everyMs: 200 },
+        );
+        const refused = await cluster.api.request('POST', '/v1/sandboxes', {
+          template: 'python-slim',
+        });
+        const refusal = (await refused.json()) as ErrorBody;
+        assert.equal(refused.status, 503, JSON.stringify(refusal));
+        assert.equal(refusal.code, 'cluster_unavailable');
+        assert.ok(Number(refused.headers.get('retry-after')) > 0, 'Retry-After');
+        const e2bRefused = await e2bFetch(cluster.nodes[0]!, 'POST', '/v2/sandboxes', {
+          body: { templateID: 'python-slim' },
+        });
+        assert.equal(e2bRefused.status, 503);
+        assert.equal(e2bRefused.json.error_code, 'cluster_unavailable');
+        // Placed sandboxes serve on, on their node and forwarded to from the others.
+        for (const s of sandboxes) {
+          assert.equal((await run(cluster.node(s.node).api, s.id, 'print(x)')).stdout, '41\n');
+          assert.equal((await run(elsewhere(s.node), s.id, 'print(x)')).stdout, '41\n');
+        }
+      } finally {
+        await Promise.all(cluster.etcd.map((m) => m.start()));
+      }
+      // Back: creates are taken again, and nothing was lost.
+      await eventually(
+        'every node to reconnect to etcd',
+        async () => {
+          for (const n of cluster.nodes) {
+            const v = await n.api.json<ClusterView>('GET', '/v1/cluster');
+            if (!v.body.etcd.connected) return false;
+          }
+          return true;
+        },
+        { timeoutMs: 60_000, everyMs: 200 },
+      );
+      for (const s of sandboxes) {
+        assert.equal((await run(elsewhere(s.node), s.id, 'print(x)')).stdout, '41\n');
+      }
+      const again = await create(cluster.api);
+      const del = await cluster.api.request('DELETE', `/v1/sandboxes/${again.id}`);
+      assert.equal(del.status, 204);
+      created.delete(again.id);
     }));
 });

@@ -208,4 +208,22 @@ describe('cluster node', () => {
     store.down = false;
     await stopAll(a, b);
   });
+
+  test('a create waits for the connection to come back (a member failing over), up to a limit', async () => {
+    const store = new MemoryStore();
+    const a = await join(store, 'a');
+    store.down = true;
+    // Not back within the limit: it resolves anyway, and the create is then refused.
+    await a.node.awaitConnected(50);
+    assert.throws(
+      () => a.node.ensureConnected(),
+      (err) => code(err) === 'cluster_unavailable',
+    );
+    // Back meanwhile: it resolves as soon as the watch is connected again.
+    const waiting = a.node.awaitConnected(60_000);
+    store.down = false;
+    await waiting;
+    a.node.ensureConnected();
+    await stopAll(a);
+  });
 });

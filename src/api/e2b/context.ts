@@ -13,6 +13,7 @@ import type { FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import type { SandboxInfo, SandboxManager, StopListener } from '../../core/sandbox-manager.js';
 import { fail, HostdError } from '../../errors.js';
+import type { ClusterFront } from '../cluster-front.js';
 import type { SandboxTokens } from './auth.js';
 
 /** `E2b-Sandbox-Port` of envd (processes, filesystem, `/files`, `/health`). */
@@ -76,6 +77,8 @@ export interface DataPlaneSandbox {
 
 export interface E2bContext {
   readonly manager: SandboxManager;
+  /** Cluster mode: places creates across the nodes (cluster-hop.ts forwards the rest); else null. */
+  readonly cluster: ClusterFront | null;
   readonly log: Logger;
   readonly tokens: SandboxTokens;
   /** `envdVersion` in every sandbox answer. */
@@ -147,6 +150,7 @@ export function makeContext(opts: {
   maxFileBytes: number;
   resolved: WeakMap<object, DataPlaneSandbox | null>;
   stopWatch: StopWatch;
+  cluster?: ClusterFront | null;
 }): E2bContext {
   const { manager, tokens, resolved, stopWatch } = opts;
   const requireRunning = (id: string): void => {
@@ -164,6 +168,7 @@ export function makeContext(opts: {
   };
   return {
     manager,
+    cluster: opts.cluster ?? null,
     log: opts.log,
     tokens,
     envdVersion: ENVD_VERSION,

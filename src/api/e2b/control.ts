@@ -9,7 +9,7 @@
  * (or name) creates sandboxes as a `templateID`, `fork` hostd's fork. What has no counterpart
  * answers 501 `not_supported`, never a silent success.
  */
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import {
   MAX_FORK,
   MAX_LIFETIME_S,
@@ -21,6 +21,8 @@ import {
 import { fail } from '../../errors.js';
 import { optionalEnv, optionalMetadata } from '../validate.js';
 import { AUTO_RESUME_LABEL, e2bState, type E2bContext } from './context.js';
+import { ClusterFront } from '../cluster-front.js';
+import { e2bTarget } from './cluster-hop.js';
 
 type IdParams = { id: string };
 type Body = Record<string, unknown>;
@@ -329,8 +331,8 @@ export function registerControlRoutes(app: FastifyInstance, ctx: E2bContext): vo
   const { manager } = ctx;
 
   // Create: v2 (npm e2b 2.51) and legacy (older SDKs, the Python SDK). Both default to 300 s.
-  const create = async (body: unknown, reply: FastifyReply): Promise<FastifyReply> => {
-    const b = objectBody(body);
+  const create = async (req: FastifyRequest, reply: FastifyReply): Promise<unknown> => {
+    const b = objectBody(req.body);
     if (typeof b.templateID !== 'string' || b.templateID === '') {
       throw fail(
         'invalidField',
@@ -352,19 +354,26 @@ export function registerControlRoutes(app: FastifyInstance, ctx: E2bContext): vo
     const env = optionalEnv(b, 'envVars');
     const allowOut = egressRules(b);
     const source = resolveTemplate(ctx, b.templateID);
-    const sandbox = await manager.create({
-      ...source,
-      ...(env ? { env } : {}),
-      allowOut,
-      metadata,
-      lifetime: { timeoutS, onTimeout: autoPause ? 'pause' : 'delete' },
-    });
-    const answer = sandboxAnswer(ctx, sandbox.id, b.templateID);
-    if (b.templateID in TEMPLATE_ALIASES) answer.alias = b.templateID;
-    return reply.code(201).send(answer);
+    const templateID = b.templateID;
+    const here = async (): Promise<FastifyReply> => {
+      const sandbox = await manager.create({
+        ...source,
+        ...(env ? { env } : {}),
+        allowOut,
+        metadata,
+        lifetime: { timeoutS, onTimeout: autoPause ? 'pause' : 'delete' },
+      });
+      const answer = sandboxAnswer(ctx, sandbox.id, templateID);
+      if (templateID in TEMPLATE_ALIASES) answer.alias = templateID;
+      return reply.code(201).send(answer);
+    };
+    // Cluster mode: placed as a native create is, and asked of the chosen node's E2B front
+    // (whose tokens the answer carries: that node checks the sandbox's traffic).
+    if (ctx.cluster) return ctx.cluster.create(req, reply, source, here, e2bTarget);
+    return here();
   };
-  app.post('/v2/sandboxes', (req, reply) => create(req.body, reply));
-  app.post('/sandboxes', (req, reply) => create(req.body, reply));
+  app.post('/v2/sandboxes', create);
+  app.post('/sandboxes', create);
 
   const describe = (id: string): SandboxInfo => {
     const info = manager.describe(id);
@@ -416,25 +425,51 @@ export function registerControlRoutes(app: FastifyInstance, ctx: E2bContext): vo
     return order === 'desc' ? sorted.reverse() : sorted;
   };
 
+  /**
+   * Cluster mode: every node's part of a list (`all`, this node's). Asked by another node, the
+   * part is answered whole (no page: the asking node pages the merged list); asked by a client,
+   * the parts of the others are gathered and sorted by `compare`, the same on every node so that
+   * pages asked of different nodes follow on.
+   */
+  const clusterList = async <T>(
+    req: FastifyRequest,
+    all: T[],
+    compare: (a: T, b: T) => number,
+  ): Promise<{ items: T[]; whole: boolean }> => {
+    if (!ctx.cluster) return { items: all, whole: false };
+    if (ClusterFront.forwarded(req)) return { items: all, whole: true };
+    const merged = await ctx.cluster.gather(req, null, all, e2bTarget);
+    return { items: merged.sort(compare), whole: false };
+  };
+  const byStart =
+    (order: unknown) =>
+    (a: Record<string, unknown>, b: Record<string, unknown>): number => {
+      const c =
+        String(a.startedAt).localeCompare(String(b.startedAt)) ||
+        String(a.sandboxID).localeCompare(String(b.sandboxID));
+      return order === 'asc' ? c : -c;
+    };
+
   app.get<{ Querystring: Record<string, unknown> }>('/v2/sandboxes', async (req, reply) => {
-    const all = listFiltered(req.query);
+    const all = listFiltered(req.query).map((s) => listed(ctx, s));
+    const { items, whole } = await clusterList(req, all, byStart(req.query.order ?? 'desc'));
+    if (whole) return reply.send(items);
     const { page, next } = paginate(
-      all,
-      (s) => s.id,
+      items,
+      (s) => String(s.sandboxID),
       pageLimit(req.query.limit),
       req.query.nextToken,
     );
-    return sendPage(
-      reply,
-      page.map((s) => listed(ctx, s)),
-      next,
-    );
+    return sendPage(reply, page, next);
   });
 
   // The deprecated list: running sandboxes, filtered by metadata only, in one answer.
-  app.get<{ Querystring: Record<string, unknown> }>('/sandboxes', async (req) =>
-    listFiltered({ metadata: req.query.metadata, state: 'running' }).map((s) => listed(ctx, s)),
-  );
+  app.get<{ Querystring: Record<string, unknown> }>('/sandboxes', async (req) => {
+    const all = listFiltered({ metadata: req.query.metadata, state: 'running' }).map((s) =>
+      listed(ctx, s),
+    );
+    return (await clusterList(req, all, byStart('desc'))).items;
+  });
 
   app.get<{ Params: IdParams }>('/sandboxes/:id', async (req) =>
     detail(ctx, describe(req.params.id)),
@@ -572,13 +607,17 @@ export function registerControlRoutes(app: FastifyInstance, ctx: E2bContext): vo
           s.snapshot_id === name ||
           (s.name !== null && (s.name === name || s.name === bare)),
       );
+    const { items, whole } = await clusterList(req, all.map(snapshotAnswer), (a, b) =>
+      a.snapshotID.localeCompare(b.snapshotID),
+    );
+    if (whole) return reply.send(items);
     const { page, next } = paginate(
-      all,
-      (s) => s.snapshot_id,
+      items,
+      (s) => s.snapshotID,
       pageLimit(req.query.limit),
       req.query.nextToken,
     );
-    return sendPage(reply, page.map(snapshotAnswer), next);
+    return sendPage(reply, page, next);
   });
 
   // Deleting a template: a snapshot's id deletes the snapshot; hostd's templates are recipes.

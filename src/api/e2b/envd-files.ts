@@ -118,6 +118,26 @@ function sandboxFor(ctx: E2bContext, req: FastifyRequest, operation: Operation):
 }
 
 /**
+ * The id of the running sandbox of this node whose access token reproduces the signature of the
+ * bare signed `/files` request `req` for `operation`, expired or not, or null when none does (in
+ * cluster mode its URL may be another node's sandbox: cluster-hop.ts asks them, and the node it
+ * is for answers, "signature is already expired" included).
+ */
+export function signedSandboxId(
+  ctx: E2bContext,
+  req: FastifyRequest,
+  operation: 'read' | 'write',
+): string | null {
+  const query = queryOf(req);
+  if (query.signature === undefined || query.signature === '') return null;
+  const match = ctx.runningSandboxes().find((c) => {
+    const problem = signatureProblem(query, operation, c.accessToken);
+    return problem === null || problem === 'signature is already expired';
+  });
+  return match?.id ?? null;
+}
+
+/**
  * envd's REST error, exactly as envd words it: `{code, message}` and nothing else (clients
  * compare the whole body, E2B's own signing tests among them). An unknown user is 401 there
  * ("error looking up user").

@@ -37,8 +37,12 @@ import {
   type E2bContext,
   type TokenPolicy,
 } from './context.js';
+import type { ClusterNode } from '../../core/cluster/cluster-node.js';
+import { ClusterFront } from '../cluster-front.js';
+import { installE2bHop } from './cluster-hop.js';
 import { registerControlRoutes } from './control.js';
 import { registerEnvdRoutes } from './envd.js';
+import { signedSandboxId } from './envd-files.js';
 import { classifyFrameworkError, isConnectPath, sendConnectError, sendE2bError } from './errors.js';
 import { registerHealthRoute } from './health.js';
 import { registerInterpreterRoutes } from './interpreter.js';
@@ -50,6 +54,8 @@ export interface E2bServerOptions {
   maxBodyBytes: number;
   maxFileBytes: number;
   logger: Logger;
+  /** Cluster mode: this node; requests for other nodes' sandboxes are forwarded there. */
+  cluster?: ClusterNode;
 }
 
 /** The kinds of E2B traffic, as the route constraint names them. */
@@ -124,7 +130,9 @@ export async function buildE2bServer(
 
   const resolved = new WeakMap<object, DataPlaneSandbox | null>();
   const stopWatch = new StopWatch(manager);
+  const front = opts.cluster ? new ClusterFront(opts.cluster) : null;
   const ctx = makeContext({
+    cluster: front,
     manager,
     log: opts.logger,
     tokens,
@@ -156,6 +164,18 @@ export async function buildE2bServer(
 
   // The control plane: X-API-KEY on every route.
   const checkKey = makeApiKeyChecker(opts.auth);
+
+  // Cluster mode: first of all, a request for another node's sandbox goes there.
+  if (front) {
+    installE2bHop(app, front, {
+      kindOf: (req) => (kindOf(req.raw) === 'control' ? 'control' : 'data'),
+      checkKey: (req) => checkKey(req.headers['x-api-key']),
+      isConnect: (req) => isConnectPath(req.url),
+      sendError: (req, reply, err) => renderFor(kindOf(req.raw), req, reply, err),
+      drain,
+      signedSandboxId: (req, operation) => signedSandboxId(ctx, req, operation),
+    });
+  }
   await app.register(
     scopeOf('control', (scope) => {
       jsonParser(scope);

@@ -101,12 +101,18 @@ export class ClusterNode {
   private connecting: Promise<void> | null = null;
   /** Where peers and the proxy reach this node (known once it listens). */
   url: string;
+  /**
+   * Where peers reach this node's E2B-compatible front (known once it listens); null: it has
+   * none, and E2B requests for its sandboxes cannot be forwarded to it.
+   */
+  e2bUrl: string | null;
 
   constructor(
     private readonly kv: ClusterKv,
     readonly options: ClusterNodeOptions,
   ) {
     this.url = options.url;
+    this.e2bUrl = options.e2bUrl ?? null;
     this.view = new CatalogView(kv);
     this.writer = new CatalogWriter(kv, {
       node: options.id,
@@ -222,6 +228,18 @@ export class ClusterNode {
 
   confirmSnapshot(id: string): Promise<void> {
     return this.writer.confirm([{ kind: 'snapshot', id }], CONFIRM_MS);
+  }
+
+  /**
+   * Resolves once this node is connected to etcd, or after `timeoutMs` either way (then
+   * `ensureConnected` answers). One etcd member going down drops the watch on it until the
+   * client moves to another member: a create asked meanwhile waits for that instead of failing.
+   */
+  async awaitConnected(timeoutMs: number): Promise<void> {
+    await this.view.waitFor(
+      () => (this.view.ready && this.view.connected ? true : null),
+      timeoutMs,
+    );
   }
 
   /** 503 cluster_unavailable unless etcd is reachable now (what a create needs). */
@@ -463,7 +481,7 @@ export class ClusterNode {
     return {
       id: this.id,
       url: this.url,
-      ...(this.options.e2bUrl ? { e2b_url: this.options.e2bUrl } : {}),
+      ...(this.e2bUrl ? { e2b_url: this.e2bUrl } : {}),
       state: this.nodeState,
       version: this.options.version,
       started_at: this.startedAt,

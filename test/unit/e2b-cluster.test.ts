@@ -1,0 +1,322 @@
+/**
+ * The E2B front in cluster mode (api/e2b/cluster-hop.ts), without VMs: two nodes on one
+ * in-memory store, each a SandboxManager on the fake hypervisor with its native API and its E2B
+ * front on loopback. A create asked of either front is placed as a native one is, and every
+ * request naming a sandbox (its control-plane path, its `E2b-Sandbox-Id`) is answered by the
+ * front of the node holding it, with that node's tokens and errors. Which requests name what is
+ * pure logic, checked first. The same paths with real VMs and E2B's SDKs are in
+ * test/integration/cluster.test.ts.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { FastifyInstance } from 'fastify';
+import { pino } from 'pino';
+import { SandboxTokens } from '../../src/api/e2b/auth.js';
+import { e2bSubject, e2bTarget, peerE2bUrl } from '../../src/api/e2b/cluster-hop.js';
+import { fileSignature } from '../../src/api/e2b/envd-files.js';
+import { buildE2bServer } from '../../src/api/e2b/server.js';
+import { buildServer } from '../../src/api/server.js';
+import { createMetrics } from '../../src/api/metrics.js';
+import { ClusterNode } from '../../src/core/cluster/cluster-node.js';
+import type { NodeRecord } from '../../src/core/cluster/records.js';
+import { memoryRecords } from '../../src/core/journal.js';
+import type { SandboxManager } from '../../src/core/sandbox-manager.js';
+import { setup } from '../helpers/manager.js';
+import { MemoryStore } from '../helpers/memory-kv.js';
+
+const KEY = 'e2b-cluster-key';
+const log = pino({ level: 'silent' });
+
+describe('which node answers an E2B request', () => {
+  const sbx = `sbx_${'1'.repeat(32)}`;
+
+  test('control-plane routes name their sandbox in the path; a kill is a delete', () => {
+    assert.deepEqual(e2bSubject('control', 'GET', '/sandboxes/:id', { id: sbx }, undefined), {
+      kind: 'sandbox',
+      id: sbx,
+      isDelete: false,
+    });
+    assert.deepEqual(e2bSubject('control', 'DELETE', '/sandboxes/:id', { id: sbx }, undefined), {
+      kind: 'sandbox',
+      id: sbx,
+      isDelete: true,
+    });
+    assert.deepEqual(
+      e2bSubject('control', 'POST', '/v2/sandboxes/:id/connect', { id: sbx }, undefined),
+      { kind: 'sandbox', id: sbx, isDelete: false },
+    );
+    assert.deepEqual(
+      e2bSubject('control', 'DELETE', '/templates/:id', { id: 'snap_1' }, undefined),
+      { kind: 'snapshot', id: 'snap_1' },
+    );
+  });
+
+  test('creates, lists and templates name nothing: the node that got them answers', () => {
+    assert.equal(e2bSubject('control', 'POST', '/v2/sandboxes', {}, undefined), null);
+    assert.equal(e2bSubject('control', 'GET', '/v2/sandboxes', {}, undefined), null);
+    assert.equal(e2bSubject('control', 'GET', '/snapshots', {}, undefined), null);
+    assert.equal(
+      e2bSubject('control', 'DELETE', '/templates/:id', { id: 'base' }, undefined),
+      null,
+    );
+    assert.equal(e2bSubject('control', 'GET', undefined, {}, undefined), null);
+  });
+
+  test('sandbox traffic names its sandbox in E2b-Sandbox-Id; signed URLs carry none', () => {
+    assert.deepEqual(e2bSubject('data', 'POST', '/execute', {}, sbx), {
+      kind: 'sandbox',
+      id: sbx,
+      isDelete: false,
+    });
+    assert.equal(e2bSubject('data', 'GET', '/files', {}, undefined), null);
+    assert.equal(e2bSubject('data', 'GET', '/files', {}, ''), null);
+  });
+
+  test("a node's E2B front: its record's e2b_url, its address unless it binds every one", () => {
+    const rec = { id: 'n1', url: 'http://10.0.0.1:7070' } as NodeRecord;
+    assert.equal(e2bTarget(rec), null);
+    assert.deepEqual(e2bTarget({ ...rec, e2b_url: 'http://10.0.0.1:49982' }), {
+      id: 'n1',
+      url: 'http://10.0.0.1:49982',
+    });
+    assert.equal(
+      peerE2bUrl('http://127.0.0.2:41000', 'http://127.0.0.2:7070'),
+      'http://127.0.0.2:41000',
+    );
+    assert.equal(
+      peerE2bUrl('http://0.0.0.0:49982', 'http://10.0.0.1:7070'),
+      'http://10.0.0.1:49982',
+    );
+    assert.equal(peerE2bUrl('http://[::]:49982', 'http://host-a:7070'), 'http://host-a:49982');
+  });
+});
+
+interface Node {
+  id: string;
+  cluster: ClusterNode;
+  manager: SandboxManager;
+  apps: FastifyInstance[];
+  e2bUrl: string;
+}
+
+async function startNode(store: MemoryStore, id: string): Promise<Node> {
+  const cluster = new ClusterNode(store.client(), { id, url: '', version: '0', ttlS: 10, log });
+  const { manager } = setup({
+    records: {
+      sandboxes: cluster.sandboxRecords(memoryRecords()),
+      snapshots: cluster.snapshotRecords(memoryRecords()),
+    },
+    cluster: {
+      nodeId: id,
+      ensureConnected: () => cluster.ensureConnected(),
+      confirmSandboxes: (ids) => cluster.confirmSandboxes(ids),
+      confirmSnapshot: (s) => cluster.confirmSnapshot(s),
+    },
+  });
+  cluster.bind({
+    holds: (s) => manager.holds(s),
+    holdsSnapshot: (s) => manager.holdsSnapshot(s),
+    fence: (s, why) => manager.fence(s, why),
+    fenceSnapshot: (s, why) => manager.fenceSnapshot(s, why),
+    capacity: () => ({ sandboxes: 10, memory_mib: 8192 }),
+    load: () => ({ sandboxes: manager.count, memory_free_mib: 4096 }),
+    templates: () =>
+      Object.fromEntries(
+        manager.listTemplates().map((t) => [t.name, { state: t.state, build: t.image_key }]),
+      ),
+  });
+  await manager.start();
+  const auth = { kind: 'keys' as const, keys: [KEY] };
+  const app = await buildServer({
+    manager,
+    auth,
+    maxBodyBytes: 1 << 20,
+    maxFileBytes: 1 << 20,
+    logger: log,
+    metrics: createMetrics({ accel: 'tcg', version: 'test' }),
+    cluster: { node: cluster, drain: () => void cluster.setState('draining') },
+  });
+  const { app: e2b } = await buildE2bServer({
+    manager,
+    auth,
+    // Each node its own secret, as each node's data directory has: only the holder checks.
+    tokens: SandboxTokens.ephemeral(),
+    maxBodyBytes: 1 << 20,
+    maxFileBytes: 1 << 20,
+    logger: log,
+    cluster,
+  });
+  const e2bUrl = await e2b.listen({ host: '127.0.0.1', port: 0 });
+  cluster.url = await app.listen({ host: '127.0.0.1', port: 0 });
+  cluster.e2bUrl = e2bUrl;
+  await cluster.start();
+  return { id, cluster, manager, apps: [app, e2b], e2bUrl };
+}
+
+async function e2b(
+  node: Node,
+  method: string,
+  path: string,
+  opts: { body?: unknown; headers?: Record<string, string> } = {},
+): Promise<{ status: number; headers: Headers; json: unknown }> {
+  const res = await fetch(node.e2bUrl + path, {
+    method,
+    headers: {
+      'x-api-key': KEY,
+      ...(opts.body !== undefined ? { 'content-type': 'application/json' } : {}),
+      ...opts.headers,
+    },
+    ...(opts.body !== undefined ? { body: JSON.stringify(opts.body) } : {}),
+  });
+  const text = await res.text();
+  return { status: res.status, headers: res.headers, json: text ? JSON.parse(text) : null };
+}
+
+type Made = { sandboxID: string; envdAccessToken: string };
+
+describe('the E2B front of a two-node cluster', () => {
+  const store = new MemoryStore();
+  let a: Node;
+  let b: Node;
+
+  before(async () => {
+    a = await startNode(store, 'a');
+    b = await startNode(store, 'b');
+    for (const n of [a, b]) {
+      await n.cluster.view.waitFor(
+        () =>
+          n.cluster.view.nodes.size === 2 &&
+          [...n.cluster.view.nodes.values()].every((r) => r.e2b_url)
+            ? true
+            : null,
+        5000,
+      );
+    }
+  });
+
+  after(async () => {
+    for (const n of [a, b]) {
+      if (!n) continue;
+      for (const app of n.apps) await app.close();
+      await n.manager.shutdown();
+      await n.cluster.stop();
+    }
+  });
+
+  test('a create of a draining node is placed on the other, whose front answers it', async () => {
+    await a.cluster.setState('draining');
+    await b.cluster.view.waitFor(
+      () => (b.cluster.view.nodes.get('a')?.state === 'draining' ? true : null),
+      5000,
+    );
+    try {
+      const made = await e2b(a, 'POST', '/v2/sandboxes', { body: { templateID: 'python' } });
+      assert.equal(made.status, 201, JSON.stringify(made.json));
+      const { sandboxID } = made.json as Made;
+      assert.equal(b.manager.holds(sandboxID), true);
+      assert.equal(a.manager.holds(sandboxID), false);
+      assert.equal((await e2b(a, 'DELETE', `/sandboxes/${sandboxID}`)).status, 204);
+      assert.equal(b.manager.holds(sandboxID), false);
+    } finally {
+      await a.cluster.setState('serving');
+      await b.cluster.view.waitFor(
+        () => (b.cluster.view.nodes.get('a')?.state === 'serving' ? true : null),
+        5000,
+      );
+    }
+  });
+
+  test("any node's front serves a sandbox of the other: control plane, traffic, errors", async () => {
+    const made = await e2b(b, 'POST', '/v2/sandboxes', {
+      body: { templateID: 'python', metadata: { who: 'hop' } },
+    });
+    assert.equal(made.status, 201, JSON.stringify(made.json));
+    const { sandboxID: id, envdAccessToken: token } = made.json as Made;
+    const holder = a.manager.holds(id) ? a : b;
+    const other = holder === a ? b : a;
+
+    const info = await e2b(other, 'GET', `/sandboxes/${id}`);
+    assert.equal(info.status, 200, JSON.stringify(info.json));
+    assert.equal((info.json as { envdAccessToken: string }).envdAccessToken, token);
+    assert.deepEqual((info.json as { metadata: unknown }).metadata, { who: 'hop' });
+
+    for (const n of [a, b]) {
+      const list = await e2b(n, 'GET', '/v2/sandboxes?metadata=who%3Dhop');
+      assert.deepEqual(
+        (list.json as { sandboxID: string }[]).map((s) => s.sandboxID),
+        [id],
+        `listed by ${n.id}`,
+      );
+      const legacy = await e2b(n, 'GET', '/sandboxes?metadata=who%3Dhop');
+      assert.deepEqual(
+        (legacy.json as { sandboxID: string }[]).map((s) => s.sandboxID),
+        [id],
+      );
+    }
+
+    // Sandbox traffic: the holder checks the token it issued.
+    const health = await e2b(other, 'GET', '/health', {
+      headers: { 'e2b-sandbox-id': id, 'e2b-sandbox-port': '49983' },
+    });
+    assert.equal(health.status, 204);
+    const denied = await e2b(other, 'GET', '/files?path=/tmp/x', {
+      headers: { 'e2b-sandbox-id': id, 'e2b-sandbox-port': '49983', 'x-access-token': 'nope' },
+    });
+    assert.equal(denied.status, 401);
+    assert.equal((denied.json as { code: number }).code, 401);
+    const rpc = await e2b(other, 'POST', '/filesystem.Filesystem/Stat', {
+      body: { path: '/definitely/missing' },
+      headers: { 'e2b-sandbox-id': id, 'e2b-sandbox-port': '49983', 'x-access-token': token },
+    });
+    assert.equal(rpc.status, 404, JSON.stringify(rpc.json));
+    assert.equal((rpc.json as { code: string }).code, 'not_found');
+
+    // Signed URLs (uploadUrl, downloadUrl) name no sandbox: the node whose sandbox the signature
+    // is for answers them, whichever node they reach.
+    const path = '/tmp/signed.txt';
+    const signed = (op: 'read' | 'write'): string =>
+      `/files?path=${encodeURIComponent(path)}&username=user&signature=${encodeURIComponent(
+        fileSignature(path, op, 'user', token),
+      )}`;
+    const up = await fetch(other.e2bUrl + signed('write'), {
+      method: 'POST',
+      headers: { 'content-type': 'application/octet-stream' },
+      body: 'signed and forwarded',
+    });
+    assert.equal(up.status, 200, await up.clone().text());
+    const down = await fetch(other.e2bUrl + signed('read'));
+    assert.equal(down.status, 200);
+    assert.equal(await down.text(), 'signed and forwarded');
+    const forged = await fetch(
+      other.e2bUrl + signed('read').replace(/signature=[^&]+/, 'signature=v1_x'),
+    );
+    assert.equal(forged.status, 401);
+    // The node it is for answers an expired one, in envd's words.
+    const past = Math.floor(Date.now() / 1000) - 60;
+    const expired = await fetch(
+      `${other.e2bUrl}/files?path=${encodeURIComponent(path)}&username=user&signature=${encodeURIComponent(
+        fileSignature(path, 'read', 'user', token, past),
+      )}&signature_expiration=${past}`,
+    );
+    assert.deepEqual(
+      [expired.status, await expired.json()],
+      [401, { code: 401, message: 'signature is already expired' }],
+    );
+
+    // The control plane's key is checked before anything is looked up or forwarded.
+    const noKey = await fetch(`${other.e2bUrl}/sandboxes/${id}`, {
+      headers: { 'x-api-key': 'wrong' },
+    });
+    assert.equal(noKey.status, 401);
+
+    const kill = await e2b(other, 'DELETE', `/sandboxes/${id}`);
+    assert.equal(kill.status, 204);
+    assert.equal(holder.manager.holds(id), false);
+    const again = await e2b(other, 'DELETE', `/sandboxes/${id}`);
+    assert.equal(again.status, 404);
+    const gone = await e2b(other, 'GET', '/health', {
+      headers: { 'e2b-sandbox-id': id, 'e2b-sandbox-port': '49983' },
+    });
+    assert.equal(gone.status, 502);
+  });
+});
