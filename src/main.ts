@@ -32,7 +32,7 @@ import {
   releaseStateDir,
 } from './state-dir.js';
 import { canRead, lookupUser, type VmUser } from './vm/host/vm-user.js';
-import { Jail, type VmJail } from './vm/host/vm-jail.js';
+import { Jail, jailView, type JailOptions, type VmJail } from './vm/host/vm-jail.js';
 import { detectCgroups } from './vm/host/vm-cgroups.js';
 import { VmUidPool, accountsInRange } from './vm/host/vm-uids.js';
 import { readFileSync } from 'node:fs';
@@ -88,6 +88,7 @@ async function main(): Promise<void> {
   // As root, each QEMU runs jailed as a uid of its own; as anyone else, as that same user.
   let vmUser: VmUser | undefined;
   let jail: VmJail | undefined;
+  let makeJail: ((view: JailOptions['view']) => VmJail) | undefined;
   if (process.getuid?.() === 0) {
     vmUser = lookupUser(config.vmUser);
     if (!vmUser) {
@@ -112,7 +113,10 @@ async function main(): Promise<void> {
         'QEMUs run without a cgroup leaf each: a sandbox can take more than its share of host memory and CPU',
       );
     }
-    jail = new Jail(new VmUidPool(range), vmUser.gid, { namespaces: full, cgroups: cg.cgroups });
+    const uids = new VmUidPool(range);
+    const gid = vmUser.gid;
+    // Built once the directories are claimed and QEMU's libraries known (below).
+    makeJail = (view) => new Jail(uids, gid, { namespaces: full, cgroups: cg.cgroups, view });
     log.info(
       {
         group: vmUser.name,
@@ -180,6 +184,23 @@ async function main(): Promise<void> {
     ? { dir: null, why: 'SERVICE_QEMU_CAPSTONE=1' }
     : capstoneStandIn(config.cacheDir, config.qemuBinary);
   log.info(standIn, "QEMU's stand-in for libcapstone (SERVICE_QEMU_CAPSTONE)");
+  if (makeJail) {
+    const view = jailView({
+      vmsDir: join(config.stateDir, 'vms'),
+      dataDir: config.dataDir,
+      tablePath: join(config.stateDir, 'jail-hidden.fstab'),
+      qemuBinary: config.qemuBinary,
+      needed: [
+        config.stateDir,
+        config.dataDir,
+        config.cacheDir,
+        ...(config.templateDir ? [config.templateDir] : []),
+        ...(standIn.dir !== null ? [standIn.dir] : []),
+      ],
+    });
+    log.info({ hidden: view.hide }, "each jailed QEMU's mount namespace hides these folders");
+    jail = makeJail({ vmsDir: view.vmsDir, table: view.table });
+  }
   const hypervisor = new QemuHypervisor(
     {
       qemuBinary: config.qemuBinary,
