@@ -34,7 +34,7 @@ import {
   releaseStateDir,
 } from './state-dir.js';
 import { canRead, lookupUser, type VmUser } from './vm/host/vm-user.js';
-import { Jail, type VmJail } from './vm/host/vm-jail.js';
+import { Jail, jailView, type JailOptions, type VmJail } from './vm/host/vm-jail.js';
 import { detectCgroups } from './vm/host/vm-cgroups.js';
 import { VmUidPool, accountsInRange } from './vm/host/vm-uids.js';
 import { readFileSync } from 'node:fs';
@@ -53,7 +53,7 @@ async function main(): Promise<void> {
   const { config, auth } = readSettings();
   const log = createLogger(config);
   announceAuth(log, auth, config);
-  const { vmUser, jail } = await jailVms(config, log);
+  const { vmUser, makeJail } = await jailVms(config, log);
   // A bug leaves hostd in an unknown state: it logs and exits (src/fail-fast.ts); its VMs run
   // on, and the next start re-adopts them.
   exitOnUncaught(log);
@@ -69,7 +69,7 @@ async function main(): Promise<void> {
     tcgTbMib: accel.accel === 'tcg' ? config.tcgTbMib : null,
   });
   log.info(sizing, 'sandbox cap');
-  const hypervisor = await startHypervisor(config, accel.accel, jail, sizing.perVmMib, log);
+  const hypervisor = await startHypervisor(config, accel.accel, makeJail, sizing.perVmMib, log);
   const ports = new ApiPorts(config.port);
   const metrics = createMetrics({ accel: accel.accel, version: HOSTD_VERSION });
   // Cluster mode (SERVICE_CLUSTER_ETCD): this node's records are mirrored into etcd's catalog.
@@ -161,6 +161,9 @@ function announceAuth(log: Logger, auth: AuthMode, config: Config): void {
   }
 }
 
+/** Makes the jail once its mount view is known (QEMU's libraries and hostd's directories). */
+type JailMaker = (view: JailOptions['view']) => VmJail;
+
 /**
  * As root, each QEMU runs jailed as a uid of its own (docs/operations.md, The jail); as anyone
  * else, as that same user, unjailed. Refuses a start whose VM account or uid range is unusable.
@@ -168,12 +171,12 @@ function announceAuth(log: Logger, auth: AuthMode, config: Config): void {
 async function jailVms(
   config: Config,
   log: Logger,
-): Promise<{ vmUser: VmUser | undefined; jail: VmJail | undefined }> {
+): Promise<{ vmUser: VmUser | undefined; makeJail: JailMaker | undefined }> {
   if (process.getuid?.() !== 0) {
     log.warn(
       'hostd does not run as root: QEMUs run as its own user, unjailed (docs/operations.md, Security)',
     );
-    return { vmUser: undefined, jail: undefined };
+    return { vmUser: undefined, makeJail: undefined };
   }
   const vmUser = lookupUser(config.vmUser);
   if (!vmUser) {
@@ -196,10 +199,10 @@ async function jailVms(
       'QEMUs run without a cgroup leaf each: a sandbox can take more than its share of host memory and CPU',
     );
   }
-  const jail = new Jail(new VmUidPool(range), vmUser.gid, {
-    namespaces: full,
-    cgroups: cg.cgroups,
-  });
+  const uids = new VmUidPool(range);
+  const gid = vmUser.gid;
+  const makeJail: JailMaker = (view) =>
+    new Jail(uids, gid, { namespaces: full, cgroups: cg.cgroups, view });
   log.info(
     {
       group: vmUser.name,
@@ -209,7 +212,7 @@ async function jailVms(
     },
     'each QEMU runs jailed as a uid of its own',
   );
-  return { vmUser, jail };
+  return { vmUser, makeJail };
 }
 
 /** Claims the state and data directories; both are checked before either is touched, so a refused start leaves a running hostd as it was. */
@@ -260,7 +263,7 @@ function templateImages(
 async function startHypervisor(
   config: Config,
   accel: AccelDecision['accel'],
-  jail: VmJail | undefined,
+  makeJail: JailMaker | undefined,
   perVmMib: number,
   log: Logger,
 ): Promise<QemuHypervisor> {
@@ -270,6 +273,24 @@ async function startHypervisor(
     ? { dir: null, why: 'SERVICE_QEMU_CAPSTONE=1' }
     : capstoneStandIn(config.cacheDir, config.qemuBinary);
   log.info(standIn, "QEMU's stand-in for libcapstone (SERVICE_QEMU_CAPSTONE)");
+  let jail: VmJail | undefined;
+  if (makeJail) {
+    const view = jailView({
+      vmsDir: join(config.stateDir, 'vms'),
+      dataDir: config.dataDir,
+      tablePath: join(config.stateDir, 'jail-hidden.fstab'),
+      qemuBinary: config.qemuBinary,
+      needed: [
+        config.stateDir,
+        config.dataDir,
+        config.cacheDir,
+        ...(config.templateDir ? [config.templateDir] : []),
+        ...(standIn.dir !== null ? [standIn.dir] : []),
+      ],
+    });
+    log.info({ hidden: view.hide }, "each jailed QEMU's mount namespace hides these folders");
+    jail = makeJail({ vmsDir: view.vmsDir, table: view.table });
+  }
   const tscKhz = hostTscKhz();
   const hypervisor = new QemuHypervisor(
     {

@@ -11,6 +11,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import {
+  chmod,
   mkdir,
   mkdtemp,
   readFile,
@@ -20,6 +21,7 @@ import {
   rmdir,
   stat,
   utimes,
+  writeFile,
 } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { eventually } from '../../testkit/eventually.js';
@@ -198,13 +200,20 @@ describe('a compromised QEMU, jailed', { skip: !asRoot && 'needs root' }, () => 
     });
   });
 
-  test('cannot reach another VM: its sockets, overlay, process, memory, or the names of its files', async () => {
-    await withSandboxes(hostd, async ({ create }) => {
-      const [a, b] = [await create({ template: TEMPLATE }), await create({ template: TEMPLATE })];
-      const [ja, jb] = [await jailOf(a), await jailOf(b)];
-      const results = asCompromisedQemu(
-        ja,
-        `
+  test('cannot reach another VM: its sockets, overlay, process, memory, or the names of its files; sees none of the host scratch space', async () => {
+    // A file of the host's /tmp, readable by anyone there.
+    const hostTmp = await mkdtemp('/tmp/hostd-jail-test-');
+    const hostTmpFile = join(hostTmp, 'note');
+    await writeFile(hostTmpFile, 'host');
+    await chmod(hostTmp, 0o755);
+    await chmod(hostTmpFile, 0o644);
+    try {
+      await withSandboxes(hostd, async ({ create }) => {
+        const [a, b] = [await create({ template: TEMPLATE }), await create({ template: TEMPLATE })];
+        const [ja, jb] = [await jailOf(a), await jailOf(b)];
+        const results = asCompromisedQemu(
+          ja,
+          `
 for sock in ('qmp.sock', 'agent.sock', 'files.sock'):
     def connect(path=os.path.join(args['bDir'], sock)):
         s = socket.socket(socket.AF_UNIX)
@@ -214,45 +223,67 @@ attempt('read B overlay', lambda: open(args['bTop'], 'rb').read(1))
 attempt('write B overlay', lambda: open(args['bTop'], 'r+b'))
 attempt('read B memory', lambda: open('/proc/%d/mem' % args['bPid'], 'rb'))
 attempt('signal B', lambda: os.kill(args['bPid'], signal.SIGKILL))
-for d in ('vms', 'disks', 'images', 'templates', 'paused', 'sandboxes'):
+for d in ('vms', 'disks', 'images', 'templates', 'paused'):
     base = args['stateDir'] if d == 'vms' else args['dataDir']
     attempt('list ' + d, lambda p=os.path.join(base, d): os.listdir(p))
+# Its mount namespace: its own folder, nobody else's; no records, no scratch space of the host.
+results['own folder holds its QMP socket'] = str('qmp.sock' in os.listdir(args['aDir']))
+attempt('read B record', lambda: open(os.path.join(args['dataDir'], 'sandboxes', args['b'] + '.json')))
+attempt('read host tmp file', lambda: open(args['hostTmpFile']))
+results['sandboxes holds'] = str(os.listdir(os.path.join(args['dataDir'], 'sandboxes')))
+results['tmp holds'] = str(os.listdir('/tmp'))
+results['run holds'] = str(os.listdir('/run'))
+attempt('write tmp', lambda: open('/tmp/planted', 'w'))
 pids = [p for p in os.listdir('/proc') if p.isdigit()]
 others = [p for p in pids if p != str(os.getpid())]  # its own command line holds B's folder
 results['processes seen'] = str(len(pids))
 results['sees B'] = str(any(args['bDir'] in open('/proc/%s/cmdline' % p, 'rb').read().decode(errors='replace') for p in others))
 done()
 `,
-        {
-          bDir: jb.vmDir,
-          bTop: jb.top,
-          bPid: jb.pid,
-          stateDir: hostd.stateDir,
-          dataDir: hostd.dataDir,
-        },
-      );
-      assert.deepEqual(results, {
-        'connect B qmp.sock': 'EACCES',
-        'connect B agent.sock': 'EACCES',
-        'connect B files.sock': 'EACCES',
-        'read B overlay': 'EACCES',
-        'write B overlay': 'EACCES',
-        // B's QEMU is not in A's PID namespace: its pid names nothing there.
-        'read B memory': 'ENOENT',
-        'signal B': 'ESRCH',
-        'list vms': 'EACCES',
-        'list disks': 'EACCES',
-        'list images': 'EACCES',
-        'list templates': 'EACCES',
-        'list paused': 'EACCES',
-        'list sandboxes': 'EACCES',
-        // A's QEMU (its PID 1) and the attacker itself.
-        'processes seen': '2',
-        'sees B': 'False',
+          {
+            aDir: ja.vmDir,
+            b,
+            bDir: jb.vmDir,
+            bTop: jb.top,
+            bPid: jb.pid,
+            stateDir: hostd.stateDir,
+            dataDir: hostd.dataDir,
+            hostTmpFile,
+          },
+        );
+        assert.deepEqual(results, {
+          // B's folder is not in A's view of vms/ at all.
+          'connect B qmp.sock': 'ENOENT',
+          'connect B agent.sock': 'ENOENT',
+          'connect B files.sock': 'ENOENT',
+          'read B overlay': 'EACCES',
+          'write B overlay': 'EACCES',
+          // B's QEMU is not in A's PID namespace: its pid names nothing there.
+          'read B memory': 'ENOENT',
+          'signal B': 'ESRCH',
+          'list vms': 'EACCES',
+          'list disks': 'EACCES',
+          'list images': 'EACCES',
+          'list templates': 'EACCES',
+          'list paused': 'EACCES',
+          'own folder holds its QMP socket': 'True',
+          // hostd's records: an empty folder in its view.
+          'sandboxes holds': '[]',
+          'read B record': 'ENOENT',
+          'read host tmp file': 'ENOENT',
+          'tmp holds': '[]',
+          'run holds': '[]',
+          'write tmp': 'EROFS',
+          // A's QEMU (its PID 1) and the attacker itself.
+          'processes seen': '2',
+          'sees B': 'False',
+        });
+        // B never noticed.
+        assert.equal((await run(hostd, b, 'print(1)')).stdout.trim(), '1');
       });
-      // B never noticed.
-      assert.equal((await run(hostd, b, 'print(1)')).stdout.trim(), '1');
-    });
+    } finally {
+      await rm(hostTmp, { recursive: true, force: true });
+    }
   });
 
   test('cannot write the layers its disk sits on, nor reach hostd over the network', async () => {

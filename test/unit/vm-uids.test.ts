@@ -68,7 +68,7 @@ test('a jailed QEMU joins its cgroup leaf, then new namespaces, then drops to it
     cgroups,
   });
   const uid = jail.allocate();
-  const argv = await jail.enter(uid, { memoryBytes: 1, pids: 1, cpuWeight: 100 });
+  const argv = await jail.enter(uid, { memoryBytes: 1, pids: 1, cpuWeight: 100 }, '/s/vms/vm1');
   const at = (s: string): number => argv.indexOf(s);
   assert.ok(argv.includes('/cg/vm-200000/cgroup.procs'));
   assert.ok(at('/bin/sh') < at('unshare') && at('unshare') < at('setpriv'));
@@ -89,4 +89,55 @@ test('a jailed QEMU joins its cgroup leaf, then new namespaces, then drops to it
     '--',
   ]);
   assert.equal(jail.forks, true);
+});
+
+test("a jail with a view narrows vms/ to the VM's folder and hides the rest, before dropping to its uid", async () => {
+  const { Jail } = await import('../../src/vm/host/vm-jail.js');
+  const jail = new Jail(new VmUidPool(range, () => new Set()), 995, {
+    namespaces: true,
+    cgroups: null,
+    view: { vmsDir: '/s/vms', table: '/s/jail.fstab' },
+  });
+  const argv = await jail.enter(
+    jail.allocate(),
+    { memoryBytes: 1, pids: 1, cpuWeight: 100 },
+    '/s/vms/vm1',
+  );
+  const view = argv.indexOf('hostd-jail-view');
+  assert.ok(argv.indexOf('unshare') < view && view < argv.indexOf('setpriv'));
+  assert.deepEqual(argv.slice(view + 1, view + 5), ['/s/vms', '/s/vms/vm1', '/s/jail.fstab', '--']);
+  // Without namespaces (SERVICE_VM_JAIL=uid) there is no mount namespace to build a view in.
+  const uidOnly = new Jail(new VmUidPool(range, () => new Set()), 995, {
+    namespaces: false,
+    cgroups: null,
+    view: { vmsDir: '/s/vms', table: null },
+  });
+  const plain = await uidOnly.enter(
+    uidOnly.allocate(),
+    { memoryBytes: 1, pids: 1, cpuWeight: 100 },
+    '/s/vms/vm2',
+  );
+  assert.equal(plain[0], 'setpriv');
+});
+
+test('a jail hides no folder that holds what QEMU opens', async () => {
+  const { hiddenPaths } = await import('../../src/vm/host/vm-jail.js');
+  assert.deepEqual(
+    hiddenPaths(
+      ['/home', '/root', '/tmp', '/var/tmp', '/run', '/srv', '/'],
+      ['/dev/shm/hostd-0', '/var/tmp/hostd-data', '/var/cache/hostd', '/usr/bin', '/srv2/x'],
+    ),
+    // /var/tmp holds the data directory; /srv2 is not under /srv; / is never a candidate.
+    ['/home', '/root', '/tmp', '/run', '/srv'],
+  );
+});
+
+test('the hidden folders are one mount table, its fields escaped as fstab wants', async () => {
+  const { hideTable } = await import('../../src/vm/host/vm-jail.js');
+  assert.equal(
+    hideTable(['/tmp', '/data dir/sandboxes']),
+    'hostd-jail /tmp tmpfs ro,mode=0555,size=4k,nosuid,nodev,noexec 0 0\n' +
+      'hostd-jail /data\\040dir/sandboxes tmpfs ro,mode=0555,size=4k,nosuid,nodev,noexec 0 0\n',
+  );
+  assert.equal(hideTable([]), '');
 });

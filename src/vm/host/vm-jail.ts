@@ -6,12 +6,16 @@
  * - its own mount, PID, network (no interface but a down loopback), IPC, UTS and cgroup
  *   namespaces, with a /proc that shows only its own PID namespace (unshare): it sees no
  *   other process, so no other VM's command line, files or memory;
+ * - in that mount namespace, a view of the state directory's `vms/` that holds its own folder
+ *   only, and empty read-only folders over the host's places it never needs (`mountView`);
  * - a cgroup leaf with memory, pids and CPU-weight limits (vm/host/vm-cgroups.ts), when the host
  *   has the controllers;
  * - and QEMU's own seccomp filter (`-sandbox on`, vm/qemu/qemu-args.ts).
  * hostd makes every file; QEMU only opens what it is told, so a guest that takes over its QEMU
  * owns that VM's folder and overlay and nothing else.
  */
+import { chmodSync, existsSync, mkdirSync, realpathSync, writeFileSync } from 'node:fs';
+import { delimiter, dirname, join } from 'node:path';
 import type { VmCgroups, VmLimits } from './vm-cgroups.js';
 import type { VmUidPool } from './vm-uids.js';
 
@@ -34,8 +38,11 @@ export interface VmJail {
   claim(uid: number): boolean;
   /** Gives back a uid whose VM's process and files are gone. */
   release(uid: number): Promise<void>;
-  /** Sets up VM `uid`'s jail; returns the argv prefix that runs the rest of the command in it. */
-  enter(uid: number, limits: VmLimits): Promise<string[]>;
+  /**
+   * Sets up VM `uid`'s jail, whose QEMU keeps `vmDir` (its folder); returns the argv prefix that
+   * runs the rest of the command in it.
+   */
+  enter(uid: number, limits: VmLimits, vmDir: string): Promise<string[]>;
   /**
    * Removes what jails of VMs that are gone left behind (their empty cgroup leaves, older than
    * `minAgeMs`), once the VMs this hostd re-adopted are claimed; returns how many leaves went.
@@ -48,6 +55,11 @@ export interface JailOptions {
   readonly namespaces: boolean;
   /** Cgroup leaves per VM; null: none (the host has no usable controllers). */
   readonly cgroups: VmCgroups | null;
+  /**
+   * What the mount namespace hides (with `namespaces` only): every VM folder but its own under
+   * `vmsDir`, and the folders of the mount table `table` (hideTable's; null: none).
+   */
+  readonly view?: { readonly vmsDir: string; readonly table: string | null };
 }
 
 export class Jail implements VmJail {
@@ -79,11 +91,13 @@ export class Jail implements VmJail {
     return this.options.cgroups?.sweep(this.uids.range, held, minAgeMs) ?? 0;
   }
 
-  async enter(uid: number, limits: VmLimits): Promise<string[]> {
+  async enter(uid: number, limits: VmLimits, vmDir: string): Promise<string[]> {
     const procs = (await this.options.cgroups?.prepare(uid, limits)) ?? [];
+    const { namespaces: ns, view } = this.options;
     return [
       ...joinCgroups(procs),
-      ...(this.options.namespaces ? namespaces() : []),
+      ...(ns ? namespaces() : []),
+      ...(ns && view ? mountView(view.vmsDir, vmDir, view.table) : []),
       ...dropPrivileges(uid, this.group),
     ];
   }
@@ -122,6 +136,124 @@ export function namespaces(): string[] {
     '--fork',
     '--kill-child=SIGKILL',
     '--mount-proc',
+    '--',
+  ];
+}
+
+/**
+ * Places of the host that a jailed QEMU never opens a file in, hidden from it when they exist
+ * (besides other VMs' folders): people's and services' files and scratch space. hostd's own
+ * records, in the data directory, are added by main.
+ */
+export const HIDDEN_HOST_PATHS = [
+  '/home',
+  '/root',
+  '/tmp',
+  '/var/tmp',
+  '/run',
+  '/mnt',
+  '/media',
+  '/srv',
+] as const;
+
+/**
+ * The `candidates` a jail may hide: those that neither are nor hold any of `needed` (the state,
+ * data and cache directories, QEMU's binary and libraries: a host that keeps hostd's data
+ * under /var/tmp keeps /var/tmp visible). Paths are compared as given: pass real paths.
+ */
+export function hiddenPaths(candidates: readonly string[], needed: readonly string[]): string[] {
+  const within = (path: string, dir: string): boolean =>
+    path === dir || path.startsWith(dir.endsWith('/') ? dir : `${dir}/`);
+  return candidates.filter((c) => c !== '/' && !needed.some((n) => within(n, c)));
+}
+
+/**
+ * The view of jailed QEMUs on this host: `vmsDir` narrowed to each VM's folder, and hidden
+ * the places of HIDDEN_HOST_PATHS that exist and hold nothing of `needed` (the state, data and
+ * cache directories, the template directory, the folder of QEMU's libcapstone stand-in), nor
+ * QEMU's binary, plus hostd's records in `dataDir` (sandboxes, snapshots; made here if new, as
+ * the records would make them).
+ */
+export function jailView(opts: {
+  readonly vmsDir: string;
+  readonly dataDir: string;
+  /** Where the mount table goes: a file of root's, mode 0600. */
+  readonly tablePath: string;
+  readonly qemuBinary: string;
+  readonly needed: readonly string[];
+}): { vmsDir: string; table: string | null; hide: string[] } {
+  const real = (p: string): string | null => {
+    try {
+      return realpathSync(p);
+    } catch {
+      return null; // no such path: nothing to hide, nothing needed there
+    }
+  };
+  const qemu = onPath(opts.qemuBinary);
+  const needed = [...opts.needed, ...(qemu ? [dirname(qemu)] : [])]
+    .map(real)
+    .filter((p): p is string => p !== null);
+  const candidates = HIDDEN_HOST_PATHS.map(real).filter((p): p is string => p !== null);
+  const records = ['sandboxes', 'snapshots'].map((d) => join(opts.dataDir, d));
+  for (const r of records) mkdirSync(r, { recursive: true, mode: 0o700 });
+  const hide = [...new Set(hiddenPaths(candidates, needed)), ...records];
+  writeFileSync(opts.tablePath, hideTable(hide), { mode: 0o600 });
+  chmodSync(opts.tablePath, 0o600);
+  return { vmsDir: opts.vmsDir, table: opts.tablePath, hide };
+}
+
+/** The real path of `command` as found on PATH (or as given, with a slash); null if none. */
+function onPath(command: string): string | null {
+  const dirs = command.includes('/') ? [''] : (process.env.PATH ?? '').split(delimiter);
+  for (const dir of dirs) {
+    const path = dir ? join(dir, command) : command;
+    if (existsSync(path)) return realpathSync(path);
+  }
+  return null;
+}
+
+/**
+ * The mount table (fstab format) of the hidden folders: an empty read-only tmpfs over each, so
+ * that one `mount -a` sets them all up (a `mount` process per folder cost ~10 ms each).
+ */
+export function hideTable(hide: readonly string[]): string {
+  // fstab's escapes for the characters that would split a field or a line.
+  const esc = (p: string): string =>
+    p.replace(/[\\ \t\n]/g, (c) => `\\${c.charCodeAt(0).toString(8).padStart(3, '0')}`);
+  return hide
+    .map((p) => `hostd-jail ${esc(p)} tmpfs ro,mode=0555,size=4k,nosuid,nodev,noexec 0 0\n`)
+    .join('');
+}
+
+/**
+ * A shell step, run as root inside the new mount namespace (private: nothing propagates to the
+ * host), that builds the VM's view and execs the rest: an empty tmpfs over `vmsDir` (root's,
+ * mode 0711, read-only once set up) with only `vmDir` bound back into it, so the names and
+ * sockets of other VMs are not there at all; then the mounts of `table` (hideTable's, a file
+ * only root reads), if any. `vmDir` is bound through a descriptor opened before the tmpfs
+ * covers it. Any step that fails fails the start (`mount -a` exits non-zero when any of its
+ * mounts fails): the VM never runs with a partial view.
+ */
+export function mountView(vmsDir: string, vmDir: string, table: string | null): string[] {
+  return [
+    '/bin/sh',
+    '-c',
+    [
+      'set -e',
+      'vms=$1; own=$2; table=$3; shift 4',
+      'exec 3< "$own"',
+      'mount -t tmpfs -o mode=0711,size=64k,nosuid,nodev,noexec hostd-jail "$vms"',
+      'mkdir -m 0700 "$own"',
+      'mount --no-canonicalize --bind /proc/self/fd/3 "$own"',
+      'exec 3<&-',
+      'mount -o remount,ro "$vms"',
+      'if [ -n "$table" ]; then mount -a -T "$table"; fi',
+      'exec "$@"',
+    ].join('\n'),
+    'hostd-jail-view',
+    vmsDir,
+    vmDir,
+    table ?? '',
     '--',
   ];
 }

@@ -314,7 +314,8 @@ export class QemuProcess extends EventEmitter {
     }
     this.consoleLog = await ConsoleLog.open(this.consoleLogPath);
     const log = await open(join(this.dir, 'qemu.log'), 'w');
-    const jail = host.jail && uid !== undefined ? await host.jail.enter(uid, vmLimits(spec)) : [];
+    const jail =
+      host.jail && uid !== undefined ? await host.jail.enter(uid, vmLimits(spec), this.dir) : [];
     const [cmd, ...pre] = [...host.launcher, ...jail, host.qemuBinary];
     const paths = disk ? { ...this.paths, writableDisk: disk } : this.paths;
     try {
