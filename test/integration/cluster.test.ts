@@ -2,9 +2,13 @@
  * Cluster mode end to end (docs/cluster.md): three hostd nodes on 127.0.0.2-4 with a 3-member
  * etcd and HAProxy in front (testkit/cluster.ts), python-slim VMs. Sandboxes are placed across
  * the nodes and recorded in the catalog; any node serves any sandbox by forwarding (exec NDJSON,
- * files, errors intact); lists span the cluster; forks stay on the parent's node; a drained node
- * takes no creates; a node stopped cleanly keeps its sandboxes; a SIGKILLed node's sandboxes answer 410 sandbox_lost naming it, and can be
- * deleted through the others. One cluster is shared by the file's tests, in order.
+ * files, errors intact), on the native API and on the E2B front (E2B's published SDKs, signed
+ * URLs included); lists span the cluster; forks stay on the parent's node; a drained node takes
+ * no creates; a node stopped cleanly keeps its sandboxes; a SIGKILLed node's sandboxes answer
+ * 410 sandbox_lost naming it and can be deleted through the others, and once it is back it
+ * re-adopts what it kept and fences what was deleted; one etcd member down changes nothing,
+ * etcd down refuses creates while placed sandboxes serve. One cluster is shared by the file's
+ * tests, in order.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -231,6 +235,28 @@ describe('a three-node cluster', () => {
       assert.equal(
         (await remote.files.list('/home/user')).some((e) => e.name === 'e2b.bin'),
         true,
+      );
+
+      // Signed URLs name no sandbox: the node they reach finds whose signature they carry.
+      const download = await remote.downloadUrl('/home/user/e2b.bin');
+      assert.ok(download.startsWith(`${asker.e2bUrl}/files?`), download);
+      const fetched = await fetch(download);
+      assert.equal(fetched.status, 200);
+      assert.equal(sha(new Uint8Array(await fetched.arrayBuffer())), sha(data));
+      const form = new FormData();
+      form.append('file', new Blob(['uploaded by URL']), 'up.txt');
+      const put = await fetch(await remote.uploadUrl('/home/user/up.txt'), {
+        method: 'POST',
+        body: form,
+      });
+      assert.equal(put.status, 200, await put.clone().text());
+      assert.equal(await remote.files.read('/home/user/up.txt'), 'uploaded by URL');
+      const expired = await fetch(
+        await remote.downloadUrl('/home/user/up.txt', { useSignatureExpiration: -10_000 }),
+      );
+      assert.deepEqual(
+        [expired.status, await expired.json()],
+        [401, { code: 401, message: 'signature is already expired' }],
       );
 
       // The code interpreter's /execute, its lines streamed as they come.
