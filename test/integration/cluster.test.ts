@@ -7,8 +7,8 @@
  * no creates; a node stopped cleanly keeps its sandboxes; a SIGKILLed node's sandboxes answer
  * 410 sandbox_lost naming it and can be deleted through the others, and once it is back it
  * re-adopts what it kept and fences what was deleted; one etcd member down changes nothing,
- * etcd down refuses creates while placed sandboxes serve. One cluster is shared by the file's
- * tests, in order.
+ * etcd down refuses creates while placed sandboxes serve; a rolling restart keeps everything.
+ * One cluster is shared by the file's tests, in order.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -564,5 +564,48 @@ describe('a three-node cluster', () => {
       const del = await cluster.api.request('DELETE', `/v1/sandboxes/${again.id}`);
       assert.equal(del.status, 204);
       created.delete(again.id);
+    }));
+
+  test('a rolling restart of the three nodes, one at a time, loses no sandbox and no REPL state', () =>
+    reported(async () => {
+      assert.ok(sandboxes.length > 0);
+      for (const node of cluster.nodes) {
+        const mine = sandboxes.filter((s) => s.node === node.id);
+        const others = sandboxes.filter((s) => s.node !== node.id);
+        assert.equal(await node.stop('SIGTERM'), 0);
+        // Meanwhile the others' sandboxes serve, and creates go to the nodes that are up.
+        for (const s of others) {
+          assert.equal((await run(cluster.api, s.id, 'print(x)')).stdout, '41\n');
+        }
+        const during = await create(cluster.api);
+        assert.notEqual(during.node, node.id);
+        assert.equal(
+          (await cluster.api.request('DELETE', `/v1/sandboxes/${during.id}`)).status,
+          204,
+        );
+        created.delete(during.id);
+        await node.start();
+        for (const s of mine) {
+          await eventually(
+            `${s.id} to serve again once ${node.id} is back`,
+            async () => (await cluster.api.json('GET', `/v1/sandboxes/${s.id}`)).status === 200,
+            { timeoutMs: 120_000, everyMs: 200 },
+          );
+          assert.equal((await run(cluster.api, s.id, 'print(x)')).stdout, '41\n');
+        }
+        await eventually(
+          `${node.id} to serve again`,
+          async () => {
+            const v = await cluster.api.json<ClusterView>('GET', '/v1/cluster');
+            return v.body.nodes?.find((n) => n.id === node.id)?.state === 'serving';
+          },
+          { timeoutMs: 60_000, everyMs: 200 },
+        );
+      }
+      for (const s of sandboxes) {
+        const now = await info(cluster.api, s.id);
+        assert.equal(now.node, s.node, 'no sandbox moved');
+        assert.equal((await run(cluster.api, s.id, 'print(x)')).stdout, '41\n');
+      }
     }));
 });
