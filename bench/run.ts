@@ -12,7 +12,9 @@
  * chart and a matrix product in the guest beside the host's python3), e2b (e2b.ts: E2B's SDKs'
  * runCode and commands.run beside the native exec), soak (soak.ts), isolation
  * (isolation.ts: a noisy neighbour's effect on another sandbox, and the per-VM jail's cost, on
- * two hostds of its own started after the main one has stopped). Where a figure is measured on
+ * two hostds of its own started after the main one has stopped), cluster (cluster.ts: creates
+ * through HAProxy, a forwarded exec's cost, a lost node's detection, on a 3-node cluster of its
+ * own, after the isolation part). Where a figure is measured on
  * less than the issue names to keep the run under 10 minutes (a 64 MiB transfer for 256, 8
  * sandboxes restarted for 32), the output says so beside it.
  *
@@ -56,6 +58,7 @@ import { featureFigures } from './features.js';
 import { E2B_FIGURES, e2bFigures } from './e2b.js';
 import { guarded } from './skip.js';
 import { ISOLATION_FIGURES, isolationFigures } from './isolation.js';
+import { CLUSTER_FIGURES, clusterFigures } from './cluster.js';
 import { DEFAULT_TCG_TB_MIB } from '../src/config.js';
 import { loadAverage, machineInfo } from './proc-stats.js';
 import { baselineRatios } from './ratios.js';
@@ -176,10 +179,10 @@ async function baselineLocalRepl(iterations: number): Promise<number> {
  * default), features (files, network, templates, snapshots, pause: skipped while hostd answers
  * route_not_found), compute (issue 29), e2b (issue 24: E2B's SDKs against the native API),
  * soak, isolation (issue 27: needs root for the jail
- * figures). All by default.
+ * figures), cluster (issue 25: etcd and HAProxy from setup). All by default.
  */
 const parts = new Set(
-  (process.env.BENCH_PARTS || 'core,fork,density,features,compute,e2b,soak,isolation')
+  (process.env.BENCH_PARTS || 'core,fork,density,features,compute,e2b,soak,isolation,cluster')
     .split(',')
     .map((p) => p.trim()),
 );
@@ -294,7 +297,7 @@ async function main(): Promise<void> {
   Object.assign(results, machineInfo());
   results.baseline_no_vm_ms = baselineNoVm();
   // The isolation part starts hostds of its own, once the main one is gone.
-  if ([...parts].some((p) => p !== 'isolation')) {
+  if ([...parts].some((p) => p !== 'isolation' && p !== 'cluster')) {
     let hostd: Hostd | null = null;
     let client: Api;
     if (process.env.SERVICE_HOSTD_URL) {
@@ -324,6 +327,14 @@ async function main(): Promise<void> {
       for (const k of ISOLATION_FIGURES) results[k] = why;
     } else {
       Object.assign(results, await guarded(ISOLATION_FIGURES, isolationFigures));
+    }
+  }
+  if (parts.has('cluster')) {
+    if (process.env.SERVICE_HOSTD_URL) {
+      const why = 'skipped: starts a cluster of its own (SERVICE_HOSTD_URL is set)';
+      for (const k of CLUSTER_FIGURES) results[k] = why;
+    } else {
+      Object.assign(results, await guarded(CLUSTER_FIGURES, clusterFigures));
     }
   }
 

@@ -2,9 +2,13 @@
  * Cluster mode end to end (docs/cluster.md): three hostd nodes on 127.0.0.2-4 with a 3-member
  * etcd and HAProxy in front (testkit/cluster.ts), python-slim VMs. Sandboxes are placed across
  * the nodes and recorded in the catalog; any node serves any sandbox by forwarding (exec NDJSON,
- * files, errors intact); lists span the cluster; forks stay on the parent's node; a drained node
- * takes no creates; a node stopped cleanly keeps its sandboxes; a SIGKILLed node's sandboxes answer 410 sandbox_lost naming it, and can be
- * deleted through the others. One cluster is shared by the file's tests, in order.
+ * files, errors intact), on the native API and on the E2B front (E2B's published SDKs, signed
+ * URLs included); lists span the cluster; forks stay on the parent's node; a drained node takes
+ * no creates; a node stopped cleanly keeps its sandboxes; a SIGKILLed node's sandboxes answer
+ * 410 sandbox_lost naming it and can be deleted through the others, and once it is back it
+ * re-adopts what it kept and fences what was deleted; one etcd member down changes nothing,
+ * etcd down refuses creates while placed sandboxes serve; a rolling restart keeps everything.
+ * One cluster is shared by the file's tests, in order.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -231,6 +235,28 @@ describe('a three-node cluster', () => {
       assert.equal(
         (await remote.files.list('/home/user')).some((e) => e.name === 'e2b.bin'),
         true,
+      );
+
+      // Signed URLs name no sandbox: the node they reach finds whose signature they carry.
+      const download = await remote.downloadUrl('/home/user/e2b.bin');
+      assert.ok(download.startsWith(`${asker.e2bUrl}/files?`), download);
+      const fetched = await fetch(download);
+      assert.equal(fetched.status, 200);
+      assert.equal(sha(new Uint8Array(await fetched.arrayBuffer())), sha(data));
+      const form = new FormData();
+      form.append('file', new Blob(['uploaded by URL']), 'up.txt');
+      const put = await fetch(await remote.uploadUrl('/home/user/up.txt'), {
+        method: 'POST',
+        body: form,
+      });
+      assert.equal(put.status, 200, await put.clone().text());
+      assert.equal(await remote.files.read('/home/user/up.txt'), 'uploaded by URL');
+      const expired = await fetch(
+        await remote.downloadUrl('/home/user/up.txt', { useSignatureExpiration: -10_000 }),
+      );
+      assert.deepEqual(
+        [expired.status, await expired.json()],
+        [401, { code: 401, message: 'signature is already expired' }],
       );
 
       // The code interpreter's /execute, its lines streamed as they come.
@@ -538,5 +564,48 @@ describe('a three-node cluster', () => {
       const del = await cluster.api.request('DELETE', `/v1/sandboxes/${again.id}`);
       assert.equal(del.status, 204);
       created.delete(again.id);
+    }));
+
+  test('a rolling restart of the three nodes, one at a time, loses no sandbox and no REPL state', () =>
+    reported(async () => {
+      assert.ok(sandboxes.length > 0);
+      for (const node of cluster.nodes) {
+        const mine = sandboxes.filter((s) => s.node === node.id);
+        const others = sandboxes.filter((s) => s.node !== node.id);
+        assert.equal(await node.stop('SIGTERM'), 0);
+        // Meanwhile the others' sandboxes serve, and creates go to the nodes that are up.
+        for (const s of others) {
+          assert.equal((await run(cluster.api, s.id, 'print(x)')).stdout, '41\n');
+        }
+        const during = await create(cluster.api);
+        assert.notEqual(during.node, node.id);
+        assert.equal(
+          (await cluster.api.request('DELETE', `/v1/sandboxes/${during.id}`)).status,
+          204,
+        );
+        created.delete(during.id);
+        await node.start();
+        for (const s of mine) {
+          await eventually(
+            `${s.id} to serve again once ${node.id} is back`,
+            async () => (await cluster.api.json('GET', `/v1/sandboxes/${s.id}`)).status === 200,
+            { timeoutMs: 120_000, everyMs: 200 },
+          );
+          assert.equal((await run(cluster.api, s.id, 'print(x)')).stdout, '41\n');
+        }
+        await eventually(
+          `${node.id} to serve again`,
+          async () => {
+            const v = await cluster.api.json<ClusterView>('GET', '/v1/cluster');
+            return v.body.nodes?.find((n) => n.id === node.id)?.state === 'serving';
+          },
+          { timeoutMs: 60_000, everyMs: 200 },
+        );
+      }
+      for (const s of sandboxes) {
+        const now = await info(cluster.api, s.id);
+        assert.equal(now.node, s.node, 'no sandbox moved');
+        assert.equal((await run(cluster.api, s.id, 'print(x)')).stdout, '41\n');
+      }
     }));
 });

@@ -1,0 +1,129 @@
+/**
+ * Cluster mode's figures (issue 25, docs/cluster.md), on a cluster of its own started by the
+ * testkit (testkit/cluster.ts: a 3-member etcd, three nodes on 127.0.0.2-4 serving
+ * python-slim, HAProxy in front), after the main hostd has stopped:
+ *
+ * - `cluster_create_p50_ms`: a create through HAProxy, placement and the catalog entry
+ *   included, each node's pool refilled before each sample (as `create_p50_ms` is a pool hit);
+ * - `cluster_forward_exec_overhead_ms`: the p50 of `print(1)` asked of a node that does not run
+ *   the sandbox, minus the p50 asked of the node that does (`cluster_direct_exec_p50_ms`),
+ *   interleaved in alternating order, keep-alive clients;
+ * - `node_loss_to_lost_s`: from a node's SIGKILL to another node answering `410 sandbox_lost`
+ *   for its sandbox, with hostd's default lease TTL (SERVICE_CLUSTER_TTL_S, 10 s).
+ *
+ * The drain and rolling-restart figures of issue 25 wait for sandboxes to move between nodes,
+ * which is not built yet (docs/cluster.md, "Not built yet").
+ */
+import { Agent } from 'node:http';
+import { startCluster, type Cluster } from '../testkit/cluster.js';
+import { eventually } from '../testkit/eventually.js';
+import type { Api } from '../testkit/hostd.js';
+import { poolHolds } from '../testkit/metrics.js';
+import { execHttp, now, pct, type Results } from './util.js';
+
+export const CLUSTER_FIGURES = [
+  'cluster_create_p50_ms',
+  'cluster_forward_exec_overhead_ms',
+  'cluster_direct_exec_p50_ms',
+  'node_loss_to_lost_s',
+];
+
+const TEMPLATE = 'python-slim';
+const CREATES = 9;
+const WARMUP = 3;
+const EXECS = 40;
+
+async function createOn(api: Api): Promise<{ id: string }> {
+  const res = await api.json<{ id: string }>('POST', '/v1/sandboxes', { template: TEMPLATE });
+  if (res.status !== 200) throw new Error(`create: ${res.status} ${JSON.stringify(res.body)}`);
+  return { id: res.body.id };
+}
+
+/** The node running sandbox `id` (its info's `node`). */
+async function nodeOf(api: Api, id: string): Promise<string> {
+  const res = await api.json<{ node: string }>('GET', `/v1/sandboxes/${id}`);
+  if (res.status !== 200) throw new Error(`info of ${id}: ${res.status}`);
+  return res.body.node;
+}
+
+export async function clusterFigures(): Promise<Results> {
+  const cluster: Cluster = await startCluster({ templates: TEMPLATE });
+  const made = new Set<string>();
+  try {
+    const poolsFull = (): Promise<void[]> =>
+      Promise.all(cluster.nodes.map((n) => poolHolds(n.api, TEMPLATE, 1)));
+
+    // Creates through the proxy, each a pool hit on whichever node it is placed on.
+    const creates: number[] = [];
+    for (let i = 0; i < CREATES; i++) {
+      await poolsFull();
+      const t = now();
+      const s = await createOn(cluster.api);
+      creates.push(now() - t);
+      made.add(s.id);
+      const del = await cluster.api.request('DELETE', `/v1/sandboxes/${s.id}`);
+      if (del.status === 204) made.delete(s.id);
+    }
+
+    // One exec asked directly, one through another node, interleaved.
+    await poolsFull();
+    const s = await createOn(cluster.api);
+    made.add(s.id);
+    const owner = cluster.node(await nodeOf(cluster.api, s.id));
+    const other = cluster.nodes.find((n) => n.id !== owner.id)!;
+    const direct = new Agent({ keepAlive: true, maxSockets: 1 });
+    const hop = new Agent({ keepAlive: true, maxSockets: 1 });
+    const directMs: number[] = [];
+    const hopMs: number[] = [];
+    try {
+      const timed = async (api: Api, agent: Agent): Promise<number> => {
+        const t = now();
+        await execHttp(api, agent, s.id, 'print(1)');
+        return now() - t;
+      };
+      // Each pair in turn in either order: the second exec of a pair finds the guest warmer.
+      for (let i = 0; i < WARMUP + EXECS; i++) {
+        let d: number;
+        let h: number;
+        if (i % 2 === 0) {
+          d = await timed(owner.api, direct);
+          h = await timed(other.api, hop);
+        } else {
+          h = await timed(other.api, hop);
+          d = await timed(owner.api, direct);
+        }
+        if (i < WARMUP) continue;
+        directMs.push(d);
+        hopMs.push(h);
+      }
+    } finally {
+      direct.destroy();
+      hop.destroy();
+    }
+    const directP50 = pct(directMs, 50);
+
+    // A node lost: its sandbox answers 410 on another node.
+    await owner.kill();
+    const killedAt = now();
+    await eventually(
+      `${s.id} to be lost with ${owner.id}`,
+      async () =>
+        (await other.api.request('GET', `/v1/sandboxes/${s.id}`)).status === 410 ? true : null,
+      { timeoutMs: 120_000, everyMs: 50 },
+    );
+    const lostS = (now() - killedAt) / 1000;
+
+    return {
+      cluster_create_p50_ms: pct(creates, 50),
+      cluster_forward_exec_overhead_ms: Math.round((pct(hopMs, 50) - directP50) * 100) / 100,
+      cluster_direct_exec_p50_ms: directP50,
+      node_loss_to_lost_s: Math.round(lostS * 10) / 10,
+    };
+  } finally {
+    for (const id of made) {
+      const live = cluster.nodes.find((n) => n.hostd);
+      await live?.api.request('DELETE', `/v1/sandboxes/${id}`).catch(() => undefined);
+    }
+    await cluster.close();
+  }
+}
