@@ -19,9 +19,8 @@ import { buildServer } from '../../src/api/server.js';
 import { createMetrics } from '../../src/api/metrics.js';
 import { ClusterNode } from '../../src/core/cluster/cluster-node.js';
 import type { NodeRecord } from '../../src/core/cluster/records.js';
-import { memoryRecords } from '../../src/core/journal.js';
 import type { SandboxManager } from '../../src/core/sandbox-manager.js';
-import { setup } from '../helpers/manager.js';
+import { startClusterManager } from '../helpers/cluster-manager.js';
 import { MemoryStore } from '../helpers/memory-kv.js';
 
 const KEY = 'e2b-cluster-key';
@@ -100,32 +99,7 @@ interface Node {
 }
 
 async function startNode(store: MemoryStore, id: string): Promise<Node> {
-  const cluster = new ClusterNode(store.client(), { id, url: '', version: '0', ttlS: 10, log });
-  const { manager } = setup({
-    records: {
-      sandboxes: cluster.sandboxRecords(memoryRecords()),
-      snapshots: cluster.snapshotRecords(memoryRecords()),
-    },
-    cluster: {
-      nodeId: id,
-      ensureConnected: () => cluster.ensureConnected(),
-      confirmSandboxes: (ids) => cluster.confirmSandboxes(ids),
-      confirmSnapshot: (s) => cluster.confirmSnapshot(s),
-    },
-  });
-  cluster.bind({
-    holds: (s) => manager.holds(s),
-    holdsSnapshot: (s) => manager.holdsSnapshot(s),
-    fence: (s, why) => manager.fence(s, why),
-    fenceSnapshot: (s, why) => manager.fenceSnapshot(s, why),
-    capacity: () => ({ sandboxes: 10, memory_mib: 8192 }),
-    load: () => ({ sandboxes: manager.count, memory_free_mib: 4096 }),
-    templates: () =>
-      Object.fromEntries(
-        manager.listTemplates().map((t) => [t.name, { state: t.state, build: t.image_key }]),
-      ),
-  });
-  await manager.start();
+  const { cluster, manager } = await startClusterManager(store, id, log);
   const auth = { kind: 'keys' as const, keys: [KEY] };
   const app = await buildServer({
     manager,

@@ -1,0 +1,46 @@
+/**
+ * A cluster node without VMs: a SandboxManager on the fake hypervisor whose records are mirrored
+ * by a ClusterNode on an in-memory store with etcd's semantics (test/helpers/memory-kv.ts). The
+ * HTTP-level cluster tests (native and E2B fronts) put their servers in front of it.
+ */
+import type { Logger } from 'pino';
+import { ClusterNode } from '../../src/core/cluster/cluster-node.js';
+import { memoryRecords } from '../../src/core/journal.js';
+import type { SandboxManager } from '../../src/core/sandbox-manager.js';
+import { setup } from './manager.js';
+import type { MemoryStore } from './memory-kv.js';
+
+/** Node `id` of the cluster on `store`, its manager started and its records in the catalog. */
+export async function startClusterManager(
+  store: MemoryStore,
+  id: string,
+  log: Logger,
+): Promise<{ cluster: ClusterNode; manager: SandboxManager }> {
+  const cluster = new ClusterNode(store.client(), { id, url: '', version: '0', ttlS: 10, log });
+  const { manager } = setup({
+    records: {
+      sandboxes: cluster.sandboxRecords(memoryRecords()),
+      snapshots: cluster.snapshotRecords(memoryRecords()),
+    },
+    cluster: {
+      nodeId: id,
+      ensureConnected: () => cluster.ensureConnected(),
+      confirmSandboxes: (ids) => cluster.confirmSandboxes(ids),
+      confirmSnapshot: (s) => cluster.confirmSnapshot(s),
+    },
+  });
+  cluster.bind({
+    holds: (s) => manager.holds(s),
+    holdsSnapshot: (s) => manager.holdsSnapshot(s),
+    fence: (s, why) => manager.fence(s, why),
+    fenceSnapshot: (s, why) => manager.fenceSnapshot(s, why),
+    capacity: () => ({ sandboxes: 10, memory_mib: 8192 }),
+    load: () => ({ sandboxes: manager.count, memory_free_mib: 4096 }),
+    templates: () =>
+      Object.fromEntries(
+        manager.listTemplates().map((t) => [t.name, { state: t.state, build: t.image_key }]),
+      ),
+  });
+  await manager.start();
+  return { cluster, manager };
+}
