@@ -157,9 +157,10 @@ class _EntryInfoRequired(TypedDict):
 
 class EntryInfo(_EntryInfoRequired, total=False):
     """A file, directory or link inside a sandbox. ``mode`` is the permission bits as a number
-    (``420`` is ``0o644``); a symlink also has ``target``."""
+    (``420`` is ``0o644``); a symlink also has ``target`` (None when the guest could not read
+    the link)."""
 
-    target: str
+    target: Optional[str]
 
 
 class WriteInfo(TypedDict):
@@ -207,5 +208,6 @@ class TemplateInfo(TypedDict):
     preload: List[str]
     debian_packages: List[str]
     python_packages: List[str]
-    image_key: str
+    #: The content key of its built image; None while it builds or after a failed build.
+    image_key: Optional[str]
     built_at: Optional[str]

@@ -218,8 +218,8 @@ export interface EntryInfo {
   /** Permission bits as a number: `420` is `0o644`. */
   mode: number;
   mtime_ms: number;
-  /** Where a symlink points. */
-  target?: string;
+  /** Where a symlink points; null when the guest could not read the link. */
+  target?: string | null;
 }
 
 /** What `files.write` wrote. */
@@ -267,7 +267,8 @@ export interface TemplateInfo {
   preload: string[];
   debian_packages: string[];
   python_packages: string[];
-  image_key: string;
+  /** The content key of its built image; null while it builds or after a failed build. */
+  image_key: string | null;
   /** ISO 8601, or null while building. */
   built_at: string | null;
 }

@@ -224,6 +224,6 @@ function entryOf(e: EntryInfo): z.infer<typeof ENTRY> {
     size: e.size,
     mode: e.mode.toString(8).padStart(4, '0'),
     modified: new Date(e.mtime_ms).toISOString(),
-    ...(e.target === undefined ? {} : { target: e.target }),
+    ...(e.target === undefined || e.target === null ? {} : { target: e.target }),
   };
 }
