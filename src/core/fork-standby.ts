@@ -27,7 +27,7 @@ export class ForkStandby {
 
   constructor(
     private readonly hypervisor: Hypervisor,
-    /** Most standby machines per template; 0 keeps only the prepared image. */
+    /** Most incoming machines per template; 0 keeps only the prepared image. */
     private readonly maxStandby: number,
     /** Why the host cannot afford `vms` more VMs and `imageMib` of image now, or null. */
     private readonly shortage: (vms: number, imageMib: number) => string | null,
@@ -63,10 +63,10 @@ export class ForkStandby {
     for (const base of this.entries.keys()) this.make(base);
   }
 
-  /** Standby machines in ready targets, over all templates (a metric). */
-  get standby(): number {
+  /** Incoming machines in ready targets, over all templates (a metric). */
+  get vms(): number {
     let n = 0;
-    for (const e of this.entries.values()) n += e.ready?.standby ?? 0;
+    for (const e of this.entries.values()) n += e.ready?.incoming ?? 0;
     return n;
   }
 
@@ -112,12 +112,12 @@ export class ForkStandby {
     entry.ready = target;
     const want = Math.min(this.maxStandby, entry.lastFork);
     while (
-      target.standby < want &&
+      target.incoming < want &&
       entry.ready === target &&
       !this.closed &&
       !this.shortage(1, 0)
     ) {
-      await target.addStandby(); // a failure ends the fill; the image copy is still worth having
+      await target.addIncoming(); // a failure ends the fill; the image copy is still worth having
     }
   }
 }

@@ -341,7 +341,7 @@ export class SandboxManager {
 
   /** Machines started ahead for forks, and whether more are being started. */
   forkStandby(): { vms: number; filling: boolean } {
-    return { vms: this.standby.standby, filling: this.standby.filling };
+    return { vms: this.standby.vms, filling: this.standby.filling };
   }
 
   /**

@@ -288,8 +288,8 @@ export interface FrozenState {
   retain(): this;
   release(): void;
   /**
-   * Stops the standby machines a capture brought for restores of this state and no restore
-   * used (a fork with fewer children than standby machines). Call once the restores are over.
+   * Stops the incoming machines a capture brought for restores of this state and no restore
+   * used (a fork with fewer children than incoming machines). Call once the restores are over.
    */
   discardPrepared(): Promise<void>;
 }
@@ -329,10 +329,10 @@ export interface StateDescriptor {
  */
 export interface ForkTarget {
   readonly base: FrozenState;
-  /** Standby machines: started, waiting in this target for a fork's state. */
-  readonly standby: number;
-  /** Starts one more standby machine. */
-  addStandby(): Promise<void>;
+  /** Incoming machines: started, waiting in this target for a fork's state. */
+  readonly incoming: number;
+  /** Starts one more incoming machine. */
+  addIncoming(): Promise<void>;
   /** Frees what was prepared, when no fork took it. */
   discard(): Promise<void>;
 }

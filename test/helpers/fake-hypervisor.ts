@@ -369,12 +369,12 @@ export class FakePaused implements PausedMachine {
 }
 
 class FakeTarget implements ForkTarget {
-  standby = 0;
+  incoming = 0;
   discarded = false;
   constructor(readonly base: FrozenState) {}
 
-  async addStandby(): Promise<void> {
-    this.standby++;
+  async addIncoming(): Promise<void> {
+    this.incoming++;
   }
 
   async discard(): Promise<void> {

@@ -1,6 +1,6 @@
 /**
  * ForkStandby's bookkeeping against the fake hypervisor: every target it makes is either taken
- * by a fork or discarded when it closes, so no standby QEMU outlives hostd.
+ * by a fork or discarded when it closes, so no incoming QEMU outlives hostd.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -14,7 +14,7 @@ test('a state two templates share gets one target, discarded at close', async ()
   const shared = new FakeState('template-python', new Map(), 'python');
   standby.register(shared);
   standby.register(shared); // `cold:recipe=python`: the same build, the same frozen state
-  await eventually('the target to be made', () => !standby.filling && standby.standby === 1);
+  await eventually('the target to be made', () => !standby.filling && standby.vms === 1);
   await standby.close();
   assert.equal(hv.targets.length, 1);
   assert.ok(hv.targets.every((t) => t.discarded));

@@ -251,8 +251,8 @@ describe('fork', () => {
     await eventually('a target for each template', () => hv.targets.length === 2);
     await manager.fork(id, 3);
     assert.equal(hv.captures.at(-1)!.target, true);
-    await eventually('a new target with 3 standby machines', () =>
-      hv.targets.some((t) => !t.discarded && t.standby === 3),
+    await eventually('a new target with 3 incoming machines', () =>
+      hv.targets.some((t) => !t.discarded && t.incoming === 3),
     );
     await manager.shutdown();
   });

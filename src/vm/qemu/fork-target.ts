@@ -2,9 +2,9 @@
  * Work done ahead for a fork (vm/machine.ts, ForkTarget), under QEMU. A fork of a sandbox
  * restored from a template needs a copy of the template image (hundreds of MB, a few hundred ms)
  * and one new QEMU per child (~35 ms of CPU each, most of it exec and dynamic linking). A target
- * is that copy made ahead, with standby QEMUs already started on it and waiting for a device
- * state (`Vm.standby`): a fork takes it, writes its parent's pages into the copy, and resumes the
- * standby QEMUs as its children. How many there are, and when targets are made, is core's policy
+ * is that copy made ahead, with incoming QEMUs already started on it and waiting for a device
+ * state (`Vm.incoming`): a fork takes it, writes its parent's pages into the copy, and resumes the
+ * incoming QEMUs as its children. How many there are, and when targets are made, is core's policy
  * (core/fork-standby.ts).
  */
 import { rename, rm } from 'node:fs/promises';
@@ -31,14 +31,14 @@ export class QemuForkTarget implements ForkTarget, PreparedCopy {
     return new QemuForkTarget(ctx, base.retain(), new MemImage(path).retain());
   }
 
-  get standby(): number {
-    return this.vms.filter((vm) => vm.isStandby).length;
+  get incoming(): number {
+    return this.vms.filter((vm) => vm.isIncoming).length;
   }
 
-  async addStandby(): Promise<void> {
+  async addIncoming(): Promise<void> {
     if (this.taken) return;
     const disk = await Vm.unattachedDisk(this.ctx, this.base.spec);
-    const vm = await Vm.standby(this.ctx, this.base.spec, this.image.path, disk);
+    const vm = await Vm.incoming(this.ctx, this.base.spec, this.image.path, disk);
     if (this.taken) {
       // Taken while this QEMU started: the fork did not get it.
       await vm.destroy();
@@ -51,22 +51,22 @@ export class QemuForkTarget implements ForkTarget, PreparedCopy {
   }
 
   /**
-   * Renames the image copy to `path`, a fork's image, and hands over the standby QEMUs, for one
+   * Renames the image copy to `path`, a fork's image, and hands over the incoming QEMUs, for one
    * fork. The QEMUs opened the file already: the rename does not disturb them.
    */
   async take(path: string): Promise<Vm[]> {
     if (this.taken) throw new Error('fork target taken twice');
     this.taken = true;
     this.base.release();
-    const standby = this.vms.splice(0);
+    const incoming = this.vms.splice(0);
     try {
       await rename(this.image.path, path);
     } catch (err) {
-      await Promise.all(standby.map((vm) => vm.destroy()));
+      await Promise.all(incoming.map((vm) => vm.destroy()));
       this.image.release();
       throw err;
     }
-    return standby;
+    return incoming;
   }
 
   async discard(): Promise<void> {

@@ -19,8 +19,8 @@ export class QemuState implements FrozenState {
     readonly deviceState: Buffer,
     /** Its disk as it was at the instant of `image`: VMs restored from it write overlays of it. */
     readonly layer: DiskLayer | null,
-    /** Standby QEMUs already started on `image`, for this device state; restores take them. */
-    readonly standby: Vm[] = [],
+    /** Incoming QEMUs already started on `image`, for this device state; restores take them. */
+    readonly incoming: Vm[] = [],
   ) {}
 
   retain(): this {
@@ -33,6 +33,6 @@ export class QemuState implements FrozenState {
   }
 
   async discardPrepared(): Promise<void> {
-    await Promise.all(this.standby.splice(0).map((vm) => vm.destroy()));
+    await Promise.all(this.incoming.splice(0).map((vm) => vm.destroy()));
   }
 }

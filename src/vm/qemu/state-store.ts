@@ -145,13 +145,13 @@ export class StateStore {
     spec: MachineSpec,
     deviceState: Buffer,
     layer: DiskLayer | null,
-    standby: Vm[] = [],
+    incoming: Vm[] = [],
   ): Promise<QemuState> {
     const id = imagePath.slice(this.imagesDir.length + 1).replace(/\.mem$/, '');
     await writeFile(join(this.imagesDir, `${id}.state`), deviceState, { mode: 0o640 });
     const disk = Buffer.from(JSON.stringify({ disk: layer?.id ?? null }));
     await writeFile(join(this.imagesDir, `${id}.json`), disk, { mode: 0o640 });
-    return this.adopt(id, spec, imagePath, deviceState, false, layer, standby);
+    return this.adopt(id, spec, imagePath, deviceState, false, layer, incoming);
   }
 
   /** The state `desc` names: the live one, or reopened from its files. */
@@ -274,7 +274,7 @@ export class StateStore {
     deviceState: Buffer,
     keep: boolean,
     layer: DiskLayer | null,
-    standby: Vm[] = [],
+    incoming: Vm[] = [],
   ): QemuState {
     layer?.retain();
     const image = new MemImage(path, {
@@ -285,7 +285,7 @@ export class StateStore {
         layer?.release();
       },
     });
-    const state = new QemuState(id, spec, image, deviceState, layer, standby);
+    const state = new QemuState(id, spec, image, deviceState, layer, incoming);
     this.live.set(id, state);
     return state;
   }

@@ -51,7 +51,7 @@ export class VmDisk {
     readonly topId: string,
     /** The layer the overlay sits on (retained), null when it is directly over `base`. */
     private backing: DiskLayer | null,
-    /** False while the overlay has no backing at all (a standby before `attach`). */
+    /** False while the overlay has no backing at all (an incoming QEMU before `attach`). */
     private attached: boolean,
     /** QEMU's node name of the overlay the guest writes. */
     private topNode = DISK_TOP_NODE,
@@ -142,7 +142,7 @@ export class VmDisk {
   }
 
   /**
-   * Gives an unattached overlay (a standby QEMU, not yet running) the backing `layer`, whose
+   * Gives an unattached overlay (an incoming QEMU, not yet running) the backing `layer`, whose
    * reference it takes over. The guest has not run, so it sees the chain from its first read.
    */
   async attach(qmp: QmpClient, layer: DiskLayer | null): Promise<void> {

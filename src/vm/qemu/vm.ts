@@ -3,7 +3,7 @@
  *
  * Life cycle: a template VM is cold-booted once per template (`Vm.bootTemplate`) and frozen
  * into a `QemuState` (its RAM file + device state). Every sandbox VM is a restore of a state: a
- * QEMU started on the state's RAM file (`Vm.standby`, a copy-on-write mapping, so it costs only
+ * QEMU started on the state's RAM file (`Vm.incoming`, a copy-on-write mapping, so it costs only
  * the pages it writes) that is then fed the device state (`resume`). A fork captures a running
  * VM into a new state (`capture`) and restores its children from it.
  */
@@ -80,9 +80,9 @@ const CONTEXT_TIMEOUT_MS = 120_000;
  */
 const MAX_DISK_CHAIN = 8;
 
-/** A copy of a VM's base image made ahead, with standby QEMUs on it (vm/qemu/fork-target.ts). */
+/** A copy of a VM's base image made ahead, with incoming QEMUs on it (vm/qemu/fork-target.ts). */
 export interface PreparedCopy {
-  /** The copy, renamed to `path` (a fresh fork image name), and its standby QEMUs. */
+  /** The copy, renamed to `path` (a fresh fork image name), and its incoming QEMUs. */
   take(path: string): Promise<Vm[]>;
 }
 
@@ -173,12 +173,12 @@ export class Vm implements Machine {
   }
 
   /**
-   * Starts QEMU on the RAM file `memPath` waiting for a device state (`-incoming defer`), with
-   * its agent socket connected. Such a QEMU has not touched guest RAM yet, so it resumes with
+   * Starts an incoming QEMU (QEMU's own word, for a process started with `-incoming defer`):
+   * on the RAM file `memPath`, waiting for a device state, with its agent socket connected. Such a QEMU has not touched guest RAM yet, so it resumes with
    * whatever the file holds by then: a fork can start its children's QEMUs before it has
    * written the parent's pages (core's fork standby starts them before the fork is asked for).
    */
-  static async standby(
+  static async incoming(
     ctx: VmContext,
     spec: MachineSpec,
     memPath: string,
@@ -208,7 +208,7 @@ export class Vm implements Machine {
   }
 
   /**
-   * A running machine in `state`: one of the standby QEMUs on its image when there is one, else
+   * A running machine in `state`: one of the incoming QEMUs on its image when there is one, else
    * a new one. Holds a reference to the state's image from before QEMU opens the file, so that
    * the image cannot be deleted under it.
    */
@@ -216,8 +216,8 @@ export class Vm implements Machine {
     state.retain();
     let vm: Vm | undefined;
     try {
-      while ((vm = state.standby.pop()) && !vm.isStandby) void vm.destroy();
-      vm ??= await Vm.standby(ctx, state.spec, state.image.path, await Vm.newDisk(ctx, state));
+      while ((vm = state.incoming.pop()) && !vm.isIncoming) void vm.destroy();
+      vm ??= await Vm.incoming(ctx, state.spec, state.image.path, await Vm.newDisk(ctx, state));
     } catch (err) {
       state.release();
       throw err;
@@ -234,7 +234,7 @@ export class Vm implements Machine {
   }
 
   /**
-   * A writable disk with no layer yet, for a standby QEMU of `spec`: it gets the layer of the
+   * A writable disk with no layer yet, for an incoming QEMU of `spec`: it gets the layer of the
    * state it is restored into. Null when the template has no disk.
    */
   static async unattachedDisk(ctx: VmContext, spec: MachineSpec): Promise<VmDisk | null> {
@@ -303,13 +303,13 @@ export class Vm implements Machine {
     };
   }
 
-  /** True while this VM (made by `standby`) waits, alive and unused, for a device state. */
-  get isStandby(): boolean {
+  /** True while this VM (made by `incoming`) waits, alive and unused, for a device state. */
+  get isIncoming(): boolean {
     return this.state === null && this.alive;
   }
 
   /**
-   * Loads a device state of `state` into this standby VM, runs it, and waits for hello. `copy`:
+   * Loads a device state of `state` into this incoming VM, runs it, and waits for hello. `copy`:
    * `state` itself (a new copy), not a pause of one machine (which goes on).
    */
   private async resume(state: QemuState, deviceState: Buffer, copy: boolean): Promise<void> {
@@ -556,11 +556,11 @@ export class Vm implements Machine {
    * Captures this clone's whole state as a new QemuState whose RAM image is a copy of its base
    * image (made while the guest runs, or taken ready-made from `target`) plus the pages it has
    * written (copied while it is paused, together with the device state). The guest is paused for
-   * milliseconds. The state comes with `target`'s standby QEMUs (maybe more or fewer than
+   * milliseconds. The state comes with `target`'s incoming QEMUs (maybe more or fewer than
    * `children`); `restore` uses them first and the caller destroys the rest.
    */
   capture(children: number, target: ForkTarget | null): Promise<QemuState> {
-    void children; // the standby QEMUs were sized by core's fork standby policy
+    void children; // the incoming QEMUs were sized by core's fork standby policy
     return asVmError(
       'capture',
       () => this.captureState(target),
@@ -579,11 +579,11 @@ export class Vm implements Machine {
     }
     const { store, host } = this.ctx;
     const path = store.newImagePath('fork');
-    // Expected: a target whose copy cannot be renamed (its standby QEMUs are then destroyed by
+    // Expected: a target whose copy cannot be renamed (its incoming QEMUs are then destroyed by
     // `take`). Only a lost speed-up: the base is copied here instead, as without a target.
-    let standby = target ? await target.take(path).catch(() => null) : null;
-    if (!standby) {
-      standby = [];
+    let incoming = target ? await target.take(path).catch(() => null) : null;
+    if (!incoming) {
+      incoming = [];
       await MemImage.copy(base.path, path, host.jail?.group);
     }
     const qmp = this.process.qmp;
@@ -605,10 +605,10 @@ export class Vm implements Machine {
         // old chain (VmDisk.flatten); only a cost, never a failure: it is just as correct.
         layer = (await this.disk.flatten(qmp).catch(() => null)) ?? layer;
       }
-      return (await store.addFork(path, this.spec, deviceState, layer, standby)).retain();
+      return (await store.addFork(path, this.spec, deviceState, layer, incoming)).retain();
     } catch (err) {
       await overlay?.abandon();
-      for (const vm of standby) void vm.destroy();
+      for (const vm of incoming) void vm.destroy();
       await rm(path, { force: true });
       throw err;
     }
@@ -630,7 +630,7 @@ export class Vm implements Machine {
         disk && base
           ? await VmDisk.fromPaused(ctx.store.disks, base, disk.path, disk.layer?.retain() ?? null)
           : null;
-      vm = await Vm.standby(ctx, state.spec, state.image.path, vmDisk);
+      vm = await Vm.incoming(ctx, state.spec, state.image.path, vmDisk);
     } catch (err) {
       state.release();
       throw err;
@@ -777,7 +777,7 @@ export class Vm implements Machine {
 
   /**
    * Connects all the guest's ports (five with the processes port). Before a restore, so that every port is "host
-   * connected" on both sides of it, as when the state was saved (see `standby`).
+   * connected" on both sides of it, as when the state was saved (see `incoming`).
    */
   private async connectChannels(deadline: number): Promise<void> {
     const { paths } = this.process;

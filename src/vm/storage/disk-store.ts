@@ -112,7 +112,7 @@ export class DiskStore {
     return path;
   }
 
-  /** Records which layer VM top `topId` sits on now (after a capture, or a standby's restore). */
+  /** Records which layer VM top `topId` sits on now (after a capture, or an incoming QEMU's restore). */
   async recordTop(topId: string, backing: DiskLayer | null): Promise<void> {
     this.liveTops.add(topId);
     await writeRecord(join(this.dir, `${topId}.json`), { backing: backing?.id ?? null });
