@@ -14,8 +14,9 @@
  * hostd makes every file; QEMU only opens what it is told, so a guest that takes over its QEMU
  * owns that VM's folder and overlay and nothing else.
  */
-import { chmodSync, existsSync, mkdirSync, realpathSync, writeFileSync } from 'node:fs';
-import { delimiter, dirname, join } from 'node:path';
+import { chmodSync, mkdirSync, realpathSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { findCommand } from './command-path.js';
 import type { VmCgroups, VmLimits } from './vm-cgroups.js';
 import type { VmUidPool } from './vm-uids.js';
 
@@ -189,7 +190,8 @@ export function jailView(opts: {
       return null; // no such path: nothing to hide, nothing needed there
     }
   };
-  const qemu = onPath(opts.qemuBinary);
+  const found = findCommand(opts.qemuBinary);
+  const qemu = found ? realpathSync(found.path) : null;
   const needed = [...opts.needed, ...(qemu ? [dirname(qemu)] : [])]
     .map(real)
     .filter((p): p is string => p !== null);
@@ -200,16 +202,6 @@ export function jailView(opts: {
   writeFileSync(opts.tablePath, hideTable(hide), { mode: 0o600 });
   chmodSync(opts.tablePath, 0o600);
   return { vmsDir: opts.vmsDir, table: opts.tablePath, hide };
-}
-
-/** The real path of `command` as found on PATH (or as given, with a slash); null if none. */
-function onPath(command: string): string | null {
-  const dirs = command.includes('/') ? [''] : (process.env.PATH ?? '').split(delimiter);
-  for (const dir of dirs) {
-    const path = dir ? join(dir, command) : command;
-    if (existsSync(path)) return realpathSync(path);
-  }
-  return null;
 }
 
 /**

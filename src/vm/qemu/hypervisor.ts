@@ -7,6 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import { readdir, readFile, rm } from 'node:fs/promises';
 import { findProcessesUsing } from '../../state-dir.js';
+import { findCommand } from '../host/command-path.js';
 import type {
   FrozenState,
   Hypervisor,
@@ -201,17 +202,8 @@ async function processesGone(pids: readonly number[], ms: number): Promise<void>
 
 /** Path, size and modification time of `command` as found on PATH: changes with any upgrade. */
 function binaryIdentity(command: string): string {
-  const dirs = command.includes('/') ? [''] : (process.env.PATH ?? '').split(':');
-  for (const dir of dirs) {
-    const path = dir ? join(dir, command) : command;
-    try {
-      const st = statSync(path);
-      if (st.isFile()) return `${path}:${st.size}:${st.mtimeMs}`;
-    } catch {
-      // not in this directory
-    }
-  }
-  return command;
+  const found = findCommand(command);
+  return found ? `${found.path}:${found.size}:${found.mtimeMs}` : command;
 }
 
 function ours(state: FrozenState): QemuState {
