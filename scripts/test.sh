@@ -69,11 +69,9 @@ if [ -f sdk/test.sh ]; then
     echo "hostd for the SDK tests did not start:"; tail -20 "$sdk_log"; failures+=("sdk hostd")
   fi
   kill -TERM "$sdk_pid" 2>/dev/null; wait "$sdk_pid" 2>/dev/null
-  # Its frozen templates start the seed (testkit/template-seed.ts does the same for each hostd).
-  mkdir -p "$HOSTD_TEST_TEMPLATE_SEED/templates"
-  for t in "$sdk_data"/templates/*/; do
-    [ -f "$t/complete" ] && cp -al "${t%/}" "$HOSTD_TEST_TEMPLATE_SEED/templates/"
-  done
+  # Its frozen templates start the seed, as each testkit hostd's add to it.
+  node --input-type=module -e 'const { harvestTemplates } = await import("./dist/testkit/template-seed.js"); await harvestTemplates(process.argv[1]);' "$sdk_data" ||
+    echo "the SDK hostd's templates were not added to the seed: later hostds boot them"
   if [ -d "$sdk_state" ]; then echo "SDK hostd left $sdk_state behind"; failures+=("sdk cleanup"); rm -rf "$sdk_state"; fi
   rm -rf "$sdk_log" "$sdk_data"
 fi

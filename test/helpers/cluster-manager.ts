@@ -5,6 +5,7 @@
  */
 import type { Logger } from 'pino';
 import { ClusterNode } from '../../src/core/cluster/cluster-node.js';
+import type { NodeRecord } from '../../src/core/cluster/records.js';
 import { memoryRecords } from '../../src/core/journal.js';
 import type { SandboxManager } from '../../src/core/sandbox-manager.js';
 import { setup } from './manager.js';
@@ -43,4 +44,23 @@ export async function startClusterManager(
   });
   await manager.start();
   return { cluster, manager };
+}
+
+/**
+ * Waits (up to 5 s each) until every node of `clusters` sees all of them in its catalog copy,
+ * each record `ready` (the E2B tests also want every node's E2B URL).
+ */
+export async function untilNodesMeet(
+  clusters: readonly ClusterNode[],
+  ready: (record: NodeRecord) => boolean = () => true,
+): Promise<void> {
+  for (const c of clusters) {
+    await c.view.waitFor(
+      () =>
+        c.view.nodes.size === clusters.length && [...c.view.nodes.values()].every(ready)
+          ? true
+          : null,
+      5000,
+    );
+  }
 }

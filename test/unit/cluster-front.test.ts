@@ -15,7 +15,7 @@ import { createMetrics } from '../../src/api/metrics.js';
 import { ClusterNode } from '../../src/core/cluster/cluster-node.js';
 import type { SandboxManager } from '../../src/core/sandbox-manager.js';
 import { connect, type Api, type ErrorBody } from '../../testkit/hostd.js';
-import { startClusterManager } from '../helpers/cluster-manager.js';
+import { startClusterManager, untilNodesMeet } from '../helpers/cluster-manager.js';
 import { MemoryStore } from '../helpers/memory-kv.js';
 
 const KEY = 'front-test-key';
@@ -72,9 +72,7 @@ describe('cluster front', () => {
   before(async () => {
     a = await startNode(store, 'a');
     b = await startNode(store, 'b');
-    for (const n of [a, b]) {
-      await n.cluster.view.waitFor(() => (n.cluster.view.nodes.size === 2 ? true : null), 5000);
-    }
+    await untilNodesMeet([a.cluster, b.cluster]);
   });
 
   after(async () => {

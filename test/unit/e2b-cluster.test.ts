@@ -20,7 +20,7 @@ import { createMetrics } from '../../src/api/metrics.js';
 import { ClusterNode } from '../../src/core/cluster/cluster-node.js';
 import type { NodeRecord } from '../../src/core/cluster/records.js';
 import type { SandboxManager } from '../../src/core/sandbox-manager.js';
-import { startClusterManager } from '../helpers/cluster-manager.js';
+import { startClusterManager, untilNodesMeet } from '../helpers/cluster-manager.js';
 import { MemoryStore } from '../helpers/memory-kv.js';
 
 const KEY = 'e2b-cluster-key';
@@ -156,16 +156,7 @@ describe('the E2B front of a two-node cluster', () => {
   before(async () => {
     a = await startNode(store, 'a');
     b = await startNode(store, 'b');
-    for (const n of [a, b]) {
-      await n.cluster.view.waitFor(
-        () =>
-          n.cluster.view.nodes.size === 2 &&
-          [...n.cluster.view.nodes.values()].every((r) => r.e2b_url)
-            ? true
-            : null,
-        5000,
-      );
-    }
+    await untilNodesMeet([a.cluster, b.cluster], (r) => Boolean(r.e2b_url));
   });
 
   after(async () => {
