@@ -29,7 +29,7 @@ class Cancel(AgentTestCase):
         exec_id = self.agent.start("import time\nprint('started', flush=True)\ntime.sleep(30)")
         self.assertEqual(self.agent.recv_repl()["data"], "started")
         self.agent.send({"op": "cancel", "id": exec_id, "reason": "timeout"})
-        result = self.agent.collect(exec_id, timeout=5)
+        result = self.agent.collect(exec_id)
         self.assertEqual(result.code, 124)
         self.assertEqual(result.stderr, [TIMED_OUT])
         self.assertEqual(self.run_ok("x").stdout, ["'kept'"])   # same worker, no notice
@@ -38,7 +38,7 @@ class Cancel(AgentTestCase):
         exec_id = self.agent.start("import time\ntime.sleep(30)")
         # Sent at once: it may well arrive before the cell has started
         self.agent.send({"op": "cancel", "id": exec_id, "reason": "client"})
-        result = self.agent.collect(exec_id, timeout=5)
+        result = self.agent.collect(exec_id)
         self.assertEqual((result.code, result.stderr), (130, []))
         self.assertEqual(self.run_ok("print(1)").stderr, [])
 
@@ -50,7 +50,7 @@ class Cancel(AgentTestCase):
                                    "    except KeyboardInterrupt:\n        pass")
         self.agent.recv_repl()
         self.agent.send({"op": "cancel", "id": exec_id, "reason": "timeout"})
-        result = self.agent.collect(exec_id, timeout=6)
+        result = self.agent.collect(exec_id)
         self.assertEqual(result.code, 124)
         self.assertEqual(result.stderr, [TIMED_OUT])
         # SIGINT first: the loop swallowed it and went round again before the SIGKILL
@@ -64,7 +64,7 @@ class Cancel(AgentTestCase):
         for _ in range(100):
             self.assertEqual(self.agent.recv_repl()["data"], "x" * 1000)
         self.agent.send({"op": "cancel", "id": exec_id, "reason": "client"})
-        result = self.agent.collect(exec_id, timeout=10)
+        result = self.agent.collect(exec_id)
         self.assertEqual(result.code, 130)
         self.assertTrue(all(line.strip("x") == "" for line in result.stdout))
         self.assertEqual(self.run_ok("print('after')").stdout, ["after"])
@@ -82,7 +82,7 @@ class Cancel(AgentTestCase):
         # The cancel is read and acted on although the worker cannot write (that the time it
         # spends blocked does not count towards the escalation: EscalationClock below)
         self.agent.send({"op": "cancel", "id": exec_id, "reason": "timeout"})
-        result = self.agent.collect(exec_id, timeout=10)
+        result = self.agent.collect(exec_id)
         self.assertEqual(result.code, 124)
         self.assertEqual(result.stderr, [TIMED_OUT])
         self.assertEqual(self.run_ok("kept").stdout, ["True"])   # interrupted, not killed
