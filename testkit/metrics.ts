@@ -53,8 +53,8 @@ export async function poolHolds(api: Api, template: string, atLeast: number): Pr
 
 /**
  * Waits until hostd has finished starting the QEMUs it keeps ready for forks (after each fork
- * it starts as many as that fork had children, one at a time, in the background) and returns
- * how many wait.
+ * it starts as many as that fork had children, up to 32, one at a time, in the background: as
+ * long as a pool refill, on a loaded host) and returns how many wait.
  */
 export async function forkStandbySettled(api: Api): Promise<number> {
   const text = await eventually(
@@ -63,7 +63,7 @@ export async function forkStandbySettled(api: Api): Promise<number> {
       const t = await metricsText(api);
       return sample(t, 'hostd_fork_standby_filling') === 0 ? t : null;
     },
-    { timeoutMs: 60_000, everyMs: 50 },
+    { timeoutMs: 120_000, everyMs: 50 },
   );
   return sample(text, 'hostd_fork_standby_vms') ?? NaN;
 }
