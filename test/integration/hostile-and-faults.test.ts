@@ -245,6 +245,9 @@ describe('hostile code', () => {
 describe('isolation of QEMU on the host', () => {
   test('QEMU runs under its seccomp filter, unprivileged when hostd is root; the state dir is private', async () => {
     const { statSync } = await import('node:fs');
+    // The pool's VM, started: the tests before took pooled VMs, and a QEMU that the refill has
+    // only just spawned may not have applied its seccomp filter (-sandbox on) yet.
+    await poolHolds(hostd, 'python', 1);
     const pids = await findProcessesUsing(hostd.stateDir);
     assert.ok(pids.length > 0);
     for (const pid of pids) {
