@@ -54,8 +54,10 @@ if [ -f sdk/test.sh ]; then
     node dist/src/main.js >"$sdk_log" 2>&1 &
   sdk_pid=$!
   url=""
-  # hostd writes its address into its state directory once it serves.
-  for _ in $(seq 1 1800); do
+  # hostd writes its address into its state directory once it serves. It boots its templates
+  # first, cold (this is the run's first hostd): up to 15 min on a busy host, as testkit's
+  # startHostd allows; a hostd that exits ends the wait at once.
+  for _ in $(seq 1 9000); do
     url=$(cat "$sdk_state/hostd.url" 2>/dev/null || true)
     [ -n "$url" ] && break
     kill -0 "$sdk_pid" 2>/dev/null || break
