@@ -215,7 +215,9 @@ describe('ordering, timeouts and disconnects', () => {
         hostd,
         id,
         'try:\n    while True:\n        pass\nexcept KeyboardInterrupt:\n    print("interrupted")\n    raise',
-        { timeout: 1 },
+        // Runs from when hostd sends the exec: a cancel that reaches the guest before the cell
+        // has started ends it unrun, and a loaded host can take a second to start one.
+        { timeout: 5 },
       );
       assert.equal(r.exit, 124);
       assert.equal(r.stdout, 'interrupted\n');
@@ -290,6 +292,9 @@ describe('failures after the stream started', () => {
         isNotice(notice) && String(notice!.data).endsWith(last.error!),
         'a notice with the reason',
       );
+      // The stream ends when the guest's connection drops; the sandbox fails once hostd has
+      // seen QEMU exit, a moment later (the jail's keeper exits after QEMU).
+      await untilSandbox(hostd, id, 'the sandbox to fail', (s) => s.state === 'failed');
 
       const again = await hostd.json<ErrorBody>('POST', `/v1/sandboxes/${id}/exec`, {
         code: '1',
