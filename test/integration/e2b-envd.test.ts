@@ -83,7 +83,9 @@ before(async () => {
   process.env.E2B_API_URL = hostd.e2bUrl;
   process.env.E2B_SANDBOX_URL = hostd.e2bUrl;
   process.env.E2B_API_KEY = 'e2b_0000000000000000000000000000000000000000';
-  shared = await Sandbox.create(TEMPLATE);
+  // Its lifetime must outlast the file: E2B's default, 300 s from the create, can end before
+  // the last test on a loaded host, and the tests after it would find no sandbox.
+  shared = await Sandbox.create(TEMPLATE, { timeoutMs: 3_600_000 });
 });
 
 after(async () => {
