@@ -15,7 +15,7 @@ import {
   type FakeHostd,
   type RecordedRequest,
 } from './helpers/fake-hostd.js';
-import { sbx } from './helpers/run.js';
+import { CLI_SUITE_TIMEOUT_MS, sbx } from './helpers/run.js';
 import { awkwardTree, makeTree, readTree } from './helpers/tree.js';
 
 const ID = 'sbx_' + 'c'.repeat(32);
@@ -54,7 +54,7 @@ function answer(req: RecordedRequest, res: import('node:http').ServerResponse): 
   sendError(res, 404, `${path} does not exist`, 'file_not_found');
 }
 
-describe('sbx cp', { timeout: 60_000 }, () => {
+describe('sbx cp', { timeout: CLI_SUITE_TIMEOUT_MS }, () => {
   let fake: FakeHostd;
   let work: string;
   before(async () => {

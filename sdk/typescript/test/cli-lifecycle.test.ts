@@ -16,7 +16,7 @@ import {
   type FakeHostd,
   type RecordedRequest,
 } from './helpers/fake-hostd.js';
-import { sbx } from './helpers/run.js';
+import { CLI_SUITE_TIMEOUT_MS, sbx } from './helpers/run.js';
 
 const ID = 'sbx_' + 'd'.repeat(32);
 const SNAP = 'snap_' + 'e'.repeat(32);
@@ -83,7 +83,7 @@ function answer(req: RecordedRequest, res: ServerResponse): void {
   sendError(res, 404, `no route for ${method} ${url}`, 'route_not_found');
 }
 
-describe('sbx lifecycle commands', { timeout: 60_000 }, () => {
+describe('sbx lifecycle commands', { timeout: CLI_SUITE_TIMEOUT_MS }, () => {
   let fake: FakeHostd;
   let work: string;
   before(async () => {

@@ -17,7 +17,7 @@ import {
 } from './helpers/fake-hostd.js';
 import { Sandbox } from '../src/index.js';
 import { CLI, LIVE_TIMEOUT_MS, LIVE_URL, skipLive } from './helpers/live.js';
-import { cleanEnv, sbx } from './helpers/run.js';
+import { CLI_SUITE_TIMEOUT_MS, cleanEnv, sbx } from './helpers/run.js';
 
 const ID = 'sbx_' + '1'.repeat(32);
 const KIDS = ['sbx_' + '2'.repeat(32), 'sbx_' + '3'.repeat(32)];
@@ -48,7 +48,7 @@ const COMMANDS = [
   'mcp',
 ];
 
-describe('sbx help and usage', { timeout: 60_000 }, () => {
+describe('sbx help and usage', { timeout: CLI_SUITE_TIMEOUT_MS }, () => {
   test('--help lists every command', async () => {
     const r = await sbx(['--help']);
     assert.equal(r.code, 0);
@@ -100,7 +100,7 @@ describe('sbx help and usage', { timeout: 60_000 }, () => {
   });
 });
 
-describe('sbx against a fake hostd', { timeout: 60_000 }, () => {
+describe('sbx against a fake hostd', { timeout: CLI_SUITE_TIMEOUT_MS }, () => {
   let fake: FakeHostd;
   before(async () => {
     fake = await startFakeHostd(async (req, res) => {

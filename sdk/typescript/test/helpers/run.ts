@@ -5,6 +5,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CLI } from './live.js';
 
+/**
+ * The bound on a suite whose tests each start the CLI (a new node process, most of a second on
+ * an idle host, several on a loaded one): node:test counts a suite's timeout over all its tests
+ * together, and 60 s for a dozen starts failed on a slow host, not a hung one.
+ */
+export const CLI_SUITE_TIMEOUT_MS = 300_000;
+
 export interface Ran {
   code: number | null;
   signal: NodeJS.Signals | null;
