@@ -119,6 +119,18 @@ describe('every documented route', () => {
     }
   });
 
+  test('an unknown path is 404 route_not_found, with or without a key', async () => {
+    for (const url of ['/v1/nothing-here', '/v2/sandboxes', '/v1/sandboxes/x/y/z']) {
+      for (const res of [
+        await s.inject({ method: 'GET', url }),
+        await s.app.inject({ method: 'GET', url }),
+      ]) {
+        assert.equal(res.statusCode, 404, url);
+        assert.equal(errorBody(res).code, Errors.routeNotFound.code, url);
+      }
+    }
+  });
+
   test('a method the route does not have is 404 route_not_found, with or without a key', async () => {
     const paths = [...new Set(operations.map((o) => o.path))];
     for (const path of paths) {

@@ -5,6 +5,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Errors } from '../../src/errors.js';
+import { capturedLog } from '../helpers/manager.js';
 import { assertAreaCovered } from '../helpers/routes.js';
 import { API_KEY, errorBody, startServer, type TestServer } from '../helpers/server.js';
 
@@ -70,6 +71,27 @@ describe('with API keys', () => {
   });
 
   test('every route of this area was exercised', () => assertAreaCovered('service'));
+});
+
+test('keys never reach the log, whether they are accepted or refused', async () => {
+  const { log, lines } = capturedLog();
+  const s = await startServer({}, log, { auth: { kind: 'keys', keys: ['key-one-secret'] } });
+  try {
+    for (const authorization of ['Bearer key-one-secret', 'Bearer key-two-secret']) {
+      for (const [method, url] of [
+        ['GET', '/v1/sandboxes'],
+        ['POST', '/v1/sandboxes/sbx_x/exec'],
+        ['GET', '/v1/nothing'],
+      ] as const) {
+        await s.inject({ method, url, headers: { authorization } });
+      }
+    }
+    assert.ok(lines.length > 0, 'hostd logged at debug level');
+    const text = JSON.stringify(lines);
+    assert.ok(!text.includes('key-one-secret') && !text.includes('key-two-secret'), text);
+  } finally {
+    await s.close();
+  }
 });
 
 describe('with auth off (loopback and no keys, or SERVICE_AUTH_DISABLED=1)', () => {
