@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import type { HTTPMethods } from 'fastify';
 import { Errors } from '../../src/errors.js';
 import { ROUTE_AREAS, documentedOperations, toFastify, type Operation } from '../helpers/routes.js';
+import { capturedLog } from '../helpers/manager.js';
 import { errorBody, startServer, type TestServer } from '../helpers/server.js';
 
 const operations = documentedOperations();
@@ -174,6 +175,25 @@ describe('every documented route', () => {
       }
     }
   });
+});
+
+test("a bug is 500 internal_error naming the request id hostd's log has, and nothing else", async () => {
+  const { log, lines } = capturedLog();
+  const s = await startServer({}, log);
+  try {
+    s.manager.describe = () => {
+      throw new Error('boom at /var/lib/hostd/sandboxes/x.json');
+    };
+    const res = await s.inject({ method: 'GET', url: `/v1/sandboxes/${UNKNOWN_SANDBOX}` });
+    assert.equal(res.statusCode, 500);
+    const body = errorBody(res);
+    assert.equal(body.code, Errors.internal.code);
+    const logged = lines.find((l) => l.msg === 'internal error');
+    assert.ok(logged, 'the error is logged');
+    assert.equal(body.error, Errors.internal.message(String(logged.reqId)));
+  } finally {
+    await s.close();
+  }
 });
 
 describe('the route test files', () => {

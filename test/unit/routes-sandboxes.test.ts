@@ -7,6 +7,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Errors } from '../../src/errors.js';
+import { plan } from '../helpers/fake-images.js';
 import { assertAreaCovered } from '../helpers/routes.js';
 import { errorBody, startServer, type TestServer } from '../helpers/server.js';
 
@@ -125,6 +126,21 @@ describe('sandbox routes', () => {
         assert.equal(res.headers['retry-after'], String(Errors.sandboxLimit.retryAfterS));
       } finally {
         await capped.close();
+      }
+    });
+
+    test('on a host short of memory, 503 insufficient_resources with Retry-After', async () => {
+      const short = await startServer({
+        templates: [plan('python', { memoryMib: 512, vcpus: 1, poolSize: 0 })],
+        hostFree: () => ({ memAvailableMib: 64, dataDirFreeMib: 1e6 }),
+      });
+      try {
+        const res = await short.inject({ method: 'POST', url: '/v1/sandboxes' });
+        assert.equal(res.statusCode, 503);
+        assert.equal(errorBody(res).code, Errors.insufficientResources.code);
+        assert.equal(res.headers['retry-after'], String(Errors.insufficientResources.retryAfterS));
+      } finally {
+        await short.close();
       }
     });
   });
