@@ -68,6 +68,14 @@ describe('with API keys', () => {
     });
     assert.equal(res.statusCode, 401);
     assert.equal(errorBody(res).code, Errors.missingApiKey.code);
+    const keyed = await s.inject({
+      method: 'POST',
+      url: '/v1/sandboxes',
+      headers: { 'content-type': 'application/json', 'content-length': String(64 << 20) },
+      payload: '{}',
+    });
+    assert.equal(keyed.statusCode, 413, 'with the key, the same request is too large');
+    assert.equal(errorBody(keyed).code, Errors.bodyTooLarge.code);
   });
 
   test('every route of this area was exercised', () => assertAreaCovered('service'));
