@@ -5,7 +5,11 @@
 import { Writable } from 'node:stream';
 import { pino, type Logger } from 'pino';
 import type { ExecEvent } from '../../src/core/exec-run.js';
-import { SandboxManager, type ManagerOptions } from '../../src/core/sandbox-manager.js';
+import {
+  SandboxManager,
+  type ManagerObserver,
+  type ManagerOptions,
+} from '../../src/core/sandbox-manager.js';
 import { FakeHypervisor } from './fake-hypervisor.js';
 import { FakeImages, plan } from './fake-images.js';
 
@@ -34,6 +38,7 @@ export function setupOptions(free = { ...PLENTY }): ManagerOptions {
 export function setup(
   overrides: Partial<ManagerOptions> = {},
   log: Logger = pino({ level: 'silent' }),
+  observer?: ManagerObserver,
 ): {
   manager: SandboxManager;
   hv: FakeHypervisor;
@@ -41,15 +46,16 @@ export function setup(
 } {
   const hv = new FakeHypervisor();
   const free = { ...PLENTY };
-  const manager = new SandboxManager({ ...setupOptions(free), ...overrides }, hv, log);
+  const manager = new SandboxManager({ ...setupOptions(free), ...overrides }, hv, log, observer);
   return { manager, hv, free };
 }
 
 export async function started(
   overrides: Partial<ManagerOptions> = {},
   log?: Logger,
+  observer?: ManagerObserver,
 ): Promise<ReturnType<typeof setup>> {
-  const s = setup(overrides, log);
+  const s = setup(overrides, log, observer);
   await s.manager.start();
   return s;
 }

@@ -1,13 +1,21 @@
 /**
  * hostd's HTTP server on the fake hypervisor (test/helpers/manager.ts), driven with fastify's
- * `inject()`: route-level behaviour in milliseconds, no socket, no VM. Every answer is checked
- * as testkit checks a real hostd's: an error answer is a registry body `{"error", "code"}` with
- * a registry code, and no answer shows host details (testkit/host-details.ts).
+ * `inject()`: route-level behaviour in milliseconds, no socket, no VM. The app is main.ts's
+ * (`buildServer`, metrics bound to the manager as main.ts binds them), so the route tests
+ * (test/unit/routes-*.test.ts) see the routes, hooks and error handling users get. Every answer
+ * is checked as testkit checks a real hostd's: an error answer is a registry body
+ * `{"error", "code"}` with a registry code, and no answer shows host details
+ * (testkit/host-details.ts). The routes `inject` reached are kept (`routesHit`), so that each
+ * route test file can check it exercised every route of its area (test/helpers/routes.ts).
  */
 import assert from 'node:assert/strict';
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
 import { pino, type Logger } from 'pino';
 import { createMetrics } from '../../src/api/metrics.js';
+import type { AuthMode } from '../../src/api/auth.js';
+import { SandboxTokens } from '../../src/api/e2b/auth.js';
+import { buildE2bServer } from '../../src/api/e2b/server.js';
+import { MCP_ROUTE } from '../../src/api/routes/mcp.js';
 import { buildServer } from '../../src/api/server.js';
 import { errorCodes } from '../../src/errors.js';
 import type { ManagerOptions, SandboxManager } from '../../src/core/sandbox-manager.js';
@@ -17,6 +25,24 @@ import type { FakeHypervisor } from './fake-hypervisor.js';
 
 export const API_KEY = 'test-key';
 export const AUTH = { authorization: `Bearer ${API_KEY}` };
+
+/** A request header that marks `TestServer.inject`'s requests, whose routes are kept. */
+const RECORDED = 'x-test-recorded';
+const hit = new Set<string>();
+
+/**
+ * The routes (`METHOD /fastify/:path`) this test process reached through `TestServer.inject`,
+ * whatever the answer. Requests sent with `app.inject` directly (the unauthenticated sweeps)
+ * are not counted: a route is covered by a test that speaks to it with a key.
+ */
+export function routesHit(): ReadonlySet<string> {
+  return hit;
+}
+
+export interface ServerOverrides {
+  /** The default is API keys, `API_KEY` the only one. */
+  auth?: AuthMode;
+}
 
 export interface TestServer {
   app: FastifyInstance;
@@ -42,28 +68,97 @@ export function errorBody(res: { statusCode: number; body: string }): {
 export async function startServer(
   overrides: Partial<ManagerOptions> = {},
   log: Logger = pino({ level: 'silent' }),
+  server: ServerOverrides = {},
 ): Promise<TestServer> {
-  const { manager, hv } = await started(overrides, log);
+  const metrics = createMetrics({ accel: 'tcg', version: 'test' });
+  const { manager, hv } = await started(overrides, log, metrics.observer);
+  metrics.bind(manager);
   const app = await buildServer({
     manager,
-    auth: { kind: 'keys', keys: [API_KEY] },
+    auth: server.auth ?? { kind: 'keys', keys: [API_KEY] },
     maxBodyBytes: 4 * 1024 * 1024,
-    maxFileBytes: 1024,
+    maxFileBytes: overrides.maxFileBytes ?? 1024,
     logger: log,
-    metrics: createMetrics({ accel: 'tcg', version: 'test' }),
+    metrics,
+  });
+  app.addHook('onRequest', async (req) => {
+    const route = req.routeOptions.url;
+    if (route !== undefined && req.headers[RECORDED] !== undefined)
+      hit.add(`${req.method} ${route}`);
   });
   return {
     app,
     manager,
     hv,
     async inject(opts) {
-      const res = await app.inject({ ...opts, headers: { ...AUTH, ...opts.headers } });
+      const res = await app.inject({
+        ...opts,
+        headers: { ...AUTH, [RECORDED]: '1', ...opts.headers },
+      });
       const where = `${opts.method ?? 'GET'} ${opts.url.slice(0, 100)} (${res.statusCode})`;
-      if (res.statusCode >= 300) {
+      // /mcp's protocol errors are JSON-RPC messages, as the MCP transport specifies them.
+      if (res.statusCode >= 300 && !opts.url.startsWith(MCP_ROUTE)) {
         errorBody(res);
         assertNoHostDetails(where, res.body, [], clientValues(opts.url));
       } else if (res.headers['content-type']?.toString().startsWith('application/json')) {
         for (const e of errorTexts(JSON.parse(res.body))) assertNoHostDetails(where, e, []);
+      }
+      return res;
+    },
+    async close() {
+      await app.close();
+      await manager.shutdown();
+    },
+  };
+}
+
+export const E2B_KEY = 'e2b-test-key';
+
+/** The E2B front (docs/e2b.md) as main.ts builds it, over its own manager on the fake hypervisor. */
+export interface TestE2bServer {
+  app: FastifyInstance;
+  manager: SandboxManager;
+  /** `app.inject` on the control plane with the API key (`X-API-KEY`). */
+  inject(opts: InjectOptions & { url: string }): Promise<LightMyRequestResponse>;
+  close(): Promise<void>;
+}
+
+/** E2B's REST error body, checked to carry the answer's status and a registry code. */
+export function e2bErrorBody(res: { statusCode: number; body: string }): {
+  code: number;
+  message: string;
+  error_code: string;
+} {
+  const body = JSON.parse(res.body) as { code: number; message: string; error_code: string };
+  assert.deepEqual(Object.keys(body).sort(), ['code', 'error_code', 'message'], res.body);
+  assert.equal(body.code, res.statusCode, 'the body carries the status');
+  const known = errorCodes().get(body.error_code) ?? errorCodes('e2b').get(body.error_code);
+  assert.ok(known !== undefined, `${body.error_code} is a registry code`);
+  return body;
+}
+
+export async function startE2bServer(
+  overrides: Partial<ManagerOptions> = {},
+  log: Logger = pino({ level: 'silent' }),
+): Promise<TestE2bServer> {
+  const { manager } = await started(overrides, log);
+  const { app } = await buildE2bServer({
+    manager,
+    auth: { kind: 'keys', keys: [E2B_KEY] },
+    tokens: SandboxTokens.ephemeral(),
+    maxBodyBytes: 4 * 1024 * 1024,
+    maxFileBytes: overrides.maxFileBytes ?? 1024,
+    logger: log,
+  });
+  return {
+    app,
+    manager,
+    async inject(opts) {
+      const res = await app.inject({ ...opts, headers: { 'x-api-key': E2B_KEY, ...opts.headers } });
+      const where = `${opts.method ?? 'GET'} ${opts.url.slice(0, 100)} (${res.statusCode})`;
+      if (res.statusCode >= 300) {
+        e2bErrorBody(res);
+        assertNoHostDetails(where, res.body, [], clientValues(opts.url));
       }
       return res;
     },

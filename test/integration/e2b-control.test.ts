@@ -4,7 +4,7 @@
  * (filters and pages), kill, isRunning, setTimeout and expiry, pause and connect, autoPause,
  * fork, snapshots, metrics, and hostd's errors as the SDK's error classes. What the JS SDK does
  * not send (the older endpoints the Python SDK uses, error bodies) is checked at the protocol
- * level at the end.
+ * level in test/unit/routes-e2b-control.test.ts, without VMs.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -334,63 +334,5 @@ describe('errors reach the SDK as its error classes', () => {
         return true;
       });
     });
-  });
-});
-
-describe('the protocol beyond the JS SDK', () => {
-  test('the older create, list and connect (the Python SDK) answer as the v2 ones', async () => {
-    await withE2b(hostd, async (scope) => {
-      const tag = `legacy-${Date.now()}`;
-      const created = await e2bRequest(hostd, 'POST', '/sandboxes', {
-        body: { templateID: 'base', timeout: 120, metadata: { tag } },
-      });
-      assert.equal(created.status, 201, created.text);
-      const answer = created.json as Record<string, unknown>;
-      const id = scope.track(String(answer.sandboxID));
-      assert.equal(answer.templateID, 'base');
-      assert.equal(answer.alias, 'base');
-      assert.equal(typeof answer.envdAccessToken, 'string');
-      assert.match(String(answer.envdVersion), /^\d+\.\d+\.\d+$/);
-
-      const listed = await e2bRequest(
-        hostd,
-        'GET',
-        `/sandboxes?metadata=${encodeURIComponent(`tag=${tag}`)}`,
-      );
-      assert.equal(listed.status, 200);
-      assert.deepEqual(
-        (listed.json as { sandboxID: string }[]).map((s) => s.sandboxID),
-        [id],
-      );
-      const again = await e2bRequest(hostd, 'POST', `/sandboxes/${id}/connect`, {
-        body: { timeout: 60 },
-      });
-      assert.equal(again.status, 200, 'a running sandbox is connected, not resumed');
-      assert.equal((again.json as Record<string, unknown>).sandboxID, id);
-      assert.equal(
-        (again.json as Record<string, unknown>).envdAccessToken,
-        answer.envdAccessToken,
-        "a sandbox's access token stays the same",
-      );
-    });
-  });
-
-  test("errors are E2B bodies with the status as code and hostd's code beside it", async () => {
-    const unknown = 'sbx_' + '0'.repeat(32);
-    const missing = await e2bRequest(hostd, 'GET', `/sandboxes/${unknown}`);
-    assert.equal(missing.status, 404);
-    assert.deepEqual(Object.keys(missing.json as object).sort(), ['code', 'error_code', 'message']);
-    assert.equal((missing.json as { code: number }).code, 404);
-    assert.equal((missing.json as { error_code: string }).error_code, 'sandbox_not_found');
-
-    const bad = await e2bRequest(hostd, 'POST', '/v2/sandboxes', { body: { templateID: 7 } });
-    assert.equal(bad.status, 400);
-    assert.equal((bad.json as { code: number }).code, 400);
-
-    for (const path of ['/templates', '/volumes', '/secrets']) {
-      const res = await e2bRequest(hostd, 'GET', path);
-      assert.equal(res.status, 501, path);
-      assert.equal((res.json as { error_code: string }).error_code, 'not_supported');
-    }
   });
 });

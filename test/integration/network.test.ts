@@ -52,15 +52,6 @@ describe('off by default', () => {
       });
     });
   });
-
-  test('bad rules are 400 invalid_request and create nothing', async () => {
-    for (const rules of [['bad rule'], ['host.hostd.internal'], ['10.0.0.0/33'], 'example.com']) {
-      const res = await hostd.json<{ code: string }>('POST', '/v1/sandboxes', {
-        network: { allow_out: rules },
-      });
-      assert.deepEqual([res.status, res.body.code], [400, 'invalid_request'], String(rules));
-    }
-  });
 });
 
 describe('allow-listed', () => {

@@ -123,13 +123,6 @@ test('python runs the data stack with numpy preloaded; python-slim has no numpy'
     assert.equal((await hostd.request('DELETE', `/v1/sandboxes/${id}`)).status, 204);
 });
 
-test('an unknown template is 404 template_not_found, for creates and for GET', async () => {
-  const create = await hostd.json<ErrorBody>('POST', '/v1/sandboxes', { template: 'no-such' });
-  assert.deepEqual([create.status, create.body.code], [404, 'template_not_found']);
-  const get = await hostd.json<ErrorBody>('GET', '/v1/templates/no-such');
-  assert.deepEqual([get.status, get.body.code], [404, 'template_not_found']);
-});
-
 test('broken recipes fail only their templates, with the reason; creates of them get 500 template_failed', async () => {
   const failed = await eventually(
     'the broken recipe to fail its build',

@@ -1,0 +1,112 @@
+/**
+ * The API's routes as docs/openapi.json documents them, each given to the route test file of its
+ * area (test/unit/routes-<area>.test.ts). Each of those files ends by checking that it reached
+ * every route of its area through the inject harness (`assertAreaCovered`), and
+ * test/unit/routes-contract.test.ts checks that the areas hold exactly the documented routes, so
+ * a route added to the server and the OpenAPI file (openapi.test.ts keeps those two equal)
+ * cannot go without an inject test.
+ */
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { ROOT } from '../../testkit/root.js';
+import { routesHit } from './server.js';
+
+export type Area =
+  | 'service'
+  | 'sandboxes'
+  | 'exec'
+  | 'files'
+  | 'lineage'
+  | 'snapshots'
+  | 'templates'
+  | 'contexts'
+  | 'cluster'
+  | 'mcp';
+
+/** `METHOD /openapi/{path}` -> the area whose route test file covers it. */
+export const ROUTE_AREAS: Readonly<Record<string, Area>> = {
+  'GET /v1/healthz': 'service',
+  'GET /metrics': 'service',
+  'POST /v1/sandboxes': 'sandboxes',
+  'GET /v1/sandboxes': 'sandboxes',
+  'GET /v1/sandboxes/{id}': 'sandboxes',
+  'DELETE /v1/sandboxes/{id}': 'sandboxes',
+  'GET /v1/sandboxes/{id}/logs': 'sandboxes',
+  'POST /v1/sandboxes/{id}/timeout': 'sandboxes',
+  'POST /v1/sandboxes/{id}/pause': 'sandboxes',
+  'POST /v1/sandboxes/{id}/resume': 'sandboxes',
+  'POST /v1/sandboxes/{id}/exec': 'exec',
+  'PUT /v1/sandboxes/{id}/files': 'files',
+  'GET /v1/sandboxes/{id}/files': 'files',
+  'DELETE /v1/sandboxes/{id}/files': 'files',
+  'GET /v1/sandboxes/{id}/files/list': 'files',
+  'GET /v1/sandboxes/{id}/files/stat': 'files',
+  'POST /v1/sandboxes/{id}/files/mkdir': 'files',
+  'POST /v1/sandboxes/{id}/files/move': 'files',
+  'POST /v1/sandboxes/{id}/fork': 'lineage',
+  'POST /v1/sandboxes/{parent}/merge_into/{winner}': 'lineage',
+  'POST /v1/sandboxes/{id}/snapshot': 'snapshots',
+  'GET /v1/snapshots': 'snapshots',
+  'GET /v1/snapshots/{id}': 'snapshots',
+  'DELETE /v1/snapshots/{id}': 'snapshots',
+  'GET /v1/templates': 'templates',
+  'GET /v1/templates/{name}': 'templates',
+  'GET /v1/templates/{name}/log': 'templates',
+  'POST /v1/sandboxes/{id}/contexts': 'contexts',
+  'GET /v1/sandboxes/{id}/contexts': 'contexts',
+  'DELETE /v1/sandboxes/{id}/contexts/{context}': 'contexts',
+  'POST /v1/sandboxes/{id}/contexts/{context}/restart': 'contexts',
+  'GET /v1/cluster': 'cluster',
+  'POST /v1/cluster/nodes/{id}/drain': 'cluster',
+  'POST /mcp': 'mcp',
+  'GET /mcp': 'mcp',
+  'DELETE /mcp': 'mcp',
+};
+
+export interface Operation {
+  method: string;
+  /** OpenAPI syntax: `/v1/sandboxes/{id}`. */
+  path: string;
+  /** The statuses it documents. */
+  statuses: number[];
+  /** Whether it takes `Authorization: Bearer <key>`. */
+  guarded: boolean;
+}
+
+const METHODS = ['get', 'put', 'post', 'delete', 'patch'];
+
+/** Every operation docs/openapi.json documents. */
+export function documentedOperations(): Operation[] {
+  const doc = JSON.parse(readFileSync(join(ROOT, 'docs', 'openapi.json'), 'utf8')) as {
+    paths: Record<string, Record<string, { responses: object; security?: unknown[] }>>;
+  };
+  return Object.entries(doc.paths).flatMap(([path, item]) =>
+    Object.entries(item)
+      .filter(([method]) => METHODS.includes(method))
+      .map(([method, op]) => ({
+        method: method.toUpperCase(),
+        path,
+        statuses: Object.keys(op.responses).map(Number),
+        guarded: (op.security ?? []).length > 0,
+      })),
+  );
+}
+
+/** `/v1/sandboxes/{id}` -> `/v1/sandboxes/:id`, as fastify names the route. */
+export const toFastify = (path: string): string => path.replace(/\{([^}]+)\}/g, ':$1');
+
+/**
+ * Fails with the routes of `area` this test process did not reach through the harness's
+ * `inject`: the last test of each route test file.
+ */
+export function assertAreaCovered(area: Area): void {
+  const missing = Object.entries(ROUTE_AREAS)
+    .filter(([, a]) => a === area)
+    .map(([op]) => {
+      const [method, path] = op.split(' ') as [string, string];
+      return `${method} ${toFastify(path)}`;
+    })
+    .filter((route) => !routesHit().has(route));
+  assert.deepEqual(missing, [], `routes of the ${area} area that no test here reached`);
+}

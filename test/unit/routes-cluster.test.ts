@@ -1,0 +1,40 @@
+/**
+ * Route tests of the cluster routes on a single hostd (docs/api.md, Cluster): the cluster is
+ * reported off, and a drain is `409 not_clustered`. In cluster mode they are
+ * cluster-front.test.ts's and the cluster integration tests'.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Errors } from '../../src/errors.js';
+import { assertAreaCovered } from '../helpers/routes.js';
+import { errorBody, startServer, type TestServer } from '../helpers/server.js';
+
+describe('cluster routes on a single hostd', () => {
+  let s: TestServer;
+  before(async () => {
+    s = await startServer();
+  });
+  after(() => s.close());
+
+  test('GET /v1/cluster says the cluster is off', async () => {
+    const res = await s.inject({ method: 'GET', url: '/v1/cluster' });
+    assert.equal(res.statusCode, 200);
+    assert.equal(res.headers['content-type'], 'application/json; charset=utf-8');
+    assert.deepEqual(JSON.parse(res.body), { enabled: false, node: null, etcd: null, nodes: [] });
+  });
+
+  test('POST /v1/cluster/nodes/{id}/drain is 409 not_clustered; a body is 400 first', async () => {
+    const res = await s.inject({ method: 'POST', url: '/v1/cluster/nodes/node-1/drain' });
+    assert.equal(res.statusCode, 409);
+    assert.equal(errorBody(res).code, Errors.notClustered.code);
+    const withBody = await s.inject({
+      method: 'POST',
+      url: '/v1/cluster/nodes/node-1/drain',
+      payload: {},
+    });
+    assert.equal(withBody.statusCode, 400);
+    assert.equal(errorBody(withBody).code, Errors.bodyNotAllowed.code);
+  });
+
+  test('every route of this area was exercised', () => assertAreaCovered('cluster'));
+});
