@@ -1,8 +1,9 @@
 /**
- * Issue 29's compute figures: a small chart and a 300x300 matrix product in the guest, each
- * beside the same code run natively by the host's `python3` in the same run (skipped, with the
- * reason, when the host has no numpy or matplotlib: install Debian's python3-matplotlib and
- * python3-pandas to get them). docs/architecture.md, "Compute under TCG", says what moves them.
+ * Issue 29's compute figures: a small chart, a 300x300 matrix product and the first use of
+ * scikit-learn in the guest, each beside the same code run natively by the host's `python3` in
+ * the same run (skipped, with the reason, when the host lacks a module: install Debian's
+ * python3-matplotlib, python3-pandas and python3-sklearn to get them). docs/architecture.md,
+ * "Compute under TCG", says what moves them.
  */
 import { spawnSync } from 'node:child_process';
 import type { Api } from '../testkit/hostd.js';
@@ -37,21 +38,37 @@ const MATMUL = [
   'print(json.dumps(ts))',
 ].join('\n');
 
+/**
+ * An agent's first scikit-learn cell: `import sklearn` and a tiny fit, in a new sandbox. Most of
+ * it is importing scipy and sklearn (hundreds of modules), which TCG translates anew in every VM
+ * unless the template has imported them before it was frozen.
+ */
+const SKLEARN = [
+  'import numpy as np',
+  'import sklearn',
+  'from sklearn.linear_model import LinearRegression',
+  'LinearRegression().fit(np.arange(10.0).reshape(-1, 1), np.arange(10.0))',
+].join('\n');
+
 /** Every figure computeFigures reports (all skipped together when the template cannot plot). */
 export const COMPUTE_FIGURES = [
   'chart_first_in_new_sandbox_ms',
   'chart_warm_ms',
   'matmul_300_ms',
+  'import_sklearn_first_ms',
   'chart_first_native_ms',
   'chart_warm_native_ms',
   'matmul_300_native_ms',
+  'import_sklearn_first_native_ms',
   'chart_first_ratio',
   'chart_warm_ratio',
   'matmul_300_ratio',
+  'import_sklearn_first_ratio',
 ];
 
 const SANDBOXES = 3;
 const WARM_CHARTS = 3;
+const SKLEARN_SANDBOXES = 2;
 
 export async function computeFigures(c: Api): Promise<Results> {
   const first: number[] = [];
@@ -79,23 +96,57 @@ export async function computeFigures(c: Api): Promise<Results> {
       await c.request('DELETE', `/v1/sandboxes/${id}`);
     }
   }
+  const sklearn = await sklearnFirst(c);
   const native = nativeFigures();
+  const sklearnNative = nativeSklearn();
   const ratio = (vm: number, nat: number | string): number | string =>
     typeof nat === 'number' ? Math.round((vm / nat) * 10) / 10 : nat;
   const chartFirst = pct(first, 50);
   const chartWarm = pct(warm, 50);
   const matmul300 = pct(matmul, 50);
+  const sklearn50 = typeof sklearn === 'string' ? sklearn : pct(sklearn, 50);
   return {
     chart_first_in_new_sandbox_ms: Math.round(chartFirst),
     chart_warm_ms: Math.round(chartWarm),
     matmul_300_ms: matmul300,
+    import_sklearn_first_ms: typeof sklearn50 === 'string' ? sklearn50 : Math.round(sklearn50),
     chart_first_native_ms: native.chartFirst,
     chart_warm_native_ms: native.chartWarm,
     matmul_300_native_ms: native.matmul,
+    import_sklearn_first_native_ms: sklearnNative,
     chart_first_ratio: ratio(chartFirst, native.chartFirst),
     chart_warm_ratio: ratio(chartWarm, native.chartWarm),
     matmul_300_ratio: ratio(matmul300, native.matmul),
+    import_sklearn_first_ratio:
+      typeof sklearn50 === 'string' ? sklearn50 : ratio(sklearn50, sklearnNative),
   };
+}
+
+/**
+ * Milliseconds of SKLEARN as the first cell of each of a few new sandboxes, or why not (a
+ * template without scikit-learn).
+ */
+async function sklearnFirst(c: Api): Promise<number[] | string> {
+  const times: number[] = [];
+  for (let i = 0; i < SKLEARN_SANDBOXES; i++) {
+    const id = await createSandbox(c);
+    try {
+      const t = now();
+      const missing = await exec(c, id, SKLEARN).then(
+        () => null,
+        (err: Error) => {
+          if (err.message.includes('ModuleNotFoundError'))
+            return 'skipped: no scikit-learn in the template';
+          throw err;
+        },
+      );
+      if (missing) return missing;
+      times.push(now() - t);
+    } finally {
+      await c.request('DELETE', `/v1/sandboxes/${id}`);
+    }
+  }
+  return times;
 }
 
 /** The JSON list on the last line of `out` that holds one. */
@@ -128,23 +179,54 @@ function nativeFigures(): {
     `print(json.dumps([chart() for _ in range(${1 + WARM_CHARTS})]))`,
     MATMUL,
   ].join('\n');
+  const lists = runNative(script, 'python3-matplotlib');
+  if (typeof lists === 'string') return { chartFirst: lists, chartWarm: lists, matmul: lists };
+  const [charts, products] = lists;
+  return {
+    chartFirst: round2(charts![0]!),
+    chartWarm: round2(pct(charts!.slice(1), 50)),
+    matmul: round2(pct(products!, 50)),
+  };
+}
+
+/**
+ * SKLEARN in a fresh host python3 that has imported what a sandbox starts with (numpy, and
+ * pandas and pyplot when the host has them: not timed), as the guest figure's counterpart.
+ */
+function nativeSklearn(): number | string {
+  const script = [
+    'import json, time, numpy',
+    'try:',
+    '    import pandas, matplotlib',
+    '    matplotlib.use("Agg")',
+    '    import matplotlib.pyplot',
+    'except ImportError:',
+    '    pass',
+    't = time.perf_counter()',
+    SKLEARN,
+    'print(json.dumps([(time.perf_counter() - t) * 1000]))',
+  ].join('\n');
+  const lists = runNative(script, 'python3-sklearn');
+  return typeof lists === 'string' ? lists : round2(lists[0]![0]!);
+}
+
+const round2 = (n: number): number => Math.round(n * 100) / 100;
+
+/**
+ * The JSON lists `script` prints in the host's python3, or why it could not run (`debian`: the
+ * package that provides what the script needs).
+ */
+function runNative(script: string, debian: string): number[][] | string {
   const r = spawnSync('python3', ['-c', script], { encoding: 'utf8', timeout: 120_000 });
   if (r.status !== 0) {
     const why = /ModuleNotFoundError: No module named '([^']+)'/.exec(r.stderr)?.[1];
-    const reason = why
-      ? `skipped: no ${why} in the host python3 (Debian: python3-matplotlib)`
+    return why
+      ? `skipped: no ${why} in the host python3 (Debian: ${debian})`
       : `skipped: host python3 failed (${(r.error?.message ?? r.stderr.trim().split('\n').pop() ?? '').slice(0, 120)})`;
-    return { chartFirst: reason, chartWarm: reason, matmul: reason };
   }
-  const [charts, products] = r.stdout
+  return r.stdout
     .trim()
     .split('\n')
     .filter((l) => l.startsWith('['))
     .map((l) => JSON.parse(l) as number[]);
-  const round = (n: number): number => Math.round(n * 100) / 100;
-  return {
-    chartFirst: round(charts![0]!),
-    chartWarm: round(pct(charts!.slice(1), 50)),
-    matmul: round(pct(products!, 50)),
-  };
 }

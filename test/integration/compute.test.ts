@@ -26,21 +26,43 @@ async function jsonOf(id: string, code: string, language = 'python'): Promise<un
   return JSON.parse(r.stdout.trim().split('\n').pop()!);
 }
 
-test('a new python sandbox starts with the warmup done: fonts looked up, Agg loaded, no figure or name left', async () => {
+/**
+ * What the `python` recipe preloads beyond numpy, pandas and pyplot: the rest of the data stack's
+ * first imports, each seconds of emulated CPU under TCG in a sandbox that imports it itself.
+ */
+const STACK_PRELOADS = [
+  'scipy.stats',
+  'scipy.optimize',
+  'sklearn.linear_model',
+  'sklearn.model_selection',
+  'sympy',
+  'networkx',
+  'PIL.Image',
+  'requests',
+  'bs4',
+  'lxml.etree',
+  'openpyxl',
+  'yaml',
+];
+
+test('a new python sandbox starts with the data stack imported and the warmup done: fonts looked up, Agg loaded, no figure or name left', async () => {
   await withSandbox(hostd, async (id) => {
     const state = await jsonOf(
       id,
       `import sys, json
+not_loaded = [m for m in ${JSON.stringify(STACK_PRELOADS)} if m not in sys.modules]
 from matplotlib import font_manager
 import matplotlib.pyplot as plt
 print(json.dumps({
+  "not_loaded": not_loaded,
   "agg": "matplotlib.backends.backend_agg" in sys.modules,
   "fonts_looked_up": font_manager.FontManager._findfont_cached.cache_info().currsize > 0,
   "open_figures": plt.get_fignums(),
-  "warmup_names": sorted(n for n in ("fig", "ax", "df", "io", "np", "pd") if n in globals()),
+  "warmup_names": sorted(n for n in ("fig", "ax", "df", "io", "np", "pd", "sklearn", "scipy") if n in globals()),
 }))`,
     );
     assert.deepEqual(state, {
+      not_loaded: [],
       agg: true,
       fonts_looked_up: true,
       open_figures: [],
