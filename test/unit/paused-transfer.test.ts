@@ -178,6 +178,49 @@ describe('export and import of a paused machine between data directories', () =>
     await paused.discard();
   });
 
+  it('takes the source’s template as a state of its own where the target froze another boot of it', async () => {
+    const source = await newStore('src-other');
+    await freezeTemplate(source);
+    const paused = await pauseOne(source);
+    const manifest = await source.transfer.export(paused);
+    const target = await newStore('dst-other');
+    await freezeTemplate(target); // same key, another boot: other bytes
+    const own = await readFile(join(target.templatesDir, KEY, 'memory.img'));
+    const asked: string[] = [];
+    const imported = await target.transfer.import(manifest, fetcherOf(source, asked));
+    assert.match(imported.origin.id, /^fork-[0-9a-f]{16}$/);
+    await sameFile(
+      join(source.templatesDir, KEY, 'memory.img'),
+      join(target.imagesDir, `${imported.origin.id}.mem`),
+    );
+    assert.deepEqual(await readFile(join(target.templatesDir, KEY, 'memory.img')), own);
+    // The chain under the paused disk now ends on the source's template disk, as a layer.
+    const chain = imported.disk?.layer?.chain().map((l) => l.id) ?? [];
+    assert.equal(chain.length, 2);
+    assert.match(chain[0]!, /^layer-[0-9a-f]{16}$/);
+    assert.equal(chain[0]!.slice('layer-'.length), imported.origin.id.slice('fork-'.length));
+    await sameFile(
+      join(source.templatesDir, KEY, 'disk.qcow2'),
+      join(target.disks.dir, `${chain[0]}.qcow2`),
+    );
+    // A second machine of that source reuses the renamed template: its own files only travel.
+    const other = await pauseOne(source);
+    const asked2: string[] = [];
+    const i2 = await target.transfer.import(
+      await source.transfer.export(other),
+      fetcherOf(source, asked2),
+    );
+    assert.equal(i2.origin.id, imported.origin.id);
+    assert.ok(
+      asked2.every((a) => !a.startsWith('templates/')),
+      asked2.join(' '),
+    );
+    await i2.discard();
+    await other.discard();
+    await imported.discard();
+    await paused.discard();
+  });
+
   it('refuses a file whose bytes differ from the export, and leaves nothing of it', async () => {
     const source = await newStore('src-bad');
     await freezeTemplate(source);

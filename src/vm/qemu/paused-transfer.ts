@@ -18,7 +18,7 @@
  */
 import { createHash } from 'node:crypto';
 import { constants, createReadStream, createWriteStream, existsSync } from 'node:fs';
-import { chmod, chown, mkdir, open, rename, rm, stat } from 'node:fs/promises';
+import { chmod, chown, mkdir, open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type {
@@ -150,22 +150,84 @@ export class PausedTransfer {
     } catch (err) {
       throw new VmError('state_corrupt', (err as Error).message, { cause: err });
     }
+    // A template frozen here under the same key is another boot of it (another memory image):
+    // the source's comes as a fork point and a disk layer of their own, named after its content
+    // so that the next import from it finds them, and the records naming it are rewritten.
+    const renamed = new Map<string, { state: string; layer: string }>();
     for (const part of manifest.parts) {
+      if (part.kind !== 'state' || !part.id.startsWith('template-')) continue;
+      if (!existsSync(this.templateDir(part.id, 'complete'))) continue;
+      if (await this.sameFiles(part)) continue;
+      const digest = createHash('sha256')
+        .update(part.files.map((f) => f.sha256).join(','))
+        .digest('hex')
+        .slice(0, 16);
+      renamed.set(part.id, { state: `fork-${digest}`, layer: `layer-${digest}` });
+    }
+    for (const part of manifest.parts) {
+      const as = renamed.get(part.id);
+      const key = as?.state ?? part.id;
       for (;;) {
-        const busy = this.importing.get(part.id);
+        const busy = this.importing.get(key);
         if (!busy) break;
         await busy.catch(() => undefined);
       }
-      if (this.present(part)) continue;
-      const work = this.importPart(part, fetch);
-      this.importing.set(part.id, work);
+      if (as ? existsSync(join(this.store.imagesDir, `${as.state}.json`)) : this.present(part)) {
+        continue;
+      }
+      const work = as
+        ? this.importTemplateAs(part, as, fetch)
+        : this.importPart(part, fetch, renamed);
+      this.importing.set(key, work);
       try {
         await work;
       } finally {
-        this.importing.delete(part.id);
+        this.importing.delete(key);
       }
     }
-    return this.store.openPaused(manifest.paused);
+    const origin = manifest.paused.origin;
+    const originAs = renamed.get(origin.id)?.state ?? origin.id;
+    return this.store.openPaused({ ...manifest.paused, origin: { ...origin, id: originAs } });
+  }
+
+  private templateDir(id: string, name: string): string {
+    return join(this.store.templatesDir, id.slice('template-'.length), name);
+  }
+
+  /** Whether this node's files of `part` are the exported ones, byte for byte. */
+  private async sameFiles(part: ExportedPart): Promise<boolean> {
+    for (const f of part.files) {
+      const mine = await this.describeFile(f.path, true).catch(() => null);
+      if (!mine || mine.size !== f.size || mine.sha256 !== f.sha256) return false;
+    }
+    return true;
+  }
+
+  /** The source's frozen template, as fork point `as.state` over disk layer `as.layer`. */
+  private async importTemplateAs(
+    part: ExportedPart,
+    as: { state: string; layer: string },
+    fetch: FileFetcher,
+  ): Promise<void> {
+    const file = (name: string): ExportedFile | undefined =>
+      part.files.find((f) => f.path.endsWith(`/${name}`));
+    const mem = file('memory.img');
+    const device = file('device.state');
+    if (!mem || !device)
+      throw new VmError('state_corrupt', `template part ${part.id} is incomplete`);
+    const disk = file('disk.qcow2');
+    if (disk) {
+      const dest = join(this.store.disks.dir, `${as.layer}.qcow2`);
+      await this.fetchFile(disk, `${dest}.part`, true, fetch);
+      await rename(`${dest}.part`, dest);
+      await writeRecord(join(this.store.disks.dir, `${as.layer}.json`), { backing: null });
+    }
+    const base = join(this.store.imagesDir, as.state);
+    await this.fetchFile(mem, `${base}.mem.part`, true, fetch);
+    await rename(`${base}.mem.part`, `${base}.mem`);
+    await this.fetchFile(device, `${base}.state.part`, true, fetch);
+    await rename(`${base}.state.part`, `${base}.state`);
+    await writeRecord(`${base}.json`, { disk: disk ? as.layer : null });
   }
 
   /** Whether this node has `part` whole (the file that publishes it is there). */
@@ -183,7 +245,11 @@ export class PausedTransfer {
     }
   }
 
-  private async importPart(part: ExportedPart, fetch: FileFetcher): Promise<void> {
+  private async importPart(
+    part: ExportedPart,
+    fetch: FileFetcher,
+    renamed: ReadonlyMap<string, { state: string; layer: string }> = new Map(),
+  ): Promise<void> {
     const d = this.store.dataDir;
     const folder = part.kind === 'paused' || part.id.startsWith('template-');
     if (folder) {
@@ -199,6 +265,7 @@ export class PausedTransfer {
         for (const file of part.files) {
           const to = join(staging, basename(file.path));
           await this.fetchFile(file, to, part.kind !== 'paused', fetch);
+          if (to.endsWith('.json')) await rewriteRecord(to, renamed);
         }
         await rm(dest, { recursive: true, force: true });
         await rename(staging, dest);
@@ -215,6 +282,7 @@ export class PausedTransfer {
     for (const file of ordered) {
       const dest = join(d, file.path);
       await this.fetchFile(file, `${dest}.part`, true, fetch);
+      if (dest.endsWith('.json')) await rewriteRecord(`${dest}.part`, renamed);
       await rename(`${dest}.part`, dest);
     }
   }
@@ -318,6 +386,29 @@ function checkPart(part: ExportedPart): void {
       }
     });
   if (!ok) throw new VmError('state_corrupt', `export part ${part.id} names files it cannot have`);
+}
+
+/** A record (a layer's, a fork point's, a paused disk's) naming renamed templates by their new ids. */
+async function rewriteRecord(
+  path: string,
+  renamed: ReadonlyMap<string, { state: string; layer: string }>,
+): Promise<void> {
+  if (renamed.size === 0) return;
+  const record = JSON.parse(await readFile(path, 'utf8')) as Record<string, unknown>;
+  let changed = false;
+  for (const field of ['backing', 'disk']) {
+    const as = typeof record[field] === 'string' ? renamed.get(record[field]) : undefined;
+    if (as) {
+      record[field] = as.layer;
+      changed = true;
+    }
+  }
+  if (changed) await writeRecord(path, record);
+}
+
+async function writeRecord(path: string, record: Record<string, unknown>): Promise<void> {
+  await writeFile(`${path}.tmp`, JSON.stringify(record), { mode: 0o640 });
+  await rename(`${path}.tmp`, path);
 }
 
 async function hashFile(path: string): Promise<string> {
