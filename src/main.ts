@@ -495,10 +495,10 @@ function stopOnSignals(
   let stopping: Promise<void> | null = null;
   const stop = (signal: string): Promise<void> =>
     (stopping ??= (async () => {
-      // Cluster mode: a clean stop hands the sandboxes to other nodes first, bounded in time;
-      // what is left is paused in place below and comes back with the node.
-      if (moves && (signal === 'SIGTERM' || signal === 'SIGINT'))
-        await drainFor(moves, config, log);
+      // Cluster mode: SIGTERM (a service manager's stop, a rolling restart) hands the sandboxes
+      // to other nodes first, bounded in time; what is left is paused in place below and comes
+      // back with the node. SIGINT (Ctrl-C, a whole cluster stopped at once) pauses in place.
+      if (moves && signal === 'SIGTERM') await drainFor(moves, config, log);
       log.info({ signal }, 'shutting down: destroying all VMs');
       await manager.shutdown();
       await cluster?.stop();
