@@ -111,7 +111,10 @@ export async function clusterFigures(): Promise<Results> {
 
     const { drainS, lost } = await drainAndRoll(cluster, made);
 
-    // A node lost: its sandbox answers 410 on another node (it may have moved meanwhile).
+    // A node lost: its sandbox answers 410 on another node. It may have moved meanwhile, and
+    // arrived paused (a paused sandbox on a node that is down is 503, not lost): run it first.
+    const woke = await run(cluster.api, s.id, 'print(1)');
+    if (woke.exit !== 0) throw new Error(`print(1) in ${s.id}: ${woke.stderr}`);
     const holder = cluster.node(await nodeOf(cluster.api, s.id));
     const witness = cluster.nodes.find((n) => n.id !== holder.id)!;
     await holder.kill();
