@@ -167,7 +167,7 @@ async function restart(cluster: Cluster, id: string): Promise<void> {
  * 16 sandboxes with REPL state on one node, drained to the other two (timed); then a rolling
  * restart of the three nodes; returns the drain's seconds and how many sandboxes were lost.
  */
-async function drainAndRoll(
+export async function drainAndRoll(
   cluster: Cluster,
   made: Set<string>,
 ): Promise<{ drainS: number; lost: number }> {
@@ -203,8 +203,13 @@ async function drainAndRoll(
   for (const n of cluster.nodes) await restart(cluster, n.id);
   let lost = 0;
   for (const [i, id] of ids.entries()) {
-    const out = await run(cluster.api, id, 'print(x)').catch(() => null);
-    if (out?.stdout !== `${i}\n`) lost++;
+    const out = await run(cluster.api, id, 'print(x)').catch((err: Error) => err);
+    if (out instanceof Error || out.stdout !== `${i}\n`) {
+      lost++;
+      const why = out instanceof Error ? out.message : JSON.stringify(out.events).slice(0, 300);
+      process.stderr.write(`rolling restart lost ${id} (x = ${i}): ${why}\n`);
+    }
   }
+  if (lost > 0) process.stderr.write(`cluster log tail:\n${cluster.logTail(60)}\n`);
   return { drainS, lost };
 }
