@@ -3,6 +3,7 @@
  * Every variable is documented in docs/operations.md; a bad value stops hostd with a
  * message naming the variable, before anything is started.
  */
+import { createHash } from 'node:crypto';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { DEFAULT_VM_UID_RANGE, parseIdRange, type IdRange } from './vm/host/vm-uids.js';
@@ -133,6 +134,13 @@ export interface ClusterConfig {
   readonly nodeUrl: string | null;
   /** Lease TTL in seconds (SERVICE_CLUSTER_TTL_S): how soon a dead node's sandboxes are lost. */
   readonly ttlS: number;
+  /**
+   * The secret of routes between nodes (file transfers, hand-overs): SERVICE_CLUSTER_KEY, else
+   * one derived from SERVICE_API_KEYS (which every node shares).
+   */
+  readonly key: string;
+  /** Seconds a SIGTERM waits for the drain before it stops (SERVICE_DRAIN_TIMEOUT_S). */
+  readonly drainTimeoutS: number;
 }
 
 /** Thrown for an unusable configuration; main prints it and exits non-zero. */
@@ -267,7 +275,7 @@ export function parseTemplates(raw: string | undefined): TemplateConfig[] | null
 export function parseCluster(env: Env): ClusterConfig | null {
   const raw = env.SERVICE_CLUSTER_ETCD?.trim();
   if (!raw) {
-    for (const name of ['SERVICE_NODE_ID', 'SERVICE_NODE_URL']) {
+    for (const name of ['SERVICE_NODE_ID', 'SERVICE_NODE_URL', 'SERVICE_CLUSTER_KEY']) {
       if (env[name]) throw new ConfigError(`${name} is set but SERVICE_CLUSTER_ETCD is not`);
     }
     return null;
@@ -286,7 +294,24 @@ export function parseCluster(env: Env): ClusterConfig | null {
   if (nodeUrl !== null && !/^https?:\/\/[^/\s]+$/.test(nodeUrl)) {
     throw new ConfigError(`SERVICE_NODE_URL must be http(s)://host:port, got "${nodeUrl}"`);
   }
-  return { etcd, nodeId, nodeUrl, ttlS: intVar(env, 'SERVICE_CLUSTER_TTL_S', 10, 2, 300) };
+  const apiKeys = (env.SERVICE_API_KEYS ?? '')
+    .split(',')
+    .map((k) => k.trim())
+    .filter((k) => k !== '')
+    .sort();
+  const key =
+    env.SERVICE_CLUSTER_KEY?.trim() ||
+    createHash('sha256')
+      .update(`hostd-cluster-key\n${apiKeys.join('\n')}`)
+      .digest('hex');
+  return {
+    etcd,
+    nodeId,
+    nodeUrl,
+    ttlS: intVar(env, 'SERVICE_CLUSTER_TTL_S', 10, 2, 300),
+    key,
+    drainTimeoutS: intVar(env, 'SERVICE_DRAIN_TIMEOUT_S', 300, 0, 86400),
+  };
 }
 
 /**

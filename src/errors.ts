@@ -194,6 +194,12 @@ export const Errors = {
   missingApiKey: def('missing_api_key', 401, () => 'missing Authorization: Bearer <key>'),
   invalidApiKey: def('invalid_api_key', 401, () => 'invalid api key'),
   /** The E2B front's control plane (docs/e2b.md) takes its key in `X-API-KEY`. */
+  /** A node-to-node route (a peer's file fetch, a hand-over) without the cluster's key. */
+  invalidClusterKey: def(
+    'invalid_api_key',
+    401,
+    () => 'missing or invalid X-Hostd-Cluster-Key (a route between nodes of a cluster)',
+  ),
   missingE2bApiKey: def('missing_api_key', 401, () => 'missing X-API-KEY header'),
   /**
    * E2B sandbox traffic without that sandbox's own access token (docs/e2b.md, Auth). The message
@@ -248,6 +254,12 @@ export const Errors = {
     (id: string) => `snapshot ${clip(id)} not found`,
   ),
   fileNotFound: def('file_not_found', 404, (path: string) => `${clip(path)} does not exist`),
+  /** A peer asked for a file no export of this node names (or that is gone since). */
+  peerFileNotFound: def(
+    'file_not_found',
+    404,
+    () => 'the file asked is not one this node exports (the sandbox moved or resumed meanwhile)',
+  ),
   /** E2B's polling watcher (CreateWatcher) that does not exist, or was removed. */
   watcherNotFound: e2bDef(
     'watcher_not_found',
@@ -485,6 +497,14 @@ export const Errors = {
     503,
     (id: string, to: string) => `sandbox ${id} is moving to node ${to}`,
     1,
+  ),
+  /** A hand-over of a sandbox to another node that did not complete: it stays where it was. */
+  handOverFailed: def(
+    'hand_over_failed',
+    503,
+    (id: string, node: string, why: string) =>
+      `sandbox ${id} could not be handed over to node ${node}: ${why}`,
+    5,
   ),
   /** A create sent to a node that stopped taking creates (it drains): the sender asks another. */
   nodeDraining: def(

@@ -39,6 +39,9 @@ import { detectCgroups } from './vm/host/vm-cgroups.js';
 import { VmUidPool, accountsInRange } from './vm/host/vm-uids.js';
 import { readFileSync } from 'node:fs';
 import { EtcdKv } from './cluster/etcd-kv.js';
+import { HttpPeers } from './cluster/peer-http.js';
+import { Drainer } from './core/cluster/drain.js';
+import { HandOver } from './core/cluster/hand-over.js';
 import { ClusterNode, type LocalSandboxes } from './core/cluster/cluster-node.js';
 import type { RecordStore, SnapshotRecord } from './core/journal.js';
 import { randomBytes } from 'node:crypto';
@@ -83,8 +86,9 @@ async function main(): Promise<void> {
   );
   metrics.bind(manager);
   cluster?.bind(clusterView(config, manager, sizing));
-  const servers = await buildServers(config, { manager, auth, log, metrics, cluster });
-  const stop = stopOnSignals(config, { manager, cluster, servers, log });
+  const moves = cluster ? movesOf(config, cluster, manager, log) : null;
+  const servers = await buildServers(config, { manager, auth, log, metrics, cluster, moves });
+  const stop = stopOnSignals(config, { manager, cluster, moves, servers, log });
   await bootTemplates(manager, stop, log);
   const { address, e2bAddress } = await listen(config, servers, ports, stop, log);
   if (cluster) {
@@ -140,6 +144,7 @@ function createLogger(config: Config): Logger {
         'req.headers.authorization',
         'req.headers["x-api-key"]',
         'req.headers["x-access-token"]',
+        'req.headers["x-hostd-cluster-key"]',
         'apiKeys',
       ],
       censor: '[redacted]',
@@ -430,9 +435,10 @@ async function buildServers(
     log: Logger;
     metrics: Metrics;
     cluster: ClusterNode | null;
+    moves: Moves | null;
   },
 ): Promise<Servers> {
-  const { manager, auth, log, metrics, cluster } = parts;
+  const { manager, auth, log, metrics, cluster, moves } = parts;
   const app = await buildServer({
     manager,
     auth,
@@ -445,11 +451,13 @@ async function buildServers(
       ? {
           cluster: {
             node: cluster,
-            // Drain, this far: stop taking creates (hand-over of sandboxes is not built yet).
             drain: () =>
-              void cluster
-                .setState('draining')
-                .catch((err: unknown) => log.warn({ err }, 'starting the drain failed')),
+              void moves?.drainer
+                .drain()
+                .catch((err: unknown) => log.warn({ err }, 'the drain failed')),
+            ...(moves
+              ? { peer: { key: config.cluster!.key, handOver: moves.handOver, manager } }
+              : {}),
           },
         }
       : {}),
@@ -478,17 +486,23 @@ function stopOnSignals(
   parts: {
     manager: SandboxManager;
     cluster: ClusterNode | null;
+    moves: Moves | null;
     servers: Servers;
     log: Logger;
   },
 ): (signal: string) => Promise<void> {
-  const { manager, cluster, servers, log } = parts;
+  const { manager, cluster, moves, servers, log } = parts;
   let stopping: Promise<void> | null = null;
   const stop = (signal: string): Promise<void> =>
     (stopping ??= (async () => {
+      // Cluster mode: SIGTERM (a service manager's stop, a rolling restart) hands the sandboxes
+      // to other nodes first, bounded in time; what is left is paused in place below and comes
+      // back with the node. SIGINT (Ctrl-C, a whole cluster stopped at once) pauses in place.
+      if (moves && signal === 'SIGTERM') await drainFor(moves, config, log);
       log.info({ signal }, 'shutting down: destroying all VMs');
       await manager.shutdown();
       await cluster?.stop();
+      moves?.peers.close();
       await servers.app
         .close()
         .catch((err: unknown) => log.warn({ err }, 'closing the HTTP server failed'));
@@ -503,6 +517,47 @@ function stopOnSignals(
     process.once(sig, () => void stop(sig).finally(() => process.exit(0)));
   }
   return stop;
+}
+
+/** Cluster mode's moving of sandboxes between nodes (docs/cluster.md, Drain and hand-over). */
+interface Moves {
+  readonly peers: HttpPeers;
+  readonly handOver: HandOver;
+  readonly drainer: Drainer;
+}
+
+function movesOf(
+  config: Config,
+  cluster: ClusterNode,
+  manager: SandboxManager,
+  log: Logger,
+): Moves {
+  const peers = new HttpPeers({
+    self: cluster.id,
+    clusterKey: config.cluster!.key,
+    apiKey: config.apiKeys[0] ?? null,
+  });
+  const handOver = new HandOver(cluster, manager, peers, log);
+  return { peers, handOver, drainer: new Drainer(cluster, manager, handOver, log) };
+}
+
+/** The drain of a stopping node, for at most SERVICE_DRAIN_TIMEOUT_S. */
+async function drainFor(moves: Moves, config: Config, log: Logger): Promise<void> {
+  const timeoutS = config.cluster!.drainTimeoutS;
+  if (timeoutS === 0) return;
+  log.info({ timeoutS }, 'draining before the stop: handing sandboxes to other nodes');
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<'timeout'>((resolve) => {
+    timer = setTimeout(() => resolve('timeout'), timeoutS * 1000);
+  });
+  const result = await Promise.race([moves.drainer.drain(), timedOut])
+    .catch((err: unknown) => {
+      log.warn({ err }, 'the drain failed; what is left is paused in place');
+      return 'failed' as const;
+    })
+    .finally(() => clearTimeout(timer));
+  if (result === 'timeout')
+    log.warn({ timeoutS }, 'the drain did not end in time; pausing the rest in place');
 }
 
 /** Boots (or re-adopts) the templates' VMs; a failure stops hostd with exit status 1. */

@@ -256,7 +256,8 @@ export async function startHostd(opts: StartOptions = {}): Promise<Hostd> {
       let code = exitCode;
       if (code === undefined) {
         await signalHostd(signal);
-        const timer = setTimeout(() => void signalHostd('SIGKILL'), 60_000);
+        // A cluster node drains first (its sandboxes go to other nodes): minutes on a loaded TCG host.
+        const timer = setTimeout(() => void signalHostd('SIGKILL'), 180_000);
         code = await exited;
         clearTimeout(timer);
       }

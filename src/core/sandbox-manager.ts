@@ -6,8 +6,17 @@
  * vm/machine.ts interfaces.
  */
 import type { Logger } from 'pino';
-import { fail } from '../errors.js';
-import type { ExecSpec, Hypervisor, Machine, TemplateImages } from '../vm/machine.js';
+import { fail, HostdError } from '../errors.js';
+import type {
+  ExecSpec,
+  ExportedRead,
+  FileFetcher,
+  Hypervisor,
+  Machine,
+  PausedManifest,
+  TemplateImages,
+} from '../vm/machine.js';
+import { VmError } from '../vm/machine.js';
 import { Admission } from './admission.js';
 import { ExecRun } from './exec-run.js';
 import { ForkStandby } from './fork-standby.js';
@@ -144,6 +153,20 @@ export interface ManagerOptions {
   readonly cluster?: ClusterHooks;
 }
 
+/**
+ * A sandbox on its way to another node (core/cluster/hand-over.ts): paused, its files exported,
+ * its turn held so that nothing runs it meanwhile; what arrives for it waits.
+ */
+export interface OutgoingMove {
+  /** Its record, as the target registers it (same id, same labels, paused). */
+  readonly record: SandboxRecord;
+  readonly manifest: PausedManifest;
+  /** The target has it: the local copy goes, and what waited for it gets 503 sandbox_moving. */
+  finish(): Promise<void>;
+  /** The hand-over did not happen: it stays here, paused, and resumes on its next use. */
+  abort(): void;
+}
+
 /** What a new sandbox is told besides its template: its labels and lifetime. */
 type Labels = { metadata: Readonly<Record<string, string>>; lifetime: Lifetime | null };
 
@@ -169,6 +192,8 @@ export class SandboxManager {
   /** Sandboxes' REPL contexts (docs/api.md, Contexts). */
   readonly contexts: SandboxContexts;
   private stopping = false;
+  /** Sandboxes being taken over from another node (`moveIn`), until registered. */
+  private readonly incoming = new Set<string>();
   /** Creates in flight: shutdown waits for them, so that no VM they start outlives hostd. */
   private readonly creating = new Set<Promise<unknown>>();
 
@@ -429,6 +454,124 @@ export class SandboxManager {
     if (!this.snapshots.has(id)) return;
     this.snapshots.delete(id);
     this.log.warn({ snapshot: id, why }, 'local snapshot dropped (fenced)');
+  }
+
+  /**
+   * Cluster mode, the source side of a hand-over: takes the sandbox's turn (both lanes), pauses
+   * it if it runs, and exports its files. The turn is held until `finish` or `abort`.
+   */
+  async moveOut(id: string, to: string): Promise<OutgoingMove> {
+    this.ensureRunning();
+    const sandbox = this.registry.get(id, true);
+    const release = await sandbox.acquireAll();
+    try {
+      if (!this.registry.holds(sandbox)) throw fail('sandboxNotFound', id);
+      if (!sandbox.paused) {
+        if (!sandbox.isRunning()) throw fail('sandboxBroken', id, sandbox.brokenReason ?? '');
+        const paused = await sandbox.machine.pause().catch((err: unknown) => {
+          throw asMachineError(
+            err,
+            this.log,
+            { sandbox: id },
+            'vmOperationFailed',
+            'pause the sandbox',
+          );
+        });
+        if (sandbox.status.kind !== 'running') {
+          await paused.discard();
+          throw fail('sandboxBroken', id, sandbox.brokenReason ?? '');
+        }
+        sandbox.pause(paused, 'shutdown');
+      }
+      const paused = sandbox.paused!;
+      const manifest = await this.hypervisor.exportPaused(paused).catch((err: unknown) => {
+        throw asMachineError(
+          err,
+          this.log,
+          { sandbox: id },
+          'vmOperationFailed',
+          'export the sandbox',
+        );
+      });
+      let done = false;
+      return {
+        record: sandbox.record(),
+        manifest,
+        finish: async () => {
+          if (done) return;
+          done = true;
+          const why = `the sandbox moved to node ${to}`;
+          try {
+            await this.destroyState(sandbox.delete(why, fail('sandboxMoving', id, to)), why);
+          } finally {
+            release();
+          }
+          this.log.info({ sandbox: id, to }, 'sandbox handed over');
+        },
+        abort: () => {
+          if (done) return;
+          done = true;
+          release();
+        },
+      };
+    } catch (err) {
+      release();
+      throw err;
+    }
+  }
+
+  /**
+   * Cluster mode, the target side of a hand-over: fetches the files of the paused sandbox
+   * `record` names that this node lacks (through `fetch`) and registers it under its id, paused:
+   * its next use resumes it here.
+   */
+  async moveIn(
+    record: SandboxRecord,
+    manifest: PausedManifest,
+    fetch: FileFetcher,
+  ): Promise<SandboxInfo> {
+    this.ensureRunning();
+    const id = record.id;
+    if (this.registry.has(id) || this.incoming.has(id)) throw fail('clusterConflict', id);
+    if (record.state !== 'paused' || record.paused?.id !== manifest.paused.id) {
+      throw fail('invalidField', 'record', 'a paused sandbox matching the manifest', record.state);
+    }
+    this.incoming.add(id);
+    try {
+      const paused = await this.hypervisor.importPaused(manifest, fetch).catch((err: unknown) => {
+        if (err instanceof HostdError) throw err;
+        throw asMachineError(
+          err,
+          this.log,
+          { sandbox: id },
+          'vmOperationFailed',
+          'take over the sandbox',
+        );
+      });
+      const sandbox = this.registry.readmit(record, originOf(record), {
+        kind: 'paused',
+        paused,
+        at: new Date(record.paused_at ?? Date.now()),
+        by: record.paused_by ?? null,
+      });
+      this.log.info(
+        { sandbox: id, bytes: paused.sizeBytes },
+        'sandbox taken over from another node',
+      );
+      return this.withNode(sandbox.info());
+    } finally {
+      this.incoming.delete(id);
+    }
+  }
+
+  /** A file an export of this node listed, for the peer that imports it. */
+  async readExported(path: string, offset: number): Promise<ExportedRead> {
+    try {
+      return await this.hypervisor.readExported(path, offset);
+    } catch (err) {
+      if (err instanceof VmError) throw fail('peerFileNotFound');
+      throw err;
+    }
   }
 
   private async createFromPool(
@@ -788,16 +931,7 @@ export class SandboxManager {
         this.registry.markLost(record, record.error ?? 'its VM is gone');
         continue;
       }
-      const origin = {
-        template: record.template,
-        parentId: record.parent_id,
-        snapshotId: record.snapshot_id,
-        allowOut: record.allow_out ?? [],
-        metadata: record.metadata ?? {},
-        lifetime: record.lifetime
-          ? { timeoutS: record.lifetime.timeout_s, onTimeout: record.lifetime.on_timeout }
-          : null,
-      };
+      const origin = originOf(record);
       try {
         if (record.state === 'paused' && record.paused) {
           this.registry.readmit(record, origin, {
@@ -883,4 +1017,18 @@ export class SandboxManager {
   private ensureRunning(): void {
     if (this.stopping) throw fail('shuttingDown');
   }
+}
+
+/** What a record says a sandbox came from, and its labels (a restart's, a hand-over's). */
+function originOf(record: SandboxRecord) {
+  return {
+    template: record.template,
+    parentId: record.parent_id,
+    snapshotId: record.snapshot_id,
+    allowOut: record.allow_out ?? [],
+    metadata: record.metadata ?? {},
+    lifetime: record.lifetime
+      ? { timeoutS: record.lifetime.timeout_s, onTimeout: record.lifetime.on_timeout }
+      : null,
+  };
 }

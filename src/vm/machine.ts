@@ -429,4 +429,62 @@ export interface Hypervisor {
   forkTargetCostMib(base: FrozenState): number;
   /** Bytes `state` takes on disk (a snapshot's size). */
   stateSizeBytes(state: FrozenState): number;
+  /**
+   * Everything another node needs to reopen `paused` (a hand-over, docs/cluster.md): its own
+   * files, its origin state's and its disk layer chain's, each with its size and sha256. Ids are
+   * unique and kept, so the target reuses what it already has by id.
+   */
+  exportPaused(paused: PausedMachine): Promise<PausedManifest>;
+  /**
+   * A file an export listed, for a peer to read from byte `offset` (the peer file route).
+   * Rejects with `unsupported` for a path that is no exported kind of file.
+   */
+  readExported(path: string, offset: number): Promise<ExportedRead>;
+  /**
+   * Makes the paused machine `manifest` describes exist here, fetching through `fetch` only the
+   * parts this node lacks (each file checked against its size and sha256 before it is put in
+   * place), and opens it. Rejects with `state_corrupt` for a file whose checksum differs or a
+   * state made for another template build than this node's, and leaves nothing half-imported.
+   */
+  importPaused(manifest: PausedManifest, fetch: FileFetcher): Promise<PausedMachine>;
 }
+
+/** One file of an export, named relative to the exporting node's data directory. */
+export interface ExportedFile {
+  readonly path: string;
+  readonly size: number;
+  readonly sha256: string;
+}
+
+/**
+ * A unit an import takes whole or not at all: a frozen state, a disk layer, or the paused
+ * machine's own folder. A target that has one by id skips its files.
+ */
+export interface ExportedPart {
+  readonly kind: 'state' | 'layer' | 'paused';
+  readonly id: string;
+  readonly files: readonly ExportedFile[];
+}
+
+/** What `exportPaused` gives and `importPaused` takes: plain JSON, sent between nodes. */
+export interface PausedManifest {
+  readonly format: number;
+  readonly paused: PausedDescriptor;
+  /** In the order an import puts them in place: what a part reads comes before it. */
+  readonly parts: readonly ExportedPart[];
+}
+
+/** An exported file being read: its whole size, and its bytes from the offset asked. */
+export interface ExportedRead {
+  readonly size: number;
+  readonly stream: NodeJS.ReadableStream & { destroy(): void };
+}
+
+/**
+ * Fetches `file`'s bytes from byte `offset` on (the node that exported it); an import resumes
+ * a file it had begun from where it stopped. Rejections pass through the import unchanged.
+ */
+export type FileFetcher = (
+  file: ExportedFile,
+  offset: number,
+) => Promise<AsyncIterable<Uint8Array>>;

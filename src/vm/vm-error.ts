@@ -38,6 +38,8 @@ export type VmOperation =
   | 'adopt'
   | 'open_state'
   | 'open_paused'
+  | 'export'
+  | 'import'
   | 'capture'
   | 'pause'
   | 'prepare_fork'

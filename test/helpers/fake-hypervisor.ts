@@ -24,6 +24,8 @@
  * Failures are VmErrors, as the port says (src/vm/machine.ts); `failNext` injects one into a
  * step, with the raw text a test chooses (a host path, to check that clients never see it).
  */
+import { createHash } from 'node:crypto';
+import { Readable } from 'node:stream';
 import type {
   CancelReason,
   ContextAnswer,
@@ -39,8 +41,11 @@ import type {
   MachineShape,
   NetStats,
   NetworkPolicy,
+  ExportedRead,
+  FileFetcher,
   PausedDescriptor,
   PausedMachine,
+  PausedManifest,
   StateDescriptor,
   TemplateImage,
 } from '../../src/vm/machine.js';
@@ -345,13 +350,13 @@ export class FakeMachine implements Machine {
 }
 
 export class FakePaused implements PausedMachine {
-  readonly id = `pause-${++ids}`;
   readonly sizeBytes = 4096;
   discarded = false;
   constructor(
     private readonly hv: FakeHypervisor,
     readonly memory: ReadonlyMap<string, string>,
     readonly origin: FakeState,
+    readonly id = `pause-${++ids}`,
   ) {
     hv.pausedOnDisk.set(this.id, this);
   }
@@ -441,6 +446,52 @@ export class FakeHypervisor implements Hypervisor {
     this.machines.push(m);
     await p.discard();
     return m;
+  }
+
+  /** Paused machines exported, by file path: what `readExported` serves to another fake. */
+  readonly exported = new Map<string, Buffer>();
+  /** Parts every import fetched (the other node's files it lacked). */
+  readonly fetched: string[] = [];
+
+  async exportPaused(paused: PausedMachine): Promise<PausedManifest> {
+    const p = paused as FakePaused;
+    const body = Buffer.from(
+      JSON.stringify({ memory: [...p.memory], origin: p.origin.id, template: p.origin.template }),
+    );
+    const path = `paused/${p.id}/memory.delta`;
+    this.exported.set(path, body);
+    const sha256 = createHash('sha256').update(body).digest('hex');
+    return {
+      format: 1,
+      paused: p.describe(),
+      parts: [{ kind: 'paused', id: p.id, files: [{ path, size: body.length, sha256 }] }],
+    };
+  }
+
+  async readExported(path: string, offset: number): Promise<ExportedRead> {
+    const body = this.exported.get(path);
+    if (!body) throw new VmError('unsupported', `not an exported file: ${path}`);
+    return { size: body.length, stream: Readable.from([body.subarray(offset)]) };
+  }
+
+  async importPaused(manifest: PausedManifest, fetch: FileFetcher): Promise<PausedMachine> {
+    const part = manifest.parts.find((x) => x.kind === 'paused');
+    const file = part?.files[0];
+    if (!part || !file) throw new VmError('state_corrupt', 'no paused part');
+    const chunks: Buffer[] = [];
+    for await (const c of await fetch(file, 0)) chunks.push(Buffer.from(c));
+    const body = Buffer.concat(chunks);
+    if (createHash('sha256').update(body).digest('hex') !== file.sha256) {
+      throw new VmError('state_corrupt', `${file.path} arrived with another checksum`);
+    }
+    this.fetched.push(file.path);
+    const data = JSON.parse(body.toString('utf8')) as {
+      memory: [string, string][];
+      origin: string;
+      template: string;
+    };
+    const origin = new FakeState(data.origin, new Map(), data.template).retain();
+    return new FakePaused(this, new Map(data.memory), origin, part.id);
   }
 
   async openPaused(descriptor: PausedDescriptor): Promise<PausedMachine> {

@@ -3,11 +3,13 @@
  * etcd and HAProxy in front (testkit/cluster.ts), python-slim VMs. Sandboxes are placed across
  * the nodes and recorded in the catalog; any node serves any sandbox by forwarding (exec NDJSON,
  * files, errors intact), on the native API and on the E2B front (E2B's published SDKs, signed
- * URLs included); lists span the cluster; forks stay on the parent's node; a drained node takes
- * no creates; a node stopped cleanly keeps its sandboxes; a SIGKILLed node's sandboxes answer
+ * URLs included); lists span the cluster; forks stay on the parent's node; a drain hands the
+ * node's sandboxes (running and paused) to the others, which serve them with their REPL state,
+ * and the node takes no creates; SIGTERM drains before the stop; a SIGKILLed node's sandboxes answer
  * 410 sandbox_lost naming it and can be deleted through the others, and once it is back it
  * re-adopts what it kept and fences what was deleted; one etcd member down changes nothing,
- * etcd down refuses creates while placed sandboxes serve; a rolling restart keeps everything.
+ * etcd down refuses creates while placed sandboxes serve; a rolling restart (each node drained by
+ * its SIGTERM) keeps every sandbox serving with its REPL state.
  * One cluster is shared by the file's tests, in order.
  */
 import { after, before, describe, test } from 'node:test';
@@ -335,27 +337,57 @@ describe('a three-node cluster', () => {
       }
     }));
 
-  test('a drained node takes no creates; the others do', () =>
+  test('a drain hands its sandboxes to the others (REPL state kept, a paused one too); creates go elsewhere', () =>
     reported(async () => {
-      const target = cluster.nodes[2]!;
-      const res = await cluster.nodes[0]!.api.json<{ id: string; state: string }>(
+      const kept = sandboxes[0]!;
+      const target = cluster.node(kept.node);
+      // A paused sandbox on the node: a fork child (forks stay on the parent's node), paused.
+      const fork = await cluster.api.json<{ children: { id: string }[] }>(
+        'POST',
+        `/v1/sandboxes/${kept.id}/fork`,
+        { n: 1 },
+      );
+      assert.equal(fork.status, 200, JSON.stringify(fork.body));
+      const child = fork.body.children[0]!.id;
+      created.add(child);
+      assert.equal((await run(cluster.api, child, 'y = 7')).exit, 0);
+      const paused = await cluster.api.json<Info>('POST', `/v1/sandboxes/${child}/pause`);
+      assert.equal(paused.status, 200, JSON.stringify(paused.body));
+      assert.equal((await info(cluster.api, child)).node, target.id);
+      const res = await elsewhere(target.id).json<{ id: string; state: string }>(
         'POST',
         `/v1/cluster/nodes/${target.id}/drain`,
       );
       assert.equal(res.status, 202, JSON.stringify(res.body));
       assert.equal(res.body.state, 'draining');
       await eventually(
-        'every node to see the drain',
+        `${target.id} to be drained, seen by every node`,
         async () => {
           for (const n of cluster.nodes) {
             const v = await n.api.json<ClusterView>('GET', '/v1/cluster');
-            if (v.body.nodes.find((x) => x.id === target.id)?.state !== 'draining') return false;
+            if (v.body.nodes.find((x) => x.id === target.id)?.state !== 'drained') return false;
           }
           return true;
         },
-        { timeoutMs: 30_000, everyMs: 100 },
+        { timeoutMs: 240_000, everyMs: 250 },
       );
-      // Asked of the draining node itself: placed elsewhere.
+      // Every sandbox it held is elsewhere now, under its id, with its REPL state, through any node.
+      const moved = await info(cluster.api, kept.id);
+      assert.notEqual(moved.node, target.id);
+      for (const n of cluster.nodes) {
+        assert.equal((await run(n.api, kept.id, 'print(x + 1)')).stdout, '42\n');
+      }
+      const movedChild = await info(target.api, child);
+      assert.notEqual(movedChild.node, target.id);
+      assert.equal(movedChild.state, 'paused');
+      assert.equal(movedChild.paused_by, 'request');
+      assert.equal((await run(target.api, child, 'print(y)')).stdout, '7\n');
+      assert.equal((await info(cluster.api, child)).state, 'ready');
+      assert.equal((await cluster.api.request('DELETE', `/v1/sandboxes/${child}`)).status, 204);
+      created.delete(child);
+      sandboxes = await Promise.all(sandboxes.map((s) => info(cluster.api, s.id)));
+      assert.ok(sandboxes.every((s) => s.node !== target.id));
+      // Asked of the drained node itself: placed elsewhere.
       const s = await create(target.api);
       assert.notEqual(s.node, target.id);
       const del = await cluster.api.request('DELETE', `/v1/sandboxes/${s.id}`);
@@ -377,32 +409,32 @@ describe('a three-node cluster', () => {
       assert.equal(unknown.body.code, 'node_not_found');
     }));
 
-  test('a node stopped cleanly keeps its sandboxes paused (503 meanwhile); back, they serve', () =>
+  test('a node stopped with SIGTERM hands its sandboxes over first; they serve meanwhile', () =>
     reported(async () => {
       const kept = sandboxes[0]!;
       const node = cluster.node(kept.node);
-      const asker = elsewhere(kept.node);
+      const mine = sandboxes.filter((s) => s.node === node.id);
       assert.equal(await node.stop('SIGTERM'), 0);
-      const away = await asker.json<ErrorBody>('GET', `/v1/sandboxes/${kept.id}`);
-      assert.equal(away.status, 503, JSON.stringify(away.body));
-      assert.equal(away.body.code, 'node_unavailable');
+      for (const s of mine) {
+        const now = await info(cluster.api, s.id);
+        assert.notEqual(now.node, node.id);
+        assert.equal((await run(cluster.api, s.id, 'print(x)')).stdout, '41\n');
+      }
       await node.start();
-      const back = await eventually(
-        `${kept.id} to serve again through another node`,
+      await eventually(
+        `${node.id} to serve again`,
         async () => {
-          const res = await asker.json<Info>('GET', `/v1/sandboxes/${kept.id}`);
-          return res.status === 200 ? res.body : null;
+          const v = await cluster.api.json<ClusterView>('GET', '/v1/cluster');
+          return v.body.nodes?.find((n) => n.id === node.id)?.state === 'serving';
         },
         { timeoutMs: 120_000, everyMs: 200 },
       );
-      assert.equal(back.node, kept.node);
-      assert.equal((await run(asker, kept.id, 'print(x)')).stdout, '41\n');
+      sandboxes = await Promise.all(sandboxes.map((s) => info(cluster.api, s.id)));
     }));
 
   test("a SIGKILLed node's sandboxes answer 410 sandbox_lost naming it, and can be deleted", () =>
     reported(async () => {
-      // Not the node restarted above: its sandboxes were proven kept.
-      const victim = sandboxes.find((s) => s.node !== sandboxes[0]!.node) ?? sandboxes[0]!;
+      const victim = sandboxes[0]!;
       const node = cluster.node(victim.node);
       // A child on the same node (forks stay there), kept while the node is away: the next test
       // sees it re-adopted when the node is back.
@@ -570,11 +602,11 @@ describe('a three-node cluster', () => {
     reported(async () => {
       assert.ok(sandboxes.length > 0);
       for (const node of cluster.nodes) {
-        const mine = sandboxes.filter((s) => s.node === node.id);
-        const others = sandboxes.filter((s) => s.node !== node.id);
+        // SIGTERM drains: the node's sandboxes go to the others and serve there meanwhile.
         assert.equal(await node.stop('SIGTERM'), 0);
-        // Meanwhile the others' sandboxes serve, and creates go to the nodes that are up.
-        for (const s of others) {
+        for (const s of sandboxes) {
+          const now = await info(cluster.api, s.id);
+          assert.notEqual(now.node, node.id, `${s.id} left on the stopped node`);
           assert.equal((await run(cluster.api, s.id, 'print(x)')).stdout, '41\n');
         }
         const during = await create(cluster.api);
@@ -585,26 +617,21 @@ describe('a three-node cluster', () => {
         );
         created.delete(during.id);
         await node.start();
-        for (const s of mine) {
-          await eventually(
-            `${s.id} to serve again once ${node.id} is back`,
-            async () => (await cluster.api.json('GET', `/v1/sandboxes/${s.id}`)).status === 200,
-            { timeoutMs: 120_000, everyMs: 200 },
-          );
-          assert.equal((await run(cluster.api, s.id, 'print(x)')).stdout, '41\n');
-        }
         await eventually(
           `${node.id} to serve again`,
           async () => {
             const v = await cluster.api.json<ClusterView>('GET', '/v1/cluster');
             return v.body.nodes?.find((n) => n.id === node.id)?.state === 'serving';
           },
-          { timeoutMs: 60_000, everyMs: 200 },
+          { timeoutMs: 120_000, everyMs: 200 },
         );
       }
+      const list = await cluster.api.json<{ sandboxes: Info[] }>('GET', '/v1/sandboxes');
       for (const s of sandboxes) {
-        const now = await info(cluster.api, s.id);
-        assert.equal(now.node, s.node, 'no sandbox moved');
+        assert.ok(
+          list.body.sandboxes.some((x) => x.id === s.id),
+          `${s.id} listed`,
+        );
         assert.equal((await run(cluster.api, s.id, 'print(x)')).stdout, '41\n');
       }
     }));

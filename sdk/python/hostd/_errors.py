@@ -34,7 +34,8 @@ codes are the TypeScript SDK's.
 
 Cluster mode's codes (``node_not_found``, ``not_clustered``, ``sandboxes_on_different_nodes``,
 ``cluster_conflict``, ``cluster_unavailable``, ``node_unavailable``, ``sandbox_moving``,
-``node_draining``) have no class of their own: their status decides, and ``code`` tells them apart.
+``node_draining``, ``hand_over_failed``) have no class of their own: their status decides, and
+``code`` tells them apart.
 
 Without a known code, the status decides: 401/403 AuthenticationError, 404 NotFoundError, 410
 SandboxLostError, 429 RateLimitError, other 4xx InvalidRequestError, 500 ExecutorError,

@@ -94,6 +94,7 @@ BY_CODE = {
     "node_unavailable": UnavailableError,
     "sandbox_moving": UnavailableError,
     "node_draining": UnavailableError,
+    "hand_over_failed": UnavailableError,
 }
 
 

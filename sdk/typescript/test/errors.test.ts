@@ -89,6 +89,7 @@ const BY_CODE: Record<string, ErrorClass> = {
   node_unavailable: UnavailableError,
   sandbox_moving: UnavailableError,
   node_draining: UnavailableError,
+  hand_over_failed: UnavailableError,
 };
 
 /** `| 404 | `sandbox_not_found` | ...` rows of docs/api.md's Errors section. */

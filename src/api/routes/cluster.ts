@@ -1,15 +1,31 @@
-/** Cluster mode: the nodes and their state, and draining one (docs/api.md, Cluster). */
-import type { FastifyInstance } from 'fastify';
+/**
+ * Cluster mode: the nodes and their state, draining one (docs/api.md, Cluster), and the routes
+ * between nodes (docs/cluster.md, Hand-over): a peer fetching an exported file of this node, and
+ * a peer handing a sandbox to this node. Those need the cluster's key (`X-Hostd-Cluster-Key`),
+ * besides the API key every route needs.
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { ClusterNode } from '../../core/cluster/cluster-node.js';
+import type { HandOver, HandOverOffer } from '../../core/cluster/hand-over.js';
+import { NODE_ID } from '../../core/cluster/records.js';
+import type { SandboxManager } from '../../core/sandbox-manager.js';
 import { fail } from '../../errors.js';
 import { parseNoBody } from '../validate.js';
 
 /** What the drain route starts: hand every sandbox to other nodes, take no creates. */
 export type DrainStarter = () => void;
 
+/** The routes between nodes: their key, and what serves them. */
+export interface PeerRoutes {
+  readonly key: string;
+  readonly handOver: HandOver;
+  readonly manager: SandboxManager;
+}
+
 export function registerClusterRoutes(
   app: FastifyInstance,
-  cluster: { node: ClusterNode; drain: DrainStarter } | null,
+  cluster: { node: ClusterNode; drain: DrainStarter; peer?: PeerRoutes } | null,
 ): void {
   app.get('/v1/cluster', async () => {
     if (!cluster) return { enabled: false, node: null, etcd: null, nodes: [] };
@@ -25,4 +41,68 @@ export function registerClusterRoutes(
     const self = cluster.node.info().nodes.find((n) => n.id === cluster.node.id);
     return reply.code(202).send(self);
   });
+
+  const peer = cluster?.peer;
+  const checkKey = (req: FastifyRequest): PeerRoutes => {
+    if (!peer) throw fail('notClustered');
+    const given = req.headers['x-hostd-cluster-key'];
+    if (typeof given !== 'string' || !sameSecret(given, peer.key)) throw fail('invalidClusterKey');
+    return peer;
+  };
+
+  app.get<{ Querystring: { path?: string } }>('/v1/cluster/peer/files', async (req, reply) => {
+    const { manager } = checkKey(req);
+    const path = req.query.path;
+    if (typeof path !== 'string' || path === '') {
+      throw fail('invalidField', 'path', 'a file of an export', path);
+    }
+    const range = /^bytes=(\d+)-$/.exec(req.headers.range ?? '');
+    const offset = range ? Number(range[1]) : 0;
+    const { size, stream } = await manager.readExported(path, offset);
+    const start = Math.min(offset, size);
+    void reply
+      .type('application/octet-stream')
+      .header('content-length', String(size - start))
+      .header('accept-ranges', 'bytes');
+    if (range) {
+      void reply.code(206).header('content-range', `bytes ${start}-${size - 1}/${size}`);
+    }
+    return reply.send(stream);
+  });
+
+  app.post<{ Params: { id: string }; Body: unknown }>(
+    '/v1/cluster/peer/sandboxes/:id/hand-over',
+    async (req) => {
+      const { handOver } = checkKey(req);
+      return handOver.moveIn(parseOffer(req.body, req.params.id));
+    },
+  );
+}
+
+/** The body of a hand-over, checked as far as this layer can (vm checks the manifest). */
+function parseOffer(body: unknown, id: string): HandOverOffer {
+  const b = body as Partial<HandOverOffer> | null;
+  if (typeof b !== 'object' || b === null) throw fail('invalidField', 'body', 'an object', body);
+  if (typeof b.from !== 'string' || !NODE_ID.test(b.from)) {
+    throw fail('invalidField', 'from', 'a node id', b.from);
+  }
+  if (typeof b.record !== 'object' || b.record === null || b.record.id !== id) {
+    throw fail('invalidField', 'record', `the record of sandbox ${id}`, b.record?.id);
+  }
+  const m = b.manifest;
+  if (
+    typeof m !== 'object' ||
+    m === null ||
+    !Array.isArray(m.parts) ||
+    typeof m.paused !== 'object'
+  ) {
+    throw fail('invalidField', 'manifest', 'an export of a paused machine', typeof m);
+  }
+  return b as HandOverOffer;
+}
+
+/** Constant-time comparison of two secrets of any length. */
+function sameSecret(a: string, b: string): boolean {
+  const h = (s: string): Buffer => createHash('sha256').update(s).digest();
+  return timingSafeEqual(h(a), h(b));
 }

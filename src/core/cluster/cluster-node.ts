@@ -12,7 +12,7 @@
  * etcd is back; what needs the catalog now (a create, a lookup of an unknown id) gets 503.
  */
 import type { Logger } from 'pino';
-import { fail, type HostdError } from '../../errors.js';
+import { fail, HostdError } from '../../errors.js';
 import { isSandboxId, isSnapshotId } from '../ids.js';
 import type { SandboxInfo } from '../sandbox.js';
 import type { RecordStore, SandboxRecord, SnapshotRecord } from '../journal.js';
@@ -22,6 +22,7 @@ import type { ClusterKv } from './kv.js';
 import { placementOrder } from './placement.js';
 import {
   KEYS,
+  parseValue,
   type NodeRecord,
   type NodeState,
   type SandboxEntry,
@@ -93,6 +94,11 @@ export class ClusterNode {
   private readonly startedAt = new Date().toISOString();
   /** Ids whose entries this node must not write any more (fenced, handed over). */
   private readonly released = new Set<string>();
+  /**
+   * Sandboxes being taken over from another node: the revision of their `moving` entry, which
+   * the first write of their new entry compares with (a hand-over's compare-and-set).
+   */
+  private readonly takeovers = new Map<string, number>();
   /** Set once the first registration is done: records written before are re-adoptions. */
   private joined = false;
   private stopped = false;
@@ -144,11 +150,13 @@ export class ClusterNode {
       write: (record) => {
         inner.write(record);
         if (this.released.has(record.id)) return;
+        const takeover = this.takeovers.get(record.id);
+        this.takeovers.delete(record.id);
         this.writer.setSandbox(
           record.id,
           this.entryOf(record),
           record.state === 'running',
-          this.expect(),
+          takeover ?? this.expect(),
         );
       },
       remove: (id) => {
@@ -467,6 +475,120 @@ export class ClusterNode {
       },
       nodes,
     };
+  }
+
+  /**
+   * A hand-over's first step, on the source: once its `paused` entry is written, the entry goes
+   * `moving` to node `to` by compare-and-set (its live key goes), and this node stops writing it.
+   * Returns the revision of the `moving` entry, which `abortMove` and the target compare with.
+   */
+  async beginMove(id: string, to: string): Promise<number> {
+    this.ensureConnected();
+    await this.confirmSandboxes([id]);
+    const key = KEYS.sandbox(id);
+    let rev: number;
+    try {
+      const current = await this.kv.get(key);
+      const entry = current ? parseValue<SandboxEntry>(current.value) : null;
+      if (!current || !entry || entry.node !== this.id || entry.state !== 'paused') {
+        throw fail('clusterConflict', id);
+      }
+      const moving: SandboxEntry = { ...entry, state: 'moving', to };
+      const res = await this.kv.txn(
+        [{ key, modRevision: current.modRevision }],
+        [{ put: key, value: JSON.stringify(moving) }, { delete: KEYS.live(id) }],
+      );
+      if (!res.succeeded) throw fail('clusterConflict', id);
+      rev = res.revision;
+    } catch (err) {
+      if (err instanceof HostdError) throw err;
+      throw fail('clusterUnavailable', `cannot move sandbox ${id}`);
+    }
+    this.release('sandbox', id);
+    return rev;
+  }
+
+  /**
+   * The hand-over did not happen: the entry goes back from `moving` to this node's `paused`
+   * (compare-and-set on the `moving` revision), and this node writes it again. False when the
+   * entry changed meanwhile (the target took it after all: the caller must not keep its copy).
+   */
+  async abortMove(id: string, rev: number): Promise<boolean> {
+    const key = KEYS.sandbox(id);
+    const current = await this.kv.get(key);
+    const entry = current ? parseValue<SandboxEntry>(current.value) : null;
+    if (!current || !entry || current.modRevision !== rev) return false;
+    const back: SandboxEntry = { ...entry, node: this.id, state: 'paused' };
+    delete (back as { to?: string }).to;
+    const res = await this.kv.txn(
+      [{ key, modRevision: rev }],
+      [{ put: key, value: JSON.stringify(back) }],
+    );
+    if (!res.succeeded) return false;
+    this.released.delete(id);
+    this.writer.setSandbox(id, back, false, res.revision);
+    return true;
+  }
+
+  /**
+   * A hand-over's target side, before the sandbox is registered here: its entry must be moving
+   * from `from` to this node; the registration's first write then takes it over by
+   * compare-and-set on that entry's revision.
+   */
+  async expectTakeover(id: string, from: string): Promise<void> {
+    this.ensureConnected();
+    let current;
+    try {
+      current = await this.kv.get(KEYS.sandbox(id));
+    } catch {
+      throw fail('clusterUnavailable', `cannot take over sandbox ${id}`);
+    }
+    const entry = current ? parseValue<SandboxEntry>(current.value) : null;
+    if (
+      !current ||
+      !entry ||
+      entry.state !== 'moving' ||
+      entry.node !== from ||
+      entry.to !== this.id
+    ) {
+      throw fail('clusterConflict', id);
+    }
+    this.released.delete(id);
+    this.takeovers.set(id, current.modRevision);
+  }
+
+  /** The take-over of `id` did not happen (its files could not be fetched). */
+  cancelTakeover(id: string): void {
+    this.takeovers.delete(id);
+  }
+
+  /**
+   * Where this node's sandboxes of `template` go when it drains: the other `serving` nodes with
+   * the template ready, least loaded first. Load counts every sandbox a node holds, paused ones
+   * too (a drain's hand-overs arrive paused), and `sent` (sandbox id -> node: hand-overs under
+   * way or just made, which this node's copy of the catalog may not show yet).
+   */
+  moveTargets(template: string, sent: ReadonlyMap<string, string> = new Map()): NodeRecord[] {
+    const held = new Map<string, number>();
+    for (const [, e] of this.view.sandboxes) {
+      held.set(e.value.node, (held.get(e.value.node) ?? 0) + 1);
+    }
+    for (const [id, node] of sent) {
+      if (this.view.sandboxes.get(id)?.value.node !== node)
+        held.set(node, (held.get(node) ?? 0) + 1);
+    }
+    const nodes = [...this.view.nodes.values()].filter((n) => n.id !== this.id);
+    const order = placementOrder(
+      {
+        nodes,
+        running: (id) => held.get(id) ?? 0,
+        sample: nodes.length,
+        lowMemoryMib: 512,
+      },
+      { template },
+    );
+    const byId = new Map(nodes.map((n) => [n.id, n]));
+    return order.map((id) => byId.get(id)!);
   }
 
   /** Stops writing `id`'s entry (it was handed to another node, which writes it now). */

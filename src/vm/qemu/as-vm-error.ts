@@ -39,6 +39,8 @@ const USUAL_FAILURE: Record<VmOperation, VmErrorKind> = {
   adopt: 'start_failed',
   open_state: 'state_corrupt',
   open_paused: 'state_corrupt',
+  export: 'io',
+  import: 'io',
   capture: 'io',
   pause: 'io',
   prepare_fork: 'io',

@@ -9,7 +9,10 @@ import { readdir, readFile, rm } from 'node:fs/promises';
 import { findProcessesUsing } from '../../state-dir.js';
 import { findCommand } from '../host/command-path.js';
 import type {
+  ExportedRead,
+  FileFetcher,
   FrozenState,
+  PausedManifest,
   Hypervisor,
   MachineDescriptor,
   MachineShape,
@@ -121,6 +124,23 @@ export class QemuHypervisor implements Hypervisor {
       await paused.discard();
       return vm;
     });
+  }
+
+  exportPaused(paused: PausedMachine): Promise<PausedManifest> {
+    return asVmError('export', async () => {
+      if (!(paused instanceof QemuPaused)) {
+        throw new VmError('unsupported', 'a paused machine of another hypervisor');
+      }
+      return this.ctx.store.transfer.export(paused);
+    });
+  }
+
+  readExported(path: string, offset: number): Promise<ExportedRead> {
+    return asVmError('export', () => this.ctx.store.transfer.read(path, offset));
+  }
+
+  importPaused(manifest: PausedManifest, fetch: FileFetcher): Promise<QemuPaused> {
+    return asVmError('import', () => this.ctx.store.transfer.import(manifest, fetch));
   }
 
   openPaused(descriptor: PausedDescriptor): Promise<QemuPaused> {

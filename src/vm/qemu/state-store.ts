@@ -27,6 +27,7 @@ import { MemImage } from '../storage/mem-image.js';
 import type { MachineSpec } from './qemu-args.js';
 import { readBounded, writeDurably } from '../storage/safe-files.js';
 import { QemuPaused } from './qemu-paused.js';
+import { PausedTransfer } from './paused-transfer.js';
 import { QemuState } from './qemu-state.js';
 import { STATE_FORMAT } from '../storage/state-format.js';
 import type { Vm } from './vm.js';
@@ -49,11 +50,12 @@ export class StateStore {
   readonly imagesDir: string;
   readonly pausedDir: string;
   readonly disks: DiskStore;
+  readonly transfer: PausedTransfer;
   private readonly live = new Map<string, QemuState>();
   private readonly livePaused = new Set<string>();
 
   constructor(
-    dataDir: string,
+    readonly dataDir: string,
     /** The jailed QEMUs' group, when they run jailed: it must read (and map) images. */
     private readonly group?: number,
   ) {
@@ -61,6 +63,7 @@ export class StateStore {
     this.imagesDir = join(dataDir, 'images');
     this.pausedDir = join(dataDir, 'paused');
     this.disks = new DiskStore(dataDir, this.templatesDir, group);
+    this.transfer = new PausedTransfer(this, group);
   }
 
   async init(): Promise<void> {

@@ -1,0 +1,88 @@
+/**
+ * A node's drain (docs/cluster.md): it stops taking creates (`draining`), then hands each of its
+ * sandboxes to the least loaded other serving node (core/cluster/hand-over.ts), two at a time,
+ * and is `drained` once it holds none. Started by `POST /v1/cluster/nodes/{id}/drain` or by
+ * SIGTERM in cluster mode (which then stops, bounded by SERVICE_DRAIN_TIMEOUT_S: what could not
+ * be moved is paused in place and comes back with the node, as on a single hostd).
+ *
+ * A sandbox that failed (its VM died) is not moved: it answers its error where it is until
+ * deleted. A sandbox no node can take (none serves its template) stays too, and says so in the
+ * log. Sandboxes that appear while it drains (a fork of one that has not moved yet) are moved by
+ * a further round.
+ */
+import type { Logger } from 'pino';
+import type { SandboxInfo } from '../sandbox.js';
+import type { ClusterNode } from './cluster-node.js';
+import type { HandOver } from './hand-over.js';
+
+/** Hand-overs at once: each is a pause (a burst of disk writes) and a transfer. */
+const AT_ONCE = 2;
+/** Nodes tried for one sandbox before it is left where it is. */
+const TRIES = 2;
+
+export interface DrainResult {
+  readonly moved: number;
+  /** Sandboxes still here: failed ones, and those no node took. */
+  readonly left: number;
+}
+
+export class Drainer {
+  private running: Promise<DrainResult> | null = null;
+
+  constructor(
+    private readonly node: ClusterNode,
+    private readonly sandboxes: { list(): SandboxInfo[] },
+    private readonly handOver: HandOver,
+    private readonly log: Logger,
+  ) {}
+
+  /** Starts the drain, or joins the one running. */
+  drain(): Promise<DrainResult> {
+    this.running ??= this.run().finally(() => {
+      this.running = null;
+    });
+    return this.running;
+  }
+
+  private async run(): Promise<DrainResult> {
+    const started = Date.now();
+    await this.node.setState('draining');
+    let moved = 0;
+    const tried = new Set<string>();
+    const sent = new Map<string, string>();
+    for (;;) {
+      const todo = this.sandboxes.list().filter((s) => s.state !== 'failed' && !tried.has(s.id));
+      if (todo.length === 0) break;
+      const worker = async (): Promise<void> => {
+        for (let s = todo.shift(); s; s = todo.shift()) {
+          tried.add(s.id);
+          if (await this.moveOne(s, sent)) moved++;
+        }
+      };
+      await Promise.all(Array.from({ length: AT_ONCE }, worker));
+    }
+    const left = this.sandboxes.list().length;
+    if (left === 0) await this.node.setState('drained');
+    this.log.info({ moved, left, ms: Date.now() - started }, 'drain done');
+    return { moved, left };
+  }
+
+  private async moveOne(s: SandboxInfo, sent: Map<string, string>): Promise<boolean> {
+    const targets = this.node.moveTargets(s.template, sent).slice(0, TRIES);
+    if (targets.length === 0) {
+      this.log.warn({ sandbox: s.id, template: s.template }, 'no node can take it; it stays');
+      return false;
+    }
+    for (const to of targets) {
+      sent.set(s.id, to.id);
+      try {
+        await this.handOver.moveOut(s.id, to);
+        return true;
+      } catch (err) {
+        sent.delete(s.id);
+        this.log.warn({ sandbox: s.id, to: to.id, err }, 'hand-over failed');
+      }
+    }
+    return false;
+  }
+}

@@ -1,0 +1,122 @@
+/**
+ * Moving a sandbox from one node to another (a drain, docs/cluster.md): the source pauses it and
+ * exports its files (core's `moveOut`), its catalog entry goes `moving` by compare-and-set, the
+ * target pulls the files it lacks from the source and registers the sandbox paused under the
+ * same id, writing the entry `{node: target, state: paused}` by compare-and-set on the `moving`
+ * one; then the source discards its copy. The sandbox resumes on the target on its next use,
+ * with its REPL state.
+ *
+ * Meanwhile: on the source, requests for it wait for its turn (held by the move) and then get
+ * `503 sandbox_moving` (`Retry-After: 1`), after which any node forwards them to the target; on
+ * other nodes, a request waits for the entry to leave `moving` (core/cluster/cluster-node.ts) and
+ * is forwarded where it landed. A hand-over that fails puts the entry back to the source's
+ * `paused` and keeps the sandbox there.
+ *
+ * Fork parents and children move independently, each as a paused machine with its own files: a
+ * fork point two children share is copied once per target and reused there by id. A merge of a
+ * parent and child that ended up on two nodes answers 409 as any merge across nodes does.
+ */
+import type { Logger } from 'pino';
+import { fail, HostdError } from '../../errors.js';
+import type { FileFetcher, PausedManifest } from '../../vm/machine.js';
+import type { SandboxRecord } from '../journal.js';
+import type { OutgoingMove } from '../sandbox-manager.js';
+import type { SandboxInfo } from '../sandbox.js';
+import type { ClusterNode } from './cluster-node.js';
+import type { NodeRecord } from './records.js';
+
+/** What the source sends the target (the peer hand-over route's body). */
+export interface HandOverOffer {
+  /** The source node's id: the target fetches the files from it. */
+  readonly from: string;
+  readonly record: SandboxRecord;
+  readonly manifest: PausedManifest;
+}
+
+/** Node-to-node calls (src/cluster/peer-http.ts over HTTP; a direct call in unit tests). */
+export interface PeerLink {
+  /** A file of `from`'s export, from byte `offset` on. */
+  fetchFile(
+    from: NodeRecord,
+    file: { readonly path: string; readonly size: number },
+    offset: number,
+  ): Promise<AsyncIterable<Uint8Array>>;
+  /** Asks `to` to take the sandbox over; resolves once it did. Rejects with a HostdError. */
+  offer(to: NodeRecord, offer: HandOverOffer): Promise<SandboxInfo>;
+}
+
+/** What a hand-over needs of the sandbox manager. */
+export interface MovableSandboxes {
+  moveOut(id: string, to: string): Promise<OutgoingMove>;
+  moveIn(record: SandboxRecord, manifest: PausedManifest, fetch: FileFetcher): Promise<SandboxInfo>;
+  fence(id: string, why: string): Promise<void>;
+}
+
+export class HandOver {
+  constructor(
+    private readonly node: ClusterNode,
+    private readonly sandboxes: MovableSandboxes,
+    private readonly peers: PeerLink,
+    private readonly log: Logger,
+  ) {}
+
+  /** Hands sandbox `id` (running or paused here) to node `to`; rejects when it stays here. */
+  async moveOut(id: string, to: NodeRecord): Promise<void> {
+    const started = Date.now();
+    const move = await this.sandboxes.moveOut(id, to.id);
+    let rev: number;
+    try {
+      rev = await this.node.beginMove(id, to.id);
+    } catch (err) {
+      move.abort();
+      throw err;
+    }
+    try {
+      await this.peers.offer(to, {
+        from: this.node.id,
+        record: move.record,
+        manifest: move.manifest,
+      });
+    } catch (err) {
+      const why = err instanceof HostdError ? err.message : 'the node did not answer';
+      const back = await this.node.abortMove(id, rev).catch(() => false);
+      if (!back) {
+        // The target wrote the entry after all (its answer was lost): the sandbox is its now.
+        this.log.warn({ sandbox: id, to: to.id, why }, 'hand-over answer lost; the target has it');
+        await move.finish();
+        return;
+      }
+      move.abort();
+      this.log.warn({ sandbox: id, to: to.id, why }, 'hand-over failed; the sandbox stays here');
+      throw fail('handOverFailed', id, to.id, why);
+    }
+    await move.finish();
+    this.log.info({ sandbox: id, to: to.id, ms: Date.now() - started }, 'sandbox moved');
+  }
+
+  /** The target's side: takes over the sandbox `offer` describes, fetching from its source. */
+  async moveIn(offer: HandOverOffer): Promise<SandboxInfo> {
+    const id = offer.record.id;
+    const from = this.node.liveNode(offer.from);
+    if (!from) throw fail('nodeUnavailable', `sandbox ${id}`, offer.from);
+    await this.node.expectTakeover(id, offer.from);
+    let info: SandboxInfo;
+    try {
+      info = await this.sandboxes.moveIn(offer.record, offer.manifest, (file, offset) =>
+        this.peers.fetchFile(from, file, offset),
+      );
+    } catch (err) {
+      this.node.cancelTakeover(id);
+      throw err;
+    }
+    try {
+      await this.node.confirmSandboxes([id]);
+    } catch (err) {
+      // Not in the catalog as ours: the source keeps it (its abort puts the entry back).
+      this.node.release('sandbox', id);
+      await this.sandboxes.fence(id, 'its hand-over could not be recorded in the catalog');
+      throw err;
+    }
+    return info;
+  }
+}

@@ -1,0 +1,427 @@
+/**
+ * A paused machine carried to another node (a hand-over, docs/cluster.md): the exporting node
+ * lists every file the machine needs (vm/machine.ts, PausedManifest) and serves them; the
+ * importing node fetches the parts it lacks and puts each in place whole or not at all.
+ *
+ * A paused machine needs its own folder (`paused/<id>/`), its origin state (a template's frozen
+ * boot, `templates/<key>/`, or a fork point, `images/<id>.*`) and the disk layers under its
+ * overlay (`disks/layer-<id>.*`, down to a template's `disk.qcow2`). Every id is random or a hash
+ * of what shapes the state, so a part found here by id is the same part: it is reused, never
+ * fetched again. A state made for another template build is refused before anything is fetched
+ * (its memory holds the page cache of that build's root filesystem).
+ *
+ * Files are fetched to `<name>.part` beside where they go (or into a staging folder, for the
+ * folders of a template and of the paused machine), checked against their size and sha256, and
+ * renamed into place, the file that makes a part visible to `StateStore` last (a record, a
+ * template's `complete`). A fetch that broke off resumes from the bytes already there; what an
+ * import left unfinished is removed by the next start's garbage collection.
+ */
+import { createHash } from 'node:crypto';
+import { constants, createReadStream, createWriteStream, existsSync } from 'node:fs';
+import { chmod, chown, mkdir, open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import type {
+  ExportedFile,
+  ExportedPart,
+  ExportedRead,
+  FileFetcher,
+  PausedManifest,
+} from '../machine.js';
+import { checkImageBuild } from '../image/image.js';
+import { STATE_FORMAT } from '../storage/state-format.js';
+import type { DiskLayer } from '../storage/disk-layer.js';
+import { VmError } from '../vm-error.js';
+import type { MachineSpec } from './qemu-args.js';
+import type { QemuPaused } from './qemu-paused.js';
+import type { StateStore } from './state-store.js';
+
+/** The files an export may name, relative to the data directory; nothing else is served. */
+const EXPORTABLE = [
+  /^paused\/pause-[0-9a-f]{16}\/(memory\.delta|device\.state|disk\.qcow2|disk\.json)$/,
+  /^images\/fork-[0-9a-f]{16}\.(mem|state|json)$/,
+  /^templates\/[0-9a-f]{8,64}\/(memory\.img|device\.state|disk\.qcow2|complete)$/,
+  /^disks\/layer-[0-9a-f]{16}\.(qcow2|json)$/,
+];
+
+/** How often one file's fetch is tried (each try resumes where the last broke off). */
+const FETCH_TRIES = 3;
+
+/** sha256 of files that do not change once written (states, layers), by path and identity. */
+const digests = new Map<string, { key: string; sha256: string }>();
+
+export function isExportable(path: string): boolean {
+  return EXPORTABLE.some((re) => re.test(path));
+}
+
+export class PausedTransfer {
+  /** Parts being imported now, by id: a second import of one waits for the first. */
+  private readonly importing = new Map<string, Promise<void>>();
+
+  constructor(
+    private readonly store: StateStore,
+    /** The jailed QEMUs' group, when they run jailed: they read states and layers through it. */
+    private readonly group?: number,
+  ) {}
+
+  async export(paused: QemuPaused): Promise<PausedManifest> {
+    const parts: ExportedPart[] = [];
+    const seen = new Set<string>();
+    const add = async (kind: ExportedPart['kind'], id: string, names: string[]): Promise<void> => {
+      if (seen.has(id)) return;
+      seen.add(id);
+      const files: ExportedFile[] = [];
+      for (const name of names) files.push(await this.describeFile(name, kind !== 'paused'));
+      parts.push({ kind, id, files });
+    };
+    const addTemplate = (key: string, disk: boolean): Promise<void> =>
+      add('state', `template-${key}`, [
+        `templates/${key}/memory.img`,
+        `templates/${key}/device.state`,
+        ...(disk ? [`templates/${key}/disk.qcow2`] : []),
+        `templates/${key}/complete`,
+      ]);
+    const addLayers = async (layer: DiskLayer | null): Promise<void> => {
+      for (const l of layer?.chain() ?? []) {
+        if (l.id.startsWith('template-')) await addTemplate(l.id.slice('template-'.length), true);
+        else await add('layer', l.id, [`disks/${l.id}.qcow2`, `disks/${l.id}.json`]);
+      }
+    };
+    const { origin } = paused;
+    const spec = origin.spec;
+    if (origin.id.startsWith('template-')) {
+      await addTemplate(origin.id.slice('template-'.length), Boolean(spec.image.disk));
+    }
+    await addLayers(origin.layer);
+    await addLayers(paused.disk?.layer ?? null);
+    if (!origin.id.startsWith('template-')) {
+      await add(
+        'state',
+        origin.id,
+        ['mem', 'state', 'json'].map((ext) => `images/${origin.id}.${ext}`),
+      );
+    }
+    const own = [
+      'memory.delta',
+      'device.state',
+      ...(paused.disk ? ['disk.qcow2', 'disk.json'] : []),
+    ];
+    await add(
+      'paused',
+      paused.id,
+      own.map((name) => `paused/${paused.id}/${name}`),
+    );
+    return { format: STATE_FORMAT, paused: paused.describe(), parts };
+  }
+
+  async read(path: string, offset: number): Promise<ExportedRead> {
+    if (!isExportable(path)) throw new VmError('unsupported', `not an exported file: ${path}`);
+    const fh = await open(
+      join(this.store.dataDir, path),
+      constants.O_RDONLY | constants.O_NOFOLLOW,
+    );
+    try {
+      const st = await fh.stat();
+      if (!st.isFile()) throw new VmError('unsupported', `not a regular file: ${path}`);
+      const start = Math.min(Math.max(0, offset), st.size);
+      // The stream owns the descriptor from here: it closes it when it ends or is destroyed.
+      const stream = fh.createReadStream({ start, autoClose: true });
+      return { size: st.size, stream };
+    } catch (err) {
+      await fh.close();
+      throw err;
+    }
+  }
+
+  async import(manifest: PausedManifest, fetch: FileFetcher): Promise<QemuPaused> {
+    if (manifest.format !== STATE_FORMAT) {
+      throw new VmError(
+        'state_corrupt',
+        `export format ${manifest.format}; this reads ${STATE_FORMAT}`,
+      );
+    }
+    for (const part of manifest.parts) checkPart(part);
+    if (!manifest.parts.some((p) => p.kind === 'paused' && p.id === manifest.paused.id)) {
+      throw new VmError('state_corrupt', `the export lacks paused machine ${manifest.paused.id}`);
+    }
+    // Never restore onto another build: refused before a byte is fetched.
+    try {
+      await checkImageBuild((manifest.paused.origin.spec as MachineSpec).image);
+    } catch (err) {
+      throw new VmError('state_corrupt', (err as Error).message, { cause: err });
+    }
+    // A template frozen here under the same key is another boot of it (another memory image):
+    // the source's comes as a fork point and a disk layer of their own, named after its content
+    // so that the next import from it finds them, and the records naming it are rewritten.
+    const renamed = new Map<string, { state: string; layer: string }>();
+    for (const part of manifest.parts) {
+      if (part.kind !== 'state' || !part.id.startsWith('template-')) continue;
+      if (!existsSync(this.templateDir(part.id, 'complete'))) continue;
+      if (await this.sameFiles(part)) continue;
+      const digest = createHash('sha256')
+        .update(part.files.map((f) => f.sha256).join(','))
+        .digest('hex')
+        .slice(0, 16);
+      renamed.set(part.id, { state: `fork-${digest}`, layer: `layer-${digest}` });
+    }
+    for (const part of manifest.parts) {
+      const as = renamed.get(part.id);
+      const key = as?.state ?? part.id;
+      for (;;) {
+        const busy = this.importing.get(key);
+        if (!busy) break;
+        await busy.catch(() => undefined);
+      }
+      if (as ? existsSync(join(this.store.imagesDir, `${as.state}.json`)) : this.present(part)) {
+        continue;
+      }
+      const work = as
+        ? this.importTemplateAs(part, as, fetch)
+        : this.importPart(part, fetch, renamed);
+      this.importing.set(key, work);
+      try {
+        await work;
+      } finally {
+        this.importing.delete(key);
+      }
+    }
+    const origin = manifest.paused.origin;
+    const originAs = renamed.get(origin.id)?.state ?? origin.id;
+    return this.store.openPaused({ ...manifest.paused, origin: { ...origin, id: originAs } });
+  }
+
+  private templateDir(id: string, name: string): string {
+    return join(this.store.templatesDir, id.slice('template-'.length), name);
+  }
+
+  /** Whether this node's files of `part` are the exported ones, byte for byte. */
+  private async sameFiles(part: ExportedPart): Promise<boolean> {
+    for (const f of part.files) {
+      const mine = await this.describeFile(f.path, true).catch(() => null);
+      if (!mine || mine.size !== f.size || mine.sha256 !== f.sha256) return false;
+    }
+    return true;
+  }
+
+  /** The source's frozen template, as fork point `as.state` over disk layer `as.layer`. */
+  private async importTemplateAs(
+    part: ExportedPart,
+    as: { state: string; layer: string },
+    fetch: FileFetcher,
+  ): Promise<void> {
+    const file = (name: string): ExportedFile | undefined =>
+      part.files.find((f) => f.path.endsWith(`/${name}`));
+    const mem = file('memory.img');
+    const device = file('device.state');
+    if (!mem || !device)
+      throw new VmError('state_corrupt', `template part ${part.id} is incomplete`);
+    const disk = file('disk.qcow2');
+    if (disk) {
+      const dest = join(this.store.disks.dir, `${as.layer}.qcow2`);
+      await this.fetchFile(disk, `${dest}.part`, true, fetch);
+      await rename(`${dest}.part`, dest);
+      await writeRecord(join(this.store.disks.dir, `${as.layer}.json`), { backing: null });
+    }
+    const base = join(this.store.imagesDir, as.state);
+    await this.fetchFile(mem, `${base}.mem.part`, true, fetch);
+    await rename(`${base}.mem.part`, `${base}.mem`);
+    await this.fetchFile(device, `${base}.state.part`, true, fetch);
+    await rename(`${base}.state.part`, `${base}.state`);
+    await writeRecord(`${base}.json`, { disk: disk ? as.layer : null });
+  }
+
+  /** Whether this node has `part` whole (the file that publishes it is there). */
+  private present(part: ExportedPart): boolean {
+    const d = this.store.dataDir;
+    switch (part.kind) {
+      case 'paused':
+        return existsSync(join(this.store.pausedDir, part.id, 'device.state'));
+      case 'layer':
+        return existsSync(join(d, 'disks', `${part.id}.json`));
+      case 'state':
+        return part.id.startsWith('template-')
+          ? existsSync(join(this.store.templatesDir, part.id.slice('template-'.length), 'complete'))
+          : existsSync(join(this.store.imagesDir, `${part.id}.json`));
+    }
+  }
+
+  private async importPart(
+    part: ExportedPart,
+    fetch: FileFetcher,
+    renamed: ReadonlyMap<string, { state: string; layer: string }> = new Map(),
+  ): Promise<void> {
+    const d = this.store.dataDir;
+    const folder = part.kind === 'paused' || part.id.startsWith('template-');
+    if (folder) {
+      // Fetched into a staging folder beside the real one, which appears whole by one rename.
+      const dest = join(d, dirname(part.files[0]!.path));
+      const staging = join(dirname(dest), `.in-${basename(dest)}`);
+      await mkdir(staging, { recursive: true, mode: part.kind === 'paused' ? 0o700 : 0o750 });
+      if (part.kind !== 'paused' && this.group !== undefined) {
+        await chown(staging, 0, this.group);
+        await chmod(staging, 0o710);
+      }
+      try {
+        for (const file of part.files) {
+          const to = join(staging, basename(file.path));
+          await this.fetchFile(file, to, part.kind !== 'paused', fetch);
+          if (to.endsWith('.json')) await rewriteRecord(to, renamed);
+        }
+        await rm(dest, { recursive: true, force: true });
+        await rename(staging, dest);
+      } catch (err) {
+        await rm(staging, { recursive: true, force: true });
+        throw err;
+      }
+      return;
+    }
+    // A layer or a fork point: its record (.json) last, which is what makes it openable.
+    const ordered = [...part.files].sort(
+      (a, b) => Number(a.path.endsWith('.json')) - Number(b.path.endsWith('.json')),
+    );
+    for (const file of ordered) {
+      const dest = join(d, file.path);
+      await this.fetchFile(file, `${dest}.part`, true, fetch);
+      if (dest.endsWith('.json')) await rewriteRecord(`${dest}.part`, renamed);
+      await rename(`${dest}.part`, dest);
+    }
+  }
+
+  /** Fetches `file` into `to`, resuming what is there, and checks it; removed when wrong. */
+  private async fetchFile(
+    file: ExportedFile,
+    to: string,
+    shared: boolean,
+    fetch: FileFetcher,
+  ): Promise<void> {
+    let lastErr: unknown = null;
+    for (let attempt = 0; attempt < FETCH_TRIES; attempt++) {
+      const have = await stat(to).then(
+        (s) => (s.isFile() && s.size <= file.size ? s.size : -1),
+        () => 0,
+      );
+      if (have < 0) await rm(to, { recursive: true, force: true });
+      const offset = Math.max(0, have);
+      try {
+        if (file.size === 0) {
+          await (await open(to, 'w', 0o600)).close();
+        } else if (offset < file.size) {
+          const body = await fetch(file, offset);
+          let written = offset;
+          const out = createWriteStream(to, {
+            flags: offset > 0 ? 'r+' : 'w',
+            start: offset,
+            mode: 0o600,
+          });
+          await pipeline(
+            body,
+            async function* (source: AsyncIterable<Uint8Array>) {
+              for await (const chunk of source) {
+                written += chunk.length;
+                if (written > file.size) {
+                  throw new VmError('state_corrupt', `${file.path} is longer than exported`);
+                }
+                yield chunk;
+              }
+            },
+            out,
+          );
+        }
+        lastErr = null;
+        break;
+      } catch (err) {
+        lastErr = err;
+        if (err instanceof VmError) break;
+      }
+    }
+    if (lastErr !== null) throw lastErr;
+    const st = await stat(to);
+    const sha256 = await hashFile(to);
+    if (st.size !== file.size || sha256 !== file.sha256) {
+      await rm(to, { force: true });
+      throw new VmError(
+        'state_corrupt',
+        `${file.path} arrived with another checksum than exported`,
+      );
+    }
+    await syncFile(to);
+    if (shared && this.group !== undefined) {
+      await chown(to, 0, this.group);
+      // QEMU maps a RAM file only from a read-write descriptor (vm/storage/mem-image.ts).
+      await chmod(to, to.endsWith('.mem.part') || to.endsWith('memory.img') ? 0o660 : 0o640);
+    } else if (shared) {
+      await chmod(to, 0o640);
+    }
+  }
+
+  /** One file's export entry; files that never change once written keep their digest. */
+  private async describeFile(path: string, immutable: boolean): Promise<ExportedFile> {
+    const full = join(this.store.dataDir, path);
+    const st = await stat(full);
+    const key = `${st.ino}:${st.size}:${st.mtimeMs}`;
+    const known = immutable ? digests.get(full) : undefined;
+    if (known?.key === key) return { path, size: st.size, sha256: known.sha256 };
+    const sha256 = await hashFile(full);
+    if (immutable) digests.set(full, { key, sha256 });
+    return { path, size: st.size, sha256 };
+  }
+}
+
+/** Refuses a part whose files are not where a part of its kind and id keeps them. */
+function checkPart(part: ExportedPart): void {
+  const ok =
+    part.files.length > 0 &&
+    part.files.every((f) => {
+      if (!isExportable(f.path) || !Number.isSafeInteger(f.size) || f.size < 0) return false;
+      if (!/^[0-9a-f]{64}$/.test(f.sha256)) return false;
+      switch (part.kind) {
+        case 'paused':
+          return f.path.startsWith(`paused/${part.id}/`);
+        case 'layer':
+          return f.path.startsWith(`disks/${part.id}.`);
+        case 'state':
+          return part.id.startsWith('template-')
+            ? f.path.startsWith(`templates/${part.id.slice('template-'.length)}/`)
+            : f.path.startsWith(`images/${part.id}.`);
+      }
+    });
+  if (!ok) throw new VmError('state_corrupt', `export part ${part.id} names files it cannot have`);
+}
+
+/** A record (a layer's, a fork point's, a paused disk's) naming renamed templates by their new ids. */
+async function rewriteRecord(
+  path: string,
+  renamed: ReadonlyMap<string, { state: string; layer: string }>,
+): Promise<void> {
+  if (renamed.size === 0) return;
+  const record = JSON.parse(await readFile(path, 'utf8')) as Record<string, unknown>;
+  let changed = false;
+  for (const field of ['backing', 'disk']) {
+    const as = typeof record[field] === 'string' ? renamed.get(record[field]) : undefined;
+    if (as) {
+      record[field] = as.layer;
+      changed = true;
+    }
+  }
+  if (changed) await writeRecord(path, record);
+}
+
+async function writeRecord(path: string, record: Record<string, unknown>): Promise<void> {
+  await writeFile(`${path}.tmp`, JSON.stringify(record), { mode: 0o640 });
+  await rename(`${path}.tmp`, path);
+}
+
+async function hashFile(path: string): Promise<string> {
+  const h = createHash('sha256');
+  await pipeline(createReadStream(path), h);
+  return h.digest('hex');
+}
+
+async function syncFile(path: string): Promise<void> {
+  const fh = await open(path, 'r+');
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}
