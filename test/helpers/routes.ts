@@ -59,6 +59,8 @@ export const ROUTE_AREAS: Readonly<Record<string, Area>> = {
   'POST /v1/sandboxes/{id}/contexts/{context}/restart': 'contexts',
   'GET /v1/cluster': 'cluster',
   'POST /v1/cluster/nodes/{id}/drain': 'cluster',
+  'GET /v1/cluster/peer/files': 'cluster',
+  'POST /v1/cluster/peer/sandboxes/{id}/hand-over': 'cluster',
   'POST /mcp': 'mcp',
   'GET /mcp': 'mcp',
   'DELETE /mcp': 'mcp',

@@ -1,6 +1,6 @@
 /**
  * Route tests of the cluster routes on a single hostd (docs/api.md, Cluster): the cluster is
- * reported off, and a drain is `409 not_clustered`. In cluster mode they are
+ * reported off, and a drain and the node-to-node routes of a hand-over are `409 not_clustered`. In cluster mode they are
  * cluster-front.test.ts's and the cluster integration tests'.
  */
 import { after, before, describe, test } from 'node:test';
@@ -34,6 +34,22 @@ describe('cluster routes on a single hostd', () => {
     });
     assert.equal(withBody.statusCode, 400);
     assert.equal(errorBody(withBody).code, Errors.bodyNotAllowed.code);
+  });
+
+  test('the node-to-node routes of a hand-over are 409 not_clustered, whatever cluster key is sent', async () => {
+    for (const headers of [{}, { 'x-hostd-cluster-key': 'anything' }]) {
+      const file = await s.inject({ method: 'GET', url: '/v1/cluster/peer/files?path=x', headers });
+      assert.equal(file.statusCode, 409);
+      assert.equal(errorBody(file).code, Errors.notClustered.code);
+      const offer = await s.inject({
+        method: 'POST',
+        url: '/v1/cluster/peer/sandboxes/sbx_1/hand-over',
+        headers,
+        payload: {},
+      });
+      assert.equal(offer.statusCode, 409);
+      assert.equal(errorBody(offer).code, Errors.notClustered.code);
+    }
   });
 
   test('every route of this area was exercised', () => assertAreaCovered('cluster'));
