@@ -466,23 +466,7 @@ export class SandboxManager {
     const release = await sandbox.acquireAll();
     try {
       if (!this.registry.holds(sandbox)) throw fail('sandboxNotFound', id);
-      if (!sandbox.paused) {
-        if (!sandbox.isRunning()) throw fail('sandboxBroken', id, sandbox.brokenReason ?? '');
-        const paused = await sandbox.machine.pause().catch((err: unknown) => {
-          throw asMachineError(
-            err,
-            this.log,
-            { sandbox: id },
-            'vmOperationFailed',
-            'pause the sandbox',
-          );
-        });
-        if (sandbox.status.kind !== 'running') {
-          await paused.discard();
-          throw fail('sandboxBroken', id, sandbox.brokenReason ?? '');
-        }
-        sandbox.pause(paused, 'shutdown');
-      }
+      if (!sandbox.paused) await this.pauseHeld(sandbox, 'shutdown');
       const paused = sandbox.paused!;
       const manifest = await this.hypervisor.exportPaused(paused).catch((err: unknown) => {
         throw asMachineError(
@@ -768,30 +752,38 @@ export class SandboxManager {
         if (by === 'request') sandbox.repause(by);
         return sandbox.info();
       }
-      // It may have failed while this waited for its turn.
-      if (!sandbox.isRunning()) throw fail('sandboxBroken', id, sandbox.brokenReason ?? '');
-      const { machine } = sandbox;
-      this.ensureStorage(0);
-      const paused = await machine.pause().catch((err: unknown) => {
-        throw asMachineError(
-          err,
-          this.log,
-          { sandbox: id },
-          'vmOperationFailed',
-          'pause the sandbox',
-        );
-      });
-      if (sandbox.status.kind !== 'running') {
-        // Its VM died as it was being written: what was written is not trusted.
-        await paused.discard();
-        throw fail('sandboxBroken', id, sandbox.brokenReason ?? '');
-      }
-      sandbox.pause(paused, by);
-      this.log.info({ sandbox: id, bytes: paused.sizeBytes, by }, 'sandbox paused');
+      await this.pauseHeld(sandbox, by);
       return sandbox.info();
     } finally {
       release();
     }
+  }
+
+  /**
+   * Writes a running sandbox to disk and stops its machine, with its turn (both lanes) held: a
+   * client's pause, and the source side of a hand-over, which pauses before it exports.
+   */
+  private async pauseHeld(sandbox: Sandbox, by: PauseReason): Promise<void> {
+    const { id } = sandbox;
+    // It may have failed while the caller waited for its turn.
+    if (!sandbox.isRunning()) throw fail('sandboxBroken', id, sandbox.brokenReason ?? '');
+    this.ensureStorage(0);
+    const paused = await sandbox.machine.pause().catch((err: unknown) => {
+      throw asMachineError(
+        err,
+        this.log,
+        { sandbox: id },
+        'vmOperationFailed',
+        'pause the sandbox',
+      );
+    });
+    if (sandbox.status.kind !== 'running') {
+      // Its VM died as it was being written: what was written is not trusted.
+      await paused.discard();
+      throw fail('sandboxBroken', id, sandbox.brokenReason ?? '');
+    }
+    sandbox.pause(paused, by);
+    this.log.info({ sandbox: id, bytes: paused.sizeBytes, by }, 'sandbox paused');
   }
 
   /** Runs a paused sandbox again; a no-op when it runs. */
