@@ -30,6 +30,7 @@ import type {
 } from '../machine.js';
 import { checkImageBuild } from '../image/image.js';
 import { STATE_FORMAT } from '../storage/state-format.js';
+import { syncFile } from '../storage/safe-files.js';
 import type { DiskLayer } from '../storage/disk-layer.js';
 import { VmError } from '../vm-error.js';
 import type { MachineSpec } from './qemu-args.js';
@@ -415,13 +416,4 @@ async function hashFile(path: string): Promise<string> {
   const h = createHash('sha256');
   await pipeline(createReadStream(path), h);
   return h.digest('hex');
-}
-
-async function syncFile(path: string): Promise<void> {
-  const fh = await open(path, 'r+');
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
 }

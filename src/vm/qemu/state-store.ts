@@ -18,14 +18,14 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { chmod, chown, mkdir, open, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { PausedDescriptor, StateDescriptor } from '../machine.js';
 import { checkImageBuild } from '../image/image.js';
 import { MemImage } from '../storage/mem-image.js';
 import type { MachineSpec } from './qemu-args.js';
-import { readBounded, writeDurably } from '../storage/safe-files.js';
+import { readBounded, syncFile, writeDurably } from '../storage/safe-files.js';
 import { QemuPaused } from './qemu-paused.js';
 import { PausedTransfer } from './paused-transfer.js';
 import { QemuState } from './qemu-state.js';
@@ -291,14 +291,5 @@ export class StateStore {
     const state = new QemuState(id, spec, image, deviceState, layer, incoming);
     this.live.set(id, state);
     return state;
-  }
-}
-
-async function syncFile(path: string): Promise<void> {
-  const fh = await open(path, 'r+');
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
   }
 }

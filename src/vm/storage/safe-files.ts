@@ -70,3 +70,13 @@ export async function writeDurably(path: string, data: Buffer): Promise<void> {
   }
   await rename(tmp, path);
 }
+
+/** Makes a file written by someone else (QEMU, a stream) durable before it is published. */
+export async function syncFile(path: string): Promise<void> {
+  const fh = await open(path, 'r+');
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}
