@@ -27,25 +27,32 @@ export const TS_OUT = 'sdk/typescript/src/wire.gen.ts';
 export const PY_OUT = 'sdk/python/hostd/_wire_gen.py';
 const REGENERATE = 'npm run gen:sdk-types';
 
+/** The SDK whose types a file is. */
+export type Sdk = 'typescript' | 'python';
+
+const BOTH: Sdk[] = ['typescript', 'python'];
+
 /**
- * Fields hostd always sends today that the SDKs have typed as possibly absent since they were
- * added (both SDKs agree: `?` in TypeScript, the `total=False` part in Python). They stay
- * optional in the SDK types, so that user code that builds these objects (fakes, fixtures)
- * compiles unchanged and an SDK still types what an older hostd answers.
+ * Fields hostd always sends today that an SDK has typed as possibly absent since they were added
+ * (`?` in TypeScript, the `total=False` part in Python), per SDK. They stay optional in that
+ * SDK's types, so that user code that builds these objects (fakes, fixtures) still type-checks
+ * and the SDK still types what an older hostd answers. Python's SnapshotInfo has always had a
+ * required `name`, TypeScript's an optional one.
  */
-export const SDK_OPTIONAL: Record<string, string[]> = {
-  SandboxInfo: [
-    'snapshot_id',
-    'error',
-    'network',
-    'memory_mib',
-    'merged_from',
-    'metadata',
-    'timeout',
-    'on_timeout',
-    'expires_at',
-    'paused_by',
-  ],
+export const SDK_OPTIONAL: Record<string, Record<string, Sdk[]>> = {
+  SandboxInfo: {
+    snapshot_id: BOTH,
+    error: BOTH,
+    network: BOTH,
+    memory_mib: BOTH,
+    merged_from: BOTH,
+    metadata: BOTH,
+    timeout: BOTH,
+    on_timeout: BOTH,
+    expires_at: BOTH,
+    paused_by: BOTH,
+  },
+  Snapshot: { name: ['typescript'] },
 };
 
 export interface Schema {
@@ -63,17 +70,17 @@ export interface Schema {
   additionalProperties?: boolean | Schema;
 }
 
-/** docs/openapi.json's schemas as the SDKs see them: SDK_OPTIONAL's fields not required. */
-export function sdkSchemas(openapiText: string): Record<string, Schema> {
+/** docs/openapi.json's schemas as an SDK sees them: its SDK_OPTIONAL fields not required. */
+export function sdkSchemas(openapiText: string, sdk: Sdk): Record<string, Schema> {
   const doc = JSON.parse(openapiText) as { components: { schemas: Record<string, Schema> } };
   const schemas = structuredClone(doc.components.schemas);
   for (const [name, fields] of Object.entries(SDK_OPTIONAL)) {
     const s = schemas[name];
     if (!s?.properties) throw new Error(`SDK_OPTIONAL names ${name}, not an object schema`);
-    for (const f of fields) {
+    for (const f of Object.keys(fields)) {
       if (!s.properties[f]) throw new Error(`SDK_OPTIONAL names ${name}.${f}, not a field`);
     }
-    s.required = (s.required ?? []).filter((f) => !fields.includes(f));
+    s.required = (s.required ?? []).filter((f) => !fields[f]?.includes(sdk));
   }
   return schemas;
 }
@@ -94,7 +101,7 @@ export async function renderTypeScript(schemas: Record<string, Schema>): Promise
     components: { schemas },
   } as unknown as OpenAPI3;
   const body = astToString(await openapiTS(doc, { alphabetize: false }));
-  const text = `${header('//')}\n// SDK_OPTIONAL's fields are optional here (see there).\n\n${body}`;
+  const text = `${header('//')}\n// The fields SDK_OPTIONAL (there) names for TypeScript are optional here.\n\n${body}`;
   const config = (await prettier.resolveConfig(join(ROOT, TS_OUT))) ?? {};
   return prettier.format(text, { ...config, filepath: join(ROOT, TS_OUT) });
 }
@@ -297,7 +304,7 @@ export function renderPython(schemas: Record<string, Schema>): string {
   for (const [name, s] of Object.entries(schemas)) w.component(name, s);
   return [
     header('#'),
-    "# SDK_OPTIONAL's fields are in the total=False part (see there).",
+    '# The fields SDK_OPTIONAL (there) names for Python are in the total=False part.',
     '"""The payloads of the hostd HTTP API as docs/openapi.json describes them. Import them from',
     '``hostd`` (hostd/_types.py), which names them as the SDK does."""',
     '',
@@ -313,10 +320,10 @@ export function renderPython(schemas: Record<string, Schema>): string {
 
 /** Both files' paths and wanted contents. */
 export async function render(): Promise<Array<{ path: string; text: string }>> {
-  const schemas = sdkSchemas(readFileSync(join(ROOT, 'docs', 'openapi.json'), 'utf8'));
+  const openapi = readFileSync(join(ROOT, 'docs', 'openapi.json'), 'utf8');
   return [
-    { path: TS_OUT, text: await renderTypeScript(schemas) },
-    { path: PY_OUT, text: renderPython(schemas) },
+    { path: TS_OUT, text: await renderTypeScript(sdkSchemas(openapi, 'typescript')) },
+    { path: PY_OUT, text: renderPython(sdkSchemas(openapi, 'python')) },
   ];
 }
 

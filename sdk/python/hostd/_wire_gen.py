@@ -1,6 +1,6 @@
 # Generated from docs/openapi.json (components.schemas) by scripts/gen-sdk-types.ts: do not edit.
 # Regenerate with `npm run gen:sdk-types`; `npm run gen:sdk-types -- --check` (CI) fails when stale.
-# SDK_OPTIONAL's fields are in the total=False part (see there).
+# The fields SDK_OPTIONAL (there) names for Python are in the total=False part.
 """The payloads of the hostd HTTP API as docs/openapi.json describes them. Import them from
 ``hostd`` (hostd/_types.py), which names them as the SDK does."""
 

@@ -24,6 +24,7 @@ import type {
   SandboxInfo,
   SnapshotInfo,
 } from './types.js';
+import type { components } from './wire.gen.js';
 
 export type { CallOptions } from './config.js';
 
@@ -124,10 +125,8 @@ export interface CreateContextOptions extends CallOptions {
   cwd?: string;
 }
 
-interface CreatedBody {
-  id: string;
-  state: string;
-}
+/** What create answers, and each child of a fork. */
+type CreatedBody = components['schemas']['Sandbox'];
 
 export class Sandbox {
   /** `sbx_` followed by 32 lowercase hex characters. */
@@ -335,7 +334,7 @@ export class Sandbox {
    * const [a, b] = await sandbox.fork(2);
    */
   async fork(n: number, opts: CallOptions = {}): Promise<Sandbox[]> {
-    const body = await requestJson<{ children: CreatedBody[] }>(this.#config, {
+    const body = await requestJson<components['schemas']['ForkResponse']>(this.#config, {
       method: 'POST',
       path: sandboxPath(this.id, '/fork'),
       json: { n },

@@ -1,8 +1,13 @@
 /**
  * Data shapes of the hostd HTTP API (docs/api.md), as the SDK hands them to callers. Objects the
  * server describes (sandboxes, snapshots, templates, file entries) keep the API's snake_case
- * field names, so that docs/api.md, both SDKs and `sbx ... --json` show the same names.
+ * field names, so that docs/api.md, both SDKs and `sbx ... --json` show the same names: they are
+ * aliases of ./wire.gen.ts, generated from docs/openapi.json (`npm run gen:sdk-types`). What the
+ * SDK makes itself (events, results, displays) is written here.
  */
+import type { components } from './wire.gen.js';
+
+type Schemas = components['schemas'];
 
 /** One line of output of an exec: `data` is the line without its newline. */
 export interface OutputEvent<T extends 'stdout' | 'stderr' = 'stdout' | 'stderr'> {
@@ -47,15 +52,11 @@ export interface ResultEvent {
   ts: number;
 }
 
-/** A notebook cell's uncaught exception. */
-export interface CellError {
-  /** The exception's class name, e.g. `NameError`. */
-  name: string;
-  /** Its message. */
-  value: string;
-  /** The traceback as Python prints it. */
-  traceback: string;
-}
+/**
+ * A notebook cell's uncaught exception: `name` is the exception's class name (`NameError`),
+ * `value` its message, `traceback` the traceback as Python prints it.
+ */
+export type CellError = Schemas['CellError'];
 
 /** Notebook cells: the cell's uncaught exception (nothing goes to stderr for it). */
 export interface ErrorEvent {
@@ -142,133 +143,57 @@ export interface RunResult {
   executionCount?: number;
 }
 
-/** A REPL context (docs/api.md, Contexts): an independent namespace in the sandbox's REPL. */
-export interface ContextInfo {
-  /** `default` for the REPL's own namespace. */
-  id: string;
-  /** Its working directory. */
-  cwd: string;
-  /** Notebook cells it has run. */
-  execution_count: number;
-}
+/**
+ * A REPL context (docs/api.md, Contexts): an independent namespace in the sandbox's REPL. `id` is
+ * `default` for the REPL's own namespace; `execution_count` counts the notebook cells it has run.
+ */
+export type ContextInfo = Schemas['Context'];
 
-export type SandboxState = 'ready' | 'paused' | 'failed';
+/**
+ * `ready` (running), `paused` (on disk, resumed by its next use) or `failed` (see
+ * SandboxInfo's `error`).
+ */
+export type SandboxState = Schemas['SandboxInfo']['state'];
 
 /** A sandbox's egress rules and traffic counts. */
-export interface NetworkInfo {
-  allow_out: string[];
-  bytes_out: number;
-  bytes_in: number;
-}
+export type NetworkInfo = NonNullable<Schemas['SandboxInfo']['network']>;
 
-/** A sandbox as `GET /v1/sandboxes/{id}` describes it. */
-export interface SandboxInfo {
-  id: string;
-  /** `ready` (running), `paused` (on disk, resumed by its next use) or `failed` (see `error`). */
-  state: SandboxState;
-  template: string;
-  /** ISO 8601. */
-  created_at: string;
-  /** ISO 8601. */
-  last_used_at: string;
-  /** The sandbox this one was forked from (which may have been deleted since), or null. */
-  parent_id: string | null;
-  /** The snapshot this sandbox was created from, or null. */
-  snapshot_id?: string | null;
-  /** True while an exec, fork, merge, snapshot or pause holds the sandbox. */
-  busy: boolean;
-  /** Requests waiting behind the one that holds it. */
-  queued: number;
-  /** Why a `failed` sandbox's VM died; null otherwise. */
-  error?: string | null;
-  network?: NetworkInfo;
-  /**
-   * Host memory (MiB) that is this sandbox's own (pages it wrote, its VM's buffers), not shared
-   * with its template or fork point; null while paused or failed. Absent from older servers.
-   */
-  memory_mib?: number | null;
-  /** Sandboxes merged into this one (their ids are gone since), oldest first. */
-  merged_from?: MergeInfo[];
-  /** The labels given at create (`{}` without). */
-  metadata?: Record<string, string>;
-  /** Its lifetime in seconds of running time, or null (none). */
-  timeout?: number | null;
-  /** What happens when its lifetime is up, or null (no lifetime). */
-  on_timeout?: 'delete' | 'pause' | null;
-  /** When a running sandbox's lifetime ends (ISO 8601); null while paused or without one. */
-  expires_at?: string | null;
-  /** Why a paused sandbox is paused (`request`, `lifetime`, `idle`, `shutdown`); null running. */
-  paused_by?: 'request' | 'lifetime' | 'idle' | 'shutdown' | null;
-}
+/**
+ * A sandbox as `GET /v1/sandboxes/{id}` describes it. Times are ISO 8601. `memory_mib` is host
+ * memory that is the sandbox's own (null while paused or failed); `merged_from` lists the
+ * sandboxes merged into it, oldest first. The fields after `queued` are optional in the SDK's
+ * type so that objects built by hand and an older hostd's answers still fit.
+ */
+export type SandboxInfo = Schemas['SandboxInfo'];
 
-/** One merge into a sandbox: the winner's id and when it was merged. */
-export interface MergeInfo {
-  id: string;
-  /** ISO 8601. */
-  merged_at: string;
-}
+/** One merge into a sandbox: the winner's id (gone since) and when it was merged (ISO 8601). */
+export type MergeInfo = NonNullable<Schemas['SandboxInfo']['merged_from']>[number];
 
-/** A file, directory or link inside a sandbox, as `files.list` and `files.stat` describe it. */
-export interface EntryInfo {
-  name: string;
-  /** Absolute path in the sandbox. */
-  path: string;
-  type: 'file' | 'dir' | 'symlink' | 'other';
-  size: number;
-  /** Permission bits as a number: `420` is `0o644`. */
-  mode: number;
-  mtime_ms: number;
-  /** Where a symlink points; null when the guest could not read the link. */
-  target?: string | null;
-}
+/**
+ * A file, directory or link inside a sandbox, as `files.list` and `files.stat` describe it.
+ * `path` is absolute in the sandbox; `mode` the permission bits as a number (`420` is `0o644`);
+ * a symlink's `target` is null when the guest could not read the link.
+ */
+export type EntryInfo = Schemas['FileEntry'];
 
 /** What `files.write` wrote. */
-export interface WriteInfo {
-  path: string;
-  size: number;
-}
+export type WriteInfo = Schemas['FileWritten'];
 
-/** What `files.uploadDir` and `files.downloadDir` moved: regular files and their bytes. */
-export interface TransferInfo {
-  /** The destination directory. */
-  path: string;
-  files: number;
-  size: number;
-}
+/**
+ * What `files.uploadDir` and `files.downloadDir` moved: the destination directory, regular files
+ * and their bytes.
+ */
+export type TransferInfo = Required<Schemas['FileWritten']>;
 
-/** A snapshot as hostd describes it. */
-export interface SnapshotInfo {
-  snapshot_id: string;
-  source_sandbox_id: string;
-  template: string;
-  size_bytes: number;
-  /** ISO 8601. */
-  created_at: string;
-  /** Running or paused sandboxes that still use the snapshot's files. */
-  sandboxes: number;
-  /** The name it was given, or null. */
-  name?: string | null;
-}
+/**
+ * A snapshot as hostd describes it: `sandboxes` counts the running or paused sandboxes that still
+ * use its files; `name` is the name it was given, or null.
+ */
+export type SnapshotInfo = Schemas['Snapshot'];
 
-/** A template (guest environment) as hostd describes it. */
-export interface TemplateInfo {
-  name: string;
-  /** True for the template that creates use when they name none. */
-  default: boolean;
-  /** `building`: creates get TemplateUnavailableError; `failed`: TemplateFailedError (`error`). */
-  state: 'building' | 'ready' | 'failed';
-  error: string | null;
-  memory_mib: number;
-  vcpus: number;
-  pool_size: number;
-  disk_mib: number;
-  description: string;
-  /** Python modules already imported in every sandbox's REPL. */
-  preload: string[];
-  debian_packages: string[];
-  python_packages: string[];
-  /** The content key of its built image; null while it builds or after a failed build. */
-  image_key: string | null;
-  /** ISO 8601, or null while building. */
-  built_at: string | null;
-}
+/**
+ * A template (guest environment) as hostd describes it. `state` `building`: creates get
+ * TemplateUnavailableError; `failed`: TemplateFailedError (`error` says why). `image_key` and
+ * `built_at` are null while it builds or after a failed build.
+ */
+export type TemplateInfo = Schemas['Template'];

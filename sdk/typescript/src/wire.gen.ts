@@ -1,6 +1,6 @@
 // Generated from docs/openapi.json (components.schemas) by scripts/gen-sdk-types.ts: do not edit.
 // Regenerate with `npm run gen:sdk-types`; `npm run gen:sdk-types -- --check` (CI) fails when stale.
-// SDK_OPTIONAL's fields are optional here (see there).
+// The fields SDK_OPTIONAL (there) names for TypeScript are optional here.
 
 export type paths = Record<string, never>;
 export type webhooks = Record<string, never>;
@@ -303,7 +303,7 @@ export interface components {
       /** @description Sandboxes created from it that still exist. */
       sandboxes: number;
       /** @description The name it was given at snapshot, if any (not unique). */
-      name: string | null;
+      name?: string | null;
     };
     SnapshotList: {
       snapshots: components['schemas']['Snapshot'][];
