@@ -1,12 +1,15 @@
 """Data shapes of the hostd HTTP API (docs/api.md), as the SDK hands them to callers. What the
 server describes (sandboxes, snapshots, templates, file entries) stays a dict with the API's
-field names, typed as a TypedDict, so that docs/api.md, both SDKs and ``sbx ... --json`` show
-the same names; what the SDK makes itself (events, results, displays) is a dataclass."""
+field names, typed as a TypedDict generated from docs/openapi.json (hostd/_wire_gen.py), so that
+docs/api.md, both SDKs and ``sbx ... --json`` show the same names; what the SDK makes itself
+(events, results, displays) is a dataclass."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Literal, Optional, TypedDict, Union
+
+from . import _wire_gen as _wire
 
 #: The kinds of exec events: output lines, rich outputs (with ``display=True``), a notebook
 #: cell's count, value and exception (with ``notebook=True``), the exit code.
@@ -88,126 +91,63 @@ class RunResult:
     execution_count: Optional[int] = None
 
 
-class ContextInfo(TypedDict):
+# The payloads the server describes: the generated TypedDicts (docs/openapi.json's
+# components.schemas, by ``npm run gen:sdk-types``) under the SDK's names and docstrings. Each
+# subclass adds no field of its own (test/unit/wire-drift.test.ts checks it), so it has
+# exactly the generated keys.
+
+
+class ContextInfo(_wire.Context):
     """A REPL context (docs/api.md, Contexts): ``id`` (``default`` for the REPL's own
     namespace), its working directory, and the notebook cells it has run."""
 
-    id: str
-    cwd: str
-    execution_count: int
 
-
-class NetworkInfo(TypedDict):
+class NetworkInfo(_wire.SandboxInfoNetwork):
     """A sandbox's egress rules and traffic counts."""
 
-    allow_out: List[str]
-    bytes_out: int
-    bytes_in: int
 
-
-class _SandboxInfoRequired(TypedDict):
-    id: str
-    state: Literal["ready", "paused", "failed"]
-    template: str
-    created_at: str
-    last_used_at: str
-    parent_id: Optional[str]
-    busy: bool
-    queued: int
-
-
-class MergeInfo(TypedDict):
+class MergeInfo(_wire.SandboxInfoMergedFromItem):
     """One merge into a sandbox: the winner's id (gone since) and when (ISO 8601)."""
 
-    id: str
-    merged_at: str
 
-
-class SandboxInfo(_SandboxInfoRequired, total=False):
+class SandboxInfo(_wire.SandboxInfo):
     """A sandbox as ``GET /v1/sandboxes/{id}`` describes it. ``state``: ``ready`` (running),
     ``paused`` (on disk, resumed by its next use) or ``failed`` (see ``error``).
     ``memory_mib``: host memory that is the sandbox's own (None while paused or failed);
-    ``merged_from``: the sandboxes merged into it, oldest first."""
-
-    snapshot_id: Optional[str]
-    error: Optional[str]
-    network: NetworkInfo
-    memory_mib: Optional[float]
-    merged_from: List[MergeInfo]
-    #: The labels given at create (``{}`` without).
-    metadata: Dict[str, str]
-    #: Its lifetime in seconds of running time, or None.
-    timeout: Optional[float]
-    #: ``delete`` or ``pause``: what happens when its lifetime is up; None without one.
-    on_timeout: Optional[str]
-    #: When a running sandbox's lifetime ends (ISO 8601); None while paused or without one.
-    expires_at: Optional[str]
-    #: Why a paused sandbox is paused (``request``, ``lifetime``, ``idle``, ``shutdown``); None while it runs.
-    paused_by: Optional[str]
+    ``merged_from``: the sandboxes merged into it, oldest first; ``metadata``: the labels given
+    at create; ``timeout`` and ``on_timeout``: its lifetime in seconds of running time and what
+    happens when it is up; ``expires_at``: when a running sandbox's lifetime ends;
+    ``paused_by``: why a paused sandbox is paused. The keys after ``queued`` are not required,
+    as an older hostd may not send them."""
 
 
-class _EntryInfoRequired(TypedDict):
-    name: str
-    path: str
-    type: Literal["file", "dir", "symlink", "other"]
-    size: int
-    mode: int
-    mtime_ms: int
-
-
-class EntryInfo(_EntryInfoRequired, total=False):
+class EntryInfo(_wire.FileEntry):
     """A file, directory or link inside a sandbox. ``mode`` is the permission bits as a number
     (``420`` is ``0o644``); a symlink also has ``target`` (None when the guest could not read
     the link)."""
 
-    target: Optional[str]
 
-
-class WriteInfo(TypedDict):
+class WriteInfo(_wire.FileWritten):
     """What ``files.write`` wrote."""
-
-    path: str
-    size: int
 
 
 class TransferInfo(TypedDict):
     """What ``files.upload_dir`` and ``files.download_dir`` moved: the destination directory,
-    regular files and their bytes."""
+    regular files and their bytes. Written here, not generated: ``download_dir`` makes it, and
+    ``files`` is required, which the generated FileWritten (where it is not) cannot say before
+    Python 3.11's ``Required``; wire-drift.test.ts checks it has FileWritten's keys."""
 
     path: str
     files: int
     size: int
 
 
-class SnapshotInfo(TypedDict):
-    """A snapshot as hostd describes it; ``sandboxes`` counts those still using its files."""
-
-    snapshot_id: str
-    source_sandbox_id: str
-    template: str
-    size_bytes: int
-    created_at: str
-    sandboxes: int
-    #: The name it was given, or None.
-    name: Optional[str]
+class SnapshotInfo(_wire.Snapshot):
+    """A snapshot as hostd describes it; ``sandboxes`` counts those still using its files,
+    ``name`` is the name it was given, or None."""
 
 
-class TemplateInfo(TypedDict):
+class TemplateInfo(_wire.Template):
     """A template as hostd describes it. ``state`` ``building``: creates raise
-    TemplateUnavailableError; ``failed``: TemplateFailedError (``error`` says why)."""
-
-    name: str
-    default: bool
-    state: Literal["building", "ready", "failed"]
-    error: Optional[str]
-    memory_mib: int
-    vcpus: int
-    pool_size: int
-    disk_mib: int
-    description: str
-    preload: List[str]
-    debian_packages: List[str]
-    python_packages: List[str]
-    #: The content key of its built image; None while it builds or after a failed build.
-    image_key: Optional[str]
-    built_at: Optional[str]
+    TemplateUnavailableError; ``failed``: TemplateFailedError (``error`` says why).
+    ``image_key`` and ``built_at`` are None while it builds or after a failed build."""
