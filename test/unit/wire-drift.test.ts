@@ -1,124 +1,227 @@
 /**
- * The payloads hostd answers with are written out three times: docs/openapi.json, the
- * TypeScript SDK's types (sdk/typescript/src/types.ts) and the Python SDK's TypedDicts
- * (sdk/python/hostd/_types.py). Until they are generated from one definition (issue 28), this
- * test holds them together: the same fields, and a field is nullable in all three or in none
- * (the drift it was written for: `image_key`, nullable in core and the OpenAPI file, a plain
- * string in both SDKs). Whether an SDK marks an always-present field optional is its own choice.
+ * The SDKs' payload types are generated from docs/openapi.json's components.schemas (`npm run
+ * gen:sdk-types`, scripts/gen-sdk-types.ts): sdk/typescript/src/wire.gen.ts and
+ * sdk/python/hostd/_wire_gen.py. Generation makes the fields and their nullability agree by
+ * construction, so this test no longer compares fields (it did while the types were written
+ * three times); it holds what generation cannot: the generated files are current (scripts/
+ * test.sh's lint step runs the same check with `--check`, this one makes `npm run test:unit`
+ * see it too), the SDK names users import are the generated types and not copies, and the
+ * SDKs' hand-written calls type what the server answers with them.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import ts from 'typescript';
 import { ROOT } from '../../testkit/hostd.js';
-
-/** A payload's fields: name -> nullable. */
-type Fields = Record<string, boolean>;
-
-/** OpenAPI schema name -> [TypeScript interface, Python TypedDict] of the same payload. */
-const PAYLOADS: Record<string, [string, string]> = {
-  SandboxInfo: ['SandboxInfo', 'SandboxInfo'],
-  Snapshot: ['SnapshotInfo', 'SnapshotInfo'],
-  Template: ['TemplateInfo', 'TemplateInfo'],
-  FileEntry: ['EntryInfo', 'EntryInfo'],
-  Context: ['ContextInfo', 'ContextInfo'],
-};
+import { staleFiles } from '../../scripts/gen-sdk-types.js';
 
 /**
- * Fields one side has on purpose. `node` is only answered in cluster mode (docs/cluster.md),
- * which the SDKs do not model yet.
+ * The server-described payloads as the SDKs name them: the TypeScript alias must be of `tsOf`
+ * (a generated component, or a part of one), the Python class must subclass `_wire.<pyOf>`.
  */
-const ONLY_IN_OPENAPI: Record<string, string[]> = { SandboxInfo: ['node'] };
+const PAYLOADS: Array<{ ts: string; tsOf: string; py?: string; pyOf?: string }> = [
+  { ts: 'SandboxInfo', tsOf: "Schemas['SandboxInfo']", py: 'SandboxInfo', pyOf: 'SandboxInfo' },
+  { ts: 'SandboxState', tsOf: "Schemas['SandboxInfo']['state']" },
+  {
+    ts: 'NetworkInfo',
+    tsOf: "Schemas['SandboxInfo']['network']",
+    py: 'NetworkInfo',
+    pyOf: 'SandboxInfoNetwork',
+  },
+  {
+    ts: 'MergeInfo',
+    tsOf: "Schemas['SandboxInfo']['merged_from']",
+    py: 'MergeInfo',
+    pyOf: 'SandboxInfoMergedFromItem',
+  },
+  { ts: 'SnapshotInfo', tsOf: "Schemas['Snapshot']", py: 'SnapshotInfo', pyOf: 'Snapshot' },
+  { ts: 'TemplateInfo', tsOf: "Schemas['Template']", py: 'TemplateInfo', pyOf: 'Template' },
+  { ts: 'EntryInfo', tsOf: "Schemas['FileEntry']", py: 'EntryInfo', pyOf: 'FileEntry' },
+  { ts: 'ContextInfo', tsOf: "Schemas['Context']", py: 'ContextInfo', pyOf: 'Context' },
+  { ts: 'WriteInfo', tsOf: "Schemas['FileWritten']", py: 'WriteInfo', pyOf: 'FileWritten' },
+  // Python's TransferInfo is written by hand (see there); checked against FileWritten below.
+  { ts: 'TransferInfo', tsOf: "Schemas['FileWritten']" },
+  // Python's CellError is a dataclass the SDK makes from the event.
+  { ts: 'CellError', tsOf: "Schemas['CellError']" },
+];
 
-interface Schema {
-  type?: string | string[];
-  $ref?: string;
-  anyOf?: Schema[];
-  oneOf?: Schema[];
-  properties?: Record<string, Schema>;
+test('the generated SDK types are what docs/openapi.json gives (npm run gen:sdk-types)', async () => {
+  assert.deepEqual(await staleFiles(), [], 'stale: run `npm run gen:sdk-types` and commit');
+});
+
+const TS_SRC = join(ROOT, 'sdk', 'typescript', 'src');
+
+function parse(path: string): ts.SourceFile {
+  return ts.createSourceFile(path, readFileSync(path, 'utf8'), ts.ScriptTarget.Latest, true);
 }
 
-const openapi = JSON.parse(readFileSync(join(ROOT, 'docs', 'openapi.json'), 'utf8')) as {
-  components: { schemas: Record<string, Schema> };
-};
-
-function schemaNullable(s: Schema): boolean {
-  if (Array.isArray(s.type)) return s.type.includes('null');
-  if (s.type === 'null') return true;
-  return [...(s.anyOf ?? []), ...(s.oneOf ?? [])].some(schemaNullable);
-}
-
-function openapiFields(name: string): Fields {
-  const schema = openapi.components.schemas[name];
-  assert.ok(schema?.properties, `docs/openapi.json has the schema ${name}`);
-  return Object.fromEntries(
-    Object.entries(schema.properties).map(([k, s]) => [k, schemaNullable(s)]),
-  );
-}
-
-const tsSource = ts.createSourceFile(
-  'types.ts',
-  readFileSync(join(ROOT, 'sdk', 'typescript', 'src', 'types.ts'), 'utf8'),
-  ts.ScriptTarget.Latest,
-);
-
-function tsNullable(type: ts.TypeNode | undefined): boolean {
-  if (!type) return false;
-  if (ts.isLiteralTypeNode(type)) return type.literal.kind === ts.SyntaxKind.NullKeyword;
-  return ts.isUnionTypeNode(type) && type.types.some(tsNullable);
-}
-
-function tsFields(name: string): Fields {
-  const decl = tsSource.statements.find(
-    (s): s is ts.InterfaceDeclaration => ts.isInterfaceDeclaration(s) && s.name.text === name,
-  );
-  assert.ok(decl, `sdk/typescript/src/types.ts has the interface ${name}`);
-  const fields: Fields = {};
-  for (const m of decl.members) {
-    if (ts.isPropertySignature(m) && m.name && ts.isIdentifier(m.name)) {
-      fields[m.name.text] = tsNullable(m.type);
-    }
+/** A file's type aliases: name -> the aliased type's text. */
+function aliases(file: ts.SourceFile): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const s of file.statements) {
+    if (ts.isTypeAliasDeclaration(s)) out.set(s.name.text, s.type.getText(file));
   }
-  return fields;
+  return out;
 }
 
-/** Every TypedDict of the Python SDK with its fields (its bases' included), read by Python's ast. */
-const pyTypes = ((): Record<string, Fields> => {
-  const script = `
-import ast, json, sys
-tree = ast.parse(open(sys.argv[1]).read())
-classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
-def fields(name):
-    c = classes[name]
-    out = {}
-    for b in c.bases:
-        if isinstance(b, ast.Name) and b.id in classes:
-            out.update(fields(b.id))
-    for st in c.body:
-        if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
-            out[st.target.id] = ast.unparse(st.annotation).startswith('Optional[')
-    return out
-print(json.dumps({n: fields(n) for n in classes}))
-`;
-  const r = spawnSync(
-    'python3',
-    ['-c', script, join(ROOT, 'sdk', 'python', 'hostd', '_types.py')],
-    {
-      encoding: 'utf8',
-    },
+const typesFile = parse(join(TS_SRC, 'types.ts'));
+const typesAliases = aliases(typesFile);
+
+test('TypeScript: the payload names users import are aliases of the generated components', () => {
+  const interfaces = typesFile.statements.filter(ts.isInterfaceDeclaration).map((s) => s.name.text);
+  for (const { ts: name, tsOf } of PAYLOADS) {
+    assert.ok(!interfaces.includes(name), `types.ts writes ${name} by hand`);
+    const text = typesAliases.get(name);
+    assert.ok(text, `types.ts has the type ${name}`);
+    assert.ok(text.includes(tsOf), `types.ts's ${name} is ${text}, not of ${tsOf}`);
+  }
+});
+
+function sources(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory()
+      ? sources(join(dir, e.name))
+      : e.name.endsWith('.ts') && !e.name.endsWith('.gen.ts')
+        ? [join(dir, e.name)]
+        : [],
   );
+}
+
+/**
+ * Answers the OpenAPI file describes inline rather than as a component (files list, move and
+ * mkdir), so there is no generated type to name them by.
+ */
+const INLINE = ['{ entries: EntryInfo[] }', '{ path: string }'];
+
+test('TypeScript: every server answer the SDK parses is typed by a generated type', () => {
+  // Types that come from wire.gen.ts: types.ts's aliases of it, and a file's own.
+  const generated = new Set(
+    [...typesAliases].filter(([, text]) => text.includes('Schemas[')).map(([n]) => n),
+  );
+  const checked: string[] = [];
+  for (const path of sources(TS_SRC)) {
+    if (path.endsWith('http.ts')) continue; // requestJson<T> itself.
+    const file = parse(path);
+    const local = new Set(
+      [...aliases(file)].filter(([, t]) => t.includes("components['schemas']")).map(([n]) => n),
+    );
+    const visit = (node: ts.Node): void => {
+      if (
+        ts.isCallExpression(node) &&
+        ts.isIdentifier(node.expression) &&
+        node.expression.text === 'requestJson'
+      ) {
+        const arg = node.typeArguments?.[0];
+        assert.ok(arg, `${path}: requestJson without a type argument`);
+        const where = `${path.slice(ROOT.length + 1)}: requestJson<${arg.getText(file)}>`;
+        checked.push(where);
+        const refs = (n: ts.Node): void => {
+          if (ts.isTypeReferenceNode(n)) {
+            const name = n.typeName.getText(file);
+            assert.ok(
+              name === 'components' || generated.has(name) || local.has(name),
+              `${where} names ${name}, which is not a generated type`,
+            );
+          }
+          ts.forEachChild(n, refs);
+        };
+        refs(arg);
+        const literals: string[] = [];
+        const shapes = (n: ts.Node): void => {
+          if (ts.isTypeLiteralNode(n)) literals.push(n.getText(file).replace(/\s+/g, ' '));
+          ts.forEachChild(n, shapes);
+        };
+        shapes(arg);
+        for (const shape of literals) {
+          assert.ok(INLINE.includes(shape), `${where} writes the shape ${shape} by hand`);
+        }
+      }
+      ts.forEachChild(node, visit);
+    };
+    visit(file);
+  }
+  assert.ok(checked.length >= 10, `found the SDK's requestJson calls: ${checked.join(', ')}`);
+});
+
+/** What the Python SDK declares, read by Python's ast. */
+interface PythonSdk {
+  /** hostd/_types.py's classes. */
+  classes: Record<string, { bases: string[]; fields: string[]; onlyDoc: boolean }>;
+  /** hostd/_wire_gen.py's classes' keys, their bases' included. */
+  wireFields: Record<string, string[]>;
+  /** Names in the other modules' function signatures. */
+  annotations: Array<{ where: string; name: string }>;
+  /** TypedDicts the other modules write. */
+  typedDicts: string[];
+}
+
+const python = ((): PythonSdk => {
+  const script = `
+import ast, json, os, sys
+pkg = sys.argv[1]
+def tree(name):
+    return ast.parse(open(os.path.join(pkg, name)).read())
+classes = {}
+for c in tree('_types.py').body:
+    if isinstance(c, ast.ClassDef):
+        body = [s for s in c.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        classes[c.name] = {
+            'bases': [ast.unparse(b) for b in c.bases],
+            'fields': [s.target.id for s in c.body if isinstance(s, ast.AnnAssign)],
+            'onlyDoc': not body,
+        }
+wire = {}
+for c in tree('_wire_gen.py').body:
+    if isinstance(c, ast.ClassDef):
+        wire[c.name] = [s.target.id for s in c.body if isinstance(s, ast.AnnAssign)]
+        for b in c.bases:
+            if isinstance(b, ast.Name) and b.id in wire:
+                wire[c.name] = wire[b.id] + wire[c.name]
+annotations, typed_dicts = [], []
+for name in sorted(os.listdir(pkg)):
+    if not name.endswith('.py') or name in ('_types.py', '_wire_gen.py'):
+        continue
+    for node in ast.walk(tree(name)):
+        if isinstance(node, ast.ClassDef) and any(ast.unparse(b).endswith('TypedDict') for b in node.bases):
+            typed_dicts.append(name + ':' + node.name)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args.args + node.args.kwonlyargs
+            for ann in [a.annotation for a in args] + [node.returns]:
+                for n in ast.walk(ann) if ann else []:
+                    if isinstance(n, ast.Name):
+                        annotations.append({'where': name + ':' + node.name, 'name': n.id})
+print(json.dumps({'classes': classes, 'wireFields': wire, 'annotations': annotations, 'typedDicts': typed_dicts}))
+`;
+  const r = spawnSync('python3', ['-c', script, join(ROOT, 'sdk', 'python', 'hostd')], {
+    encoding: 'utf8',
+  });
   assert.equal(r.status, 0, r.stderr);
-  return JSON.parse(r.stdout) as Record<string, Fields>;
+  return JSON.parse(r.stdout) as PythonSdk;
 })();
 
-for (const [schema, [tsName, pyName]] of Object.entries(PAYLOADS)) {
-  test(`${schema}: the same fields, nullable alike, in the OpenAPI file and both SDKs`, () => {
-    const expected = openapiFields(schema);
-    for (const k of ONLY_IN_OPENAPI[schema] ?? []) delete expected[k];
-    assert.deepEqual(tsFields(tsName), expected, `sdk/typescript ${tsName}`);
-    assert.ok(pyTypes[pyName], `sdk/python has the TypedDict ${pyName}`);
-    assert.deepEqual(pyTypes[pyName], expected, `sdk/python ${pyName}`);
-  });
-}
+test('Python: the payload names users import subclass the generated TypedDicts, adding nothing', () => {
+  for (const { py, pyOf } of PAYLOADS) {
+    if (!py) continue;
+    const c = python.classes[py];
+    assert.ok(c, `hostd/_types.py has the class ${py}`);
+    assert.deepEqual(c.bases, [`_wire.${pyOf}`], `${py}'s base`);
+    assert.ok(c.onlyDoc, `${py} has only a docstring: its keys are the generated ones`);
+  }
+  // The one written by hand has the keys of the answer it types (all required).
+  assert.deepEqual(
+    [...python.classes.TransferInfo!.fields].sort(),
+    [...python.wireFields.FileWritten!].sort(),
+  );
+});
+
+test("Python: the SDK's hand-written signatures use the payload types of hostd/_types.py", () => {
+  assert.deepEqual(python.typedDicts, [], 'TypedDicts written outside _types.py');
+  const payloads = new Set(PAYLOADS.flatMap((p) => (p.py ? [p.py] : [])).concat('TransferInfo'));
+  const used = python.annotations.filter((a) => /Info$/.test(a.name) && a.name !== 'TarInfo');
+  assert.ok(used.length >= 10, 'found the signatures that take or return payloads');
+  for (const { where, name } of used) {
+    assert.ok(payloads.has(name), `${where} uses ${name}, not a payload type of _types.py`);
+  }
+});

@@ -189,7 +189,7 @@ export class Sandbox {
 
   /** Every sandbox on the server, running, paused or failed. */
   static async list(opts: ConnectionOptions & CallOptions = {}): Promise<SandboxInfo[]> {
-    const body = await requestJson<{ sandboxes: SandboxInfo[] }>(resolveConfig(opts), {
+    const body = await requestJson<components['schemas']['SandboxList']>(resolveConfig(opts), {
       method: 'GET',
       path: '/v1/sandboxes',
       signal: opts.signal,
@@ -300,7 +300,7 @@ export class Sandbox {
 
   /** The sandbox's REPL contexts, `default` (its own namespace) first. */
   async listContexts(opts: CallOptions = {}): Promise<ContextInfo[]> {
-    const body = await requestJson<{ contexts: ContextInfo[] }>(this.#config, {
+    const body = await requestJson<components['schemas']['ContextList']>(this.#config, {
       method: 'GET',
       path: sandboxPath(this.id, '/contexts'),
       signal: opts.signal,

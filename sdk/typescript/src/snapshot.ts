@@ -11,6 +11,7 @@ import {
 } from './config.js';
 import { requestJson, requestText } from './http.js';
 import type { SnapshotInfo } from './types.js';
+import type { components } from './wire.gen.js';
 
 export class Snapshot {
   /** `snap_…`: what `Sandbox.create({ snapshot })` takes. */
@@ -34,7 +35,7 @@ export class Snapshot {
    */
   static async list(opts: ConnectionOptions & CallOptions = {}): Promise<Snapshot[]> {
     const config = resolveConfig(opts);
-    const body = await requestJson<{ snapshots: SnapshotInfo[] }>(config, {
+    const body = await requestJson<components['schemas']['SnapshotList']>(config, {
       method: 'GET',
       path: '/v1/snapshots',
       signal: opts.signal,

@@ -5,6 +5,7 @@
 import { resolveConfig, type CallOptions, type ConnectionOptions } from './config.js';
 import { requestJson, requestText } from './http.js';
 import type { TemplateInfo } from './types.js';
+import type { components } from './wire.gen.js';
 
 export class Template {
   private constructor() {}
@@ -16,7 +17,7 @@ export class Template {
    * const ready = (await Template.list()).filter((t) => t.state === 'ready');
    */
   static async list(opts: ConnectionOptions & CallOptions = {}): Promise<TemplateInfo[]> {
-    const body = await requestJson<{ templates: TemplateInfo[] }>(resolveConfig(opts), {
+    const body = await requestJson<components['schemas']['TemplateList']>(resolveConfig(opts), {
       method: 'GET',
       path: '/v1/templates',
       signal: opts.signal,
