@@ -1,8 +1,8 @@
 # Sourced by the setup scripts (run from the repository's root), with a say() function defined.
 #
-#   compile_typescript   compiles src, test, bench, testkit and the E2B example (examples/e2b/src)
-#                        into dist/ unless dist/ is current (with the TypeScript SDK's MCP
-#                        tools, which hostd's /mcp serves)
+#   compile_typescript   compiles src, test, bench, testkit, scripts (gen-sdk-types.ts) and the
+#                        E2B example (examples/e2b/src) into dist/ unless dist/ is current (with
+#                        the TypeScript SDK's MCP tools, which hostd's /mcp serves)
 
 # TypeScript is compiled only when a source changed since the last build: a restart with nothing
 # changed then serves in about a second instead of waiting for tsc (40 s on a loaded 2-core host).
@@ -10,7 +10,7 @@
 # clean build, so that no stale output (a deleted test) stays in dist/. tsc itself is incremental
 # (tsconfig.json's tsBuildInfoFile), so an edit to one file recompiles little.
 compile_typescript() {
-  local sources inputs=(src test bench testkit examples/e2b/src sdk/typescript/src tsconfig.json package-lock.json)
+  local sources inputs=(src test bench testkit scripts examples/e2b/src sdk/typescript/src tsconfig.json package-lock.json)
   sources=$(find "${inputs[@]}" -name '*.ts' -type f | LC_ALL=C sort)
   # Only what tsc reads counts as a change: the bench's results (bench/results/, written by every
   # `npm run bench`) and any other file written under these directories at run time do not.
