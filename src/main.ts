@@ -13,6 +13,7 @@ import { SandboxTokens } from './api/e2b/auth.js';
 import { peerE2bUrl } from './api/e2b/cluster-hop.js';
 import { buildE2bServer } from './api/e2b/server.js';
 import { sandboxSizing, type SandboxSizing } from './core/admission.js';
+import { CLUSTER_KEY_HEADER } from './core/cluster/headers.js';
 import { hostFree, hostMemTotalMib } from './core/host-resources.js';
 import { FileRecords, type SandboxRecord } from './core/journal.js';
 import { SandboxManager } from './core/sandbox-manager.js';
@@ -144,7 +145,7 @@ function createLogger(config: Config): Logger {
         'req.headers.authorization',
         'req.headers["x-api-key"]',
         'req.headers["x-access-token"]',
-        'req.headers["x-hostd-cluster-key"]',
+        `req.headers["${CLUSTER_KEY_HEADER}"]`,
         'apiKeys',
       ],
       censor: '[redacted]',

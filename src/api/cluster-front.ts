@@ -9,7 +9,8 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ClusterNode, Route } from '../core/cluster/cluster-node.js';
 import { fail, HostdError, toHostdError } from '../errors.js';
 import type { NodeRecord } from '../core/cluster/records.js';
-import { Forwarder, HOP_HEADER, type Answer, type Target } from './forward.js';
+import { HOP_HEADER } from '../core/cluster/headers.js';
+import { Forwarder, type Answer, type Target } from './forward.js';
 
 /** Routes answered by the node holding the sandbox named by this parameter. */
 const SANDBOX_PARAM: Record<string, string> = {

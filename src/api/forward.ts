@@ -15,10 +15,8 @@ import {
   type IncomingMessage,
   type ServerResponse,
 } from 'node:http';
+import { HOP_HEADER } from '../core/cluster/headers.js';
 import { fail, type HostdError } from '../errors.js';
-
-/** Set on forwarded requests: the node that forwarded it. */
-export const HOP_HEADER = 'x-hostd-forwarded-by';
 
 /** Headers of one connection, not of the request (RFC 9110, 7.6.1), and what we rewrite. */
 const NOT_FORWARDED = new Set([

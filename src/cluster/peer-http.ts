@@ -9,10 +9,9 @@
 import { Agent, request, type IncomingMessage } from 'node:http';
 import { fail, HostdError } from '../errors.js';
 import type { HandOverOffer, PeerLink } from '../core/cluster/hand-over.js';
+import { CLUSTER_KEY_HEADER, HOP_HEADER } from '../core/cluster/headers.js';
 import type { NodeRecord } from '../core/cluster/records.js';
 import type { SandboxInfo } from '../core/sandbox.js';
-
-export const CLUSTER_KEY_HEADER = 'x-hostd-cluster-key';
 
 /** How long a hand-over may take on the target (it fetches the sandbox's files). */
 const OFFER_TIMEOUT_MS = 10 * 60_000;
@@ -74,7 +73,7 @@ export class HttpPeers implements PeerLink {
   ): Promise<IncomingMessage> {
     const headers: Record<string, string> = {
       [CLUSTER_KEY_HEADER]: this.options.clusterKey,
-      'x-hostd-forwarded-by': this.options.self,
+      [HOP_HEADER]: this.options.self,
       ...extra,
     };
     if (this.options.apiKey) headers.authorization = `Bearer ${this.options.apiKey}`;

@@ -8,6 +8,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { ClusterNode } from '../../core/cluster/cluster-node.js';
 import type { HandOver, HandOverOffer } from '../../core/cluster/hand-over.js';
+import { CLUSTER_KEY_HEADER } from '../../core/cluster/headers.js';
 import { NODE_ID } from '../../core/cluster/records.js';
 import type { SandboxManager } from '../../core/sandbox-manager.js';
 import { fail } from '../../errors.js';
@@ -45,7 +46,7 @@ export function registerClusterRoutes(
   const peer = cluster?.peer;
   const checkKey = (req: FastifyRequest): PeerRoutes => {
     if (!peer) throw fail('notClustered');
-    const given = req.headers['x-hostd-cluster-key'];
+    const given = req.headers[CLUSTER_KEY_HEADER];
     if (typeof given !== 'string' || !sameSecret(given, peer.key)) throw fail('invalidClusterKey');
     return peer;
   };
