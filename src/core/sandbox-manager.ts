@@ -18,6 +18,7 @@ import type {
 } from '../vm/machine.js';
 import { VmError } from '../vm/machine.js';
 import { Admission } from './admission.js';
+import { eachAtOnce } from './each-at-once.js';
 import { ExecRun } from './exec-run.js';
 import { ForkStandby } from './fork-standby.js';
 import type { HostFree } from './host-resources.js';
@@ -962,28 +963,25 @@ export class SandboxManager {
 
   private async pauseAll(sandboxes: Sandbox[]): Promise<void> {
     const todo = sandboxes.filter((s) => s.isRunning());
-    const worker = async (): Promise<void> => {
-      for (let s = todo.shift(); s; s = todo.shift()) {
-        const sandbox = s;
-        // Expected: a sandbox deleted (or merged away) since the list was made closes its
-        // queue, and there is nothing left to pause.
-        const release = await sandbox.acquireAll().catch(() => null);
-        if (!release) continue;
-        try {
-          if (!sandbox.isRunning() || !this.registry.holds(sandbox)) continue;
-          const paused = await sandbox.machine.pause();
-          if (sandbox.status.kind === 'running') sandbox.pause(paused, 'shutdown');
-          else await paused.discard(); // its VM died as it was written
-        } catch (err) {
-          this.log.error({ err, sandbox: sandbox.id }, 'could not pause on shutdown: it is lost');
-        } finally {
-          // Closed before the turn passes on: nothing queued since may resume it again.
-          sandbox.close(fail('shuttingDown'));
-          release();
-        }
+    await eachAtOnce(todo, SHUTDOWN_PAUSES_AT_ONCE, async (sandbox) => {
+      // Expected: a sandbox deleted (or merged away) since the list was made closes its
+      // queue, and there is nothing left to pause.
+      const release = await sandbox.acquireAll().catch(() => null);
+      if (!release) return;
+      try {
+        if (!sandbox.isRunning() || !this.registry.holds(sandbox)) return;
+        // Not pauseHeld(): at shutdown a full storage quota must not keep a sandbox from its pause.
+        const paused = await sandbox.machine.pause();
+        if (sandbox.status.kind === 'running') sandbox.pause(paused, 'shutdown');
+        else await paused.discard(); // its VM died as it was written
+      } catch (err) {
+        this.log.error({ err, sandbox: sandbox.id }, 'could not pause on shutdown: it is lost');
+      } finally {
+        // Closed before the turn passes on: nothing queued since may resume it again.
+        sandbox.close(fail('shuttingDown'));
+        release();
       }
-    };
-    await Promise.all(Array.from({ length: SHUTDOWN_PAUSES_AT_ONCE }, worker));
+    });
     this.log.info({ sandboxes: sandboxes.length }, 'sandboxes paused for the next start');
   }
 

@@ -11,6 +11,7 @@
  * a further round.
  */
 import type { Logger } from 'pino';
+import { eachAtOnce } from '../each-at-once.js';
 import type { SandboxInfo } from '../sandbox.js';
 import type { ClusterNode } from './cluster-node.js';
 import type { HandOver } from './hand-over.js';
@@ -53,13 +54,10 @@ export class Drainer {
     for (;;) {
       const todo = this.sandboxes.list().filter((s) => s.state !== 'failed' && !tried.has(s.id));
       if (todo.length === 0) break;
-      const worker = async (): Promise<void> => {
-        for (let s = todo.shift(); s; s = todo.shift()) {
-          tried.add(s.id);
-          if (await this.moveOne(s, sent)) moved++;
-        }
-      };
-      await Promise.all(Array.from({ length: AT_ONCE }, worker));
+      await eachAtOnce(todo, AT_ONCE, async (s) => {
+        tried.add(s.id);
+        if (await this.moveOne(s, sent)) moved++;
+      });
     }
     const left = this.sandboxes.list().length;
     if (left === 0) await this.node.setState('drained');

@@ -1,0 +1,31 @@
+/**
+ * Work on many items, a few at a time: the drain's hand-overs (core/cluster/drain.ts) and the
+ * shutdown's pauses (core/sandbox-manager.ts) are each a burst of disk writes per item, so a
+ * node does N of them at once rather than one (slow) or all (the disk thrashes).
+ */
+
+/**
+ * Runs `each` on every item, at most `atOnce` at a time, each item once, in the order given (an
+ * item starts when one before it ends). Resolves once every item is done. An item whose `each`
+ * rejects does not stop the others: once all are done, the error of the first
+ * that failed is thrown.
+ */
+export async function eachAtOnce<T>(
+  items: Iterable<T>,
+  atOnce: number,
+  each: (item: T) => Promise<void>,
+): Promise<void> {
+  const todo = items[Symbol.iterator]();
+  const errors: unknown[] = [];
+  const worker = async (): Promise<void> => {
+    for (let next = todo.next(); !next.done; next = todo.next()) {
+      try {
+        await each(next.value);
+      } catch (err) {
+        errors.push(err);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.max(1, atOnce) }, worker));
+  if (errors.length > 0) throw errors[0];
+}
