@@ -9,7 +9,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { pino } from 'pino';
 import { ClusterNode, type LocalSandboxes } from '../../src/core/cluster/cluster-node.js';
-import { memoryRecords, type SandboxRecord } from '../../src/core/journal.js';
+import { memoryRecords, type SandboxRecord, type SnapshotRecord } from '../../src/core/journal.js';
 import { toHostdError } from '../../src/errors.js';
 import { eventually } from '../../testkit/eventually.js';
 import { MemoryStore } from '../helpers/memory-kv.js';
@@ -187,6 +187,65 @@ describe('cluster node', () => {
     );
     assert.deepEqual(await a.node.placeCreate({ template: 'nope' }), []);
     await stopAll(a, b);
+  });
+
+  test('a create from a snapshot goes to its holder only, however loaded; by name, the newest', async () => {
+    const store = new MemoryStore();
+    const a = await join(store, 'a');
+    const b = await join(store, 'b');
+    const snaps = (n: TestNode) => n.node.snapshotRecords(memoryRecords<SnapshotRecord>());
+    const snapshot = async (n: TestNode, id: string, name: string | null, at: string) => {
+      snaps(n).write({
+        id,
+        source_sandbox_id: sbx(1),
+        template: 'python',
+        created_at: at,
+        size_bytes: 1,
+        name,
+        state: { format: 1, id: 'st', kind: 'template' } as unknown as SnapshotRecord['state'],
+      });
+      await n.node.confirmSnapshot(id);
+    };
+    await snapshot(a, 'snap_old', 'ckpt', '2026-01-01T00:00:00.000Z');
+    await snapshot(b, 'snap_new', 'ckpt', '2026-01-02T00:00:00.000Z');
+    await snapshot(a, 'snap_other', 'other', '2026-01-03T00:00:00.000Z');
+    // a is the busier node: a template create goes to b, a snapshot's to a all the same.
+    await createOn(a, sbx(1));
+    await createOn(a, sbx(2));
+    for (const n of [a, b]) {
+      await eventually(`${n.node.id} to see the catalog`, () =>
+        n.node.view.liveCount('a') === 2 && n.node.view.snapshots.size === 3 ? true : null,
+      );
+      assert.deepEqual(
+        (await n.node.placeCreate({ template: 'python' })).map((x) => x.id),
+        ['b', 'a'],
+      );
+      assert.deepEqual(
+        (await n.node.placeCreate({ snapshot: 'snap_old' })).map((x) => x.id),
+        ['a'],
+        'pinned as a fork is: a full holder answers 429/503, the create does not spill',
+      );
+      assert.deepEqual(n.node.snapshotByName('ckpt'), {
+        id: 'snap_new',
+        node: 'b',
+        created_at: '2026-01-02T00:00:00.000Z',
+      });
+      assert.equal(n.node.snapshotByName('other')?.id, 'snap_other');
+      assert.equal(n.node.snapshotByName('nope'), null);
+    }
+    // Its holder down: 503 node_unavailable, as any request for the snapshot.
+    await a.node.stop();
+    await eventually('b to see a gone', () => !b.node.view.nodes.has('a'));
+    await assert.rejects(
+      b.node.placeCreate({ snapshot: 'snap_old' }),
+      (err) => code(err) === 'node_unavailable',
+    );
+    // Unknown: this node answers (404).
+    assert.deepEqual(
+      (await b.node.placeCreate({ snapshot: 'snap_nope' })).map((x) => x.id),
+      ['b'],
+    );
+    await stopAll(b);
   });
 
   test('with etcd unreachable, creates are refused (503) and held sandboxes still route', async () => {

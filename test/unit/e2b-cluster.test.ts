@@ -191,6 +191,42 @@ describe('the E2B front of a two-node cluster', () => {
     }
   });
 
+  test("a create from a snapshot named by its name goes to the snapshot's node, however loaded", async () => {
+    // The snapshot is a's, and a is the busier node: placement alone would pick b.
+    const source = await a.manager.create({ template: 'python' });
+    const busy = await a.manager.create({ template: 'python' });
+    const snap = await e2b(b, 'POST', `/sandboxes/${source.id}/snapshots`, {
+      body: { name: 'pinned-ckpt' },
+    });
+    assert.equal(snap.status, 201, JSON.stringify(snap.json));
+    const { snapshotID } = snap.json as { snapshotID: string };
+    assert.equal(a.manager.holdsSnapshot(snapshotID), true);
+    await b.cluster.view.waitFor(
+      () => (b.cluster.view.snapshots.has(snapshotID) ? true : null),
+      5000,
+    );
+    const made: string[] = [];
+    try {
+      for (const [via, templateID] of [
+        [b, 'pinned-ckpt'],
+        [b, 'pinned-ckpt:latest'],
+        [a, 'pinned-ckpt'],
+        [b, snapshotID],
+      ] as const) {
+        const res = await e2b(via, 'POST', '/v2/sandboxes', { body: { templateID } });
+        assert.equal(res.status, 201, `${templateID} via ${via.id}: ${JSON.stringify(res.json)}`);
+        const { sandboxID, templateID: answered } = res.json as Made & { templateID: string };
+        made.push(sandboxID);
+        assert.equal(a.manager.holds(sandboxID), true, `${templateID} via ${via.id} is on a`);
+        assert.equal(a.manager.describe(sandboxID).snapshot_id, snapshotID);
+        assert.equal(answered, templateID);
+      }
+    } finally {
+      for (const id of [...made, source.id, busy.id]) await e2b(b, 'DELETE', `/sandboxes/${id}`);
+      await e2b(b, 'DELETE', `/templates/${snapshotID}`);
+    }
+  });
+
   test("any node's front serves a sandbox of the other: control plane, traffic, errors", async () => {
     const made = await e2b(b, 'POST', '/v2/sandboxes', {
       body: { templateID: 'python', metadata: { who: 'hop' } },

@@ -86,10 +86,22 @@ export function resolveTemplate(ctx: E2bContext, name: string): Source {
   if (alias !== undefined) {
     return { template: served.includes(alias) ? alias : (served[0] ?? alias) };
   }
-  const named =
-    manager.snapshotByName(name) ?? manager.snapshotByName(name.replace(/:[^:/]*$/, ''));
-  if (named) return { snapshot: named.snapshot_id };
+  const named = snapshotNamed(ctx, name) ?? snapshotNamed(ctx, name.replace(/:[^:/]*$/, ''));
+  if (named !== null) return { snapshot: named };
   return { template: name }; // unknown: the manager answers template_not_found
+}
+
+/**
+ * The id of the newest snapshot named `name`: this node's, or in cluster mode any node's (the
+ * catalog's; a create from it then goes to its node). This node's own are asked too: one just
+ * taken may not be in the catalog copy yet.
+ */
+function snapshotNamed(ctx: E2bContext, name: string): string | null {
+  const here = ctx.manager.snapshotByName(name);
+  const there = ctx.cluster?.node.snapshotByName(name) ?? null;
+  if (here === null) return there?.id ?? null;
+  if (there === null || here.created_at >= there.created_at) return here.snapshot_id;
+  return there.id;
 }
 
 // --- request bodies ------------------------------------------------------------------------

@@ -176,6 +176,7 @@ export class ClusterNode {
         if (this.released.has(record.id)) return;
         const entry: SnapshotEntry = {
           node: this.id,
+          name: record.name ?? null,
           template: record.template,
           source_sandbox_id: record.source_sandbox_id,
           size_bytes: record.size_bytes,
@@ -400,20 +401,27 @@ export class ClusterNode {
   }
 
   /**
-   * The nodes to ask for a create, in order (core/cluster/placement.ts). For a create from a
-   * snapshot, its template and holder (preferred: nothing to copy) come from the catalog.
+   * The nodes to ask for a create, in order (core/cluster/placement.ts). A create from a snapshot
+   * goes to the node holding the snapshot's files, as a fork goes to its parent's: it is the
+   * only node that can restore it (snapshots are not copied between nodes), so a full holder
+   * answers 429/503 and the create does not spill; a holder that is down is 503
+   * node_unavailable. A snapshot the catalog does not know is this node's to answer (404).
    */
   async placeCreate(req: { template?: string; snapshot?: string }): Promise<NodeRecord[]> {
     this.ensureConnected();
-    let template = req.template;
-    let prefer: string | null = null;
     if (req.snapshot !== undefined) {
-      const snap = await this.view.snapshot(req.snapshot).catch(() => null);
-      if (!snap) return [this.selfRecord()]; // unknown here: this node answers 404
-      template = snap.value.template;
-      prefer = snap.value.node;
+      let snap;
+      try {
+        snap = await this.view.snapshot(req.snapshot);
+      } catch {
+        throw fail('clusterUnavailable', `cannot look up snapshot ${req.snapshot}`);
+      }
+      if (!snap || snap.value.node === this.id) return [this.selfRecord()];
+      const holder = this.view.nodes.get(snap.value.node);
+      if (!holder) throw fail('nodeUnavailable', `snapshot ${req.snapshot}`, snap.value.node);
+      return [holder];
     }
-    const name = template ?? Object.keys(this.selfRecord().templates)[0] ?? '';
+    const name = req.template ?? Object.keys(this.selfRecord().templates)[0] ?? '';
     const nodes = [...this.view.nodes.values()].map((n) =>
       n.id === this.id ? this.selfRecord() : n,
     );
@@ -424,10 +432,30 @@ export class ClusterNode {
         running: (id) => this.view.liveCount(id),
         lowMemoryMib: 512,
       },
-      { template: name, prefer, self: this.id },
+      { template: name, self: this.id },
     );
     const byId = new Map(nodes.map((n) => [n.id, n]));
     return order.map((id) => byId.get(id)!);
+  }
+
+  /**
+   * The newest snapshot named `name` in the catalog, on any node (E2B's creates name snapshots;
+   * a single hostd's `snapshotByName` answers the same for its own). Newest by `created_at`,
+   * then the greater id: every node picks the same one. Null when none is named so.
+   */
+  snapshotByName(name: string): { id: string; node: string; created_at: string } | null {
+    let best: { id: string; node: string; created_at: string } | null = null;
+    for (const [id, { value: e }] of this.view.snapshots) {
+      if (e.name !== name) continue;
+      if (
+        !best ||
+        e.created_at > best.created_at ||
+        (e.created_at === best.created_at && id > best.id)
+      ) {
+        best = { id, node: e.node, created_at: e.created_at };
+      }
+    }
+    return best;
   }
 
   /** `GET /v1/cluster`: the live nodes, and nodes that are down but still named by sandboxes. */

@@ -5,7 +5,8 @@
  * as comparing all, and receivers with slightly different views do not all pick the same node).
  * Load is the node's running sandboxes against its capacity (its cap, which follows its memory);
  * a node short of memory goes last. The answer is an order: when the first refuses (full: 429 or
- * 503) the next is asked.
+ * 503) the next is asked. (A create from a snapshot is not placed: it goes to the snapshot's
+ * holder, core/cluster/cluster-node.ts `placeCreate`.)
  *
  * Pure: the caller passes the catalog's nodes and counts, and its random source.
  */
@@ -13,9 +14,7 @@ import type { NodeRecord } from './records.js';
 
 export interface PlacementRequest {
   readonly template: string;
-  /** On equal load, this node first: a snapshot's holder (nothing to copy). */
-  readonly prefer?: string | null;
-  /** On equal load, then this one: the receiving node (no hop). */
+  /** On equal load, this node first: the receiving node (no hop). */
   readonly self?: string | null;
 }
 
@@ -41,11 +40,7 @@ export function placementOrder(view: PlacementView, req: PlacementRequest): stri
     const short = n.load.memory_free_mib < lowMemory ? 1 : 0;
     return short + view.running(n.id) / Math.max(1, n.capacity.sandboxes);
   };
-  const rank = (n: NodeRecord): number[] => [
-    load(n),
-    n.id === req.prefer ? 0 : 1,
-    n.id === req.self ? 0 : 1,
-  ];
+  const rank = (n: NodeRecord): number[] => [load(n), n.id === req.self ? 0 : 1];
   // Fisher-Yates over a copy: the sample, then the rest.
   const shuffled = [...eligible];
   for (let i = shuffled.length - 1; i > 0; i--) {

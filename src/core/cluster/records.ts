@@ -8,7 +8,7 @@
  *   sandboxes/<id>   off any lease, changed by compare-and-set only: which node holds the
  *                    sandbox and in which state (running, paused: its files are there, moving:
  *                    handed over to `to`, lost: its VM is gone, with why).
- *   snapshots/<id>   off any lease: the node holding the snapshot's files.
+ *   snapshots/<id>   off any lease: the node holding the snapshot's files, and its name.
  *
  * Field names are snake_case like the API's; operators read them with `etcdctl get --prefix`.
  */
@@ -52,6 +52,12 @@ export interface SandboxEntry {
 /** snapshots/<id> */
 export interface SnapshotEntry {
   readonly node: string;
+  /**
+   * Its caller's name, if any: E2B's creates name a snapshot by it (the newest of that name in
+   * the cluster). Absent in entries written before names were kept: such a snapshot is found
+   * by its id only.
+   */
+  readonly name?: string | null;
   readonly template: string;
   readonly source_sandbox_id: string;
   readonly size_bytes: number;
