@@ -100,6 +100,32 @@ export class ClusterFront {
   }
 
   /**
+   * The nodes holding the sandboxes one request names (E2B's batch metrics): each node with its
+   * ids in request order, the nodes in the order of their first id; this node under `node:
+   * null`, with the ids no node holds (it answers 404 for them, as a single hostd does). The
+   * first id in request order whose lookup fails (lost with its node: 410; paused on a node that
+   * is down: 503) fails the whole request, as that id alone would.
+   */
+  async holders(
+    ids: readonly string[],
+    what: string,
+  ): Promise<{ node: NodeRecord | null; ids: string[] }[]> {
+    const routes = await Promise.allSettled(ids.map((id) => this.locate(id, false, what)));
+    const groups = new Map<string, { node: NodeRecord | null; ids: string[] }>();
+    ids.forEach((id, i) => {
+      const r = routes[i]!;
+      if (r.status === 'rejected') throw r.reason;
+      const route = r.value as Route; // not a delete: never 'deleted'
+      const node = route.local ? null : route.node;
+      const key = node?.id ?? '';
+      let group = groups.get(key);
+      if (!group) groups.set(key, (group = { node, ids: [] }));
+      group.ids.push(id);
+    });
+    return [...groups.values()];
+  }
+
+  /**
    * A create: asked of each node in placement order until one accepts; `local` creates here.
    * A node that refuses (429, 503: full, draining, short of memory) passes it on; any other
    * answer is the client's. `targetOf` says where on a node the create is asked (the E2B front
@@ -217,7 +243,8 @@ export class ClusterFront {
   }
 }
 
-function relay(reply: FastifyReply, answer: Answer): FastifyReply {
+/** Another node's buffered answer, as the client's: its status, type, `Retry-After` and body. */
+export function relay(reply: FastifyReply, answer: Answer): FastifyReply {
   for (const name of ['content-type', 'retry-after']) {
     const v = answer.headers[name];
     if (v !== undefined) void reply.header(name, v);

@@ -37,6 +37,7 @@ import type {
   FrozenState,
   Hypervisor,
   Machine,
+  MachineUsage,
   MachineDescriptor,
   MachineShape,
   NetStats,
@@ -113,6 +114,12 @@ export class FakeMachine implements Machine {
       throw new ProcChannelError('unavailable', 'the machine has no processes port');
     }
     return this.procs;
+  }
+
+  /** What the metrics sampler reads: fixed figures, the memory held growing with its keys. */
+  async usage(): Promise<MachineUsage> {
+    if (this.dead !== null || this.destroyed) throw new Error('the machine is gone');
+    return { cpuSeconds: 0, memoryBytes: (64 + this.memory.size) << 20, diskBytes: 1 << 20 };
   }
 
   async setNetwork(policy: NetworkPolicy): Promise<void> {

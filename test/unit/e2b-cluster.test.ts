@@ -22,6 +22,7 @@ import type { NodeRecord } from '../../src/core/cluster/records.js';
 import type { SandboxManager } from '../../src/core/sandbox-manager.js';
 import { startClusterManager, untilNodesMeet } from '../helpers/cluster-manager.js';
 import { MemoryStore } from '../helpers/memory-kv.js';
+import { eventually } from '../../testkit/eventually.js';
 
 const KEY = 'e2b-cluster-key';
 const log = pino({ level: 'silent' });
@@ -227,6 +228,47 @@ describe('the E2B front of a two-node cluster', () => {
     }
   });
 
+  test('the batch metrics answer every sandbox named, each from its node, in the order asked', async () => {
+    const onA = [await a.manager.create({ template: 'python' })];
+    const onB = [
+      await b.manager.create({ template: 'python' }),
+      await b.manager.create({ template: 'python' }),
+    ];
+    const all = [onB[0]!, onA[0]!, onB[1]!];
+    try {
+      // Each holder samples its sandboxes on its 5 s marks.
+      await eventually('a sample of every sandbox', () =>
+        all.every((s) => (a.manager.holds(s.id) ? a : b).manager.metrics(s.id).length > 0),
+      );
+      const ids = all.map((s) => s.id);
+      for (const via of [a, b]) {
+        const res = await e2b(via, 'GET', `/sandboxes/metrics?sandbox_ids=${ids.join(',')}`);
+        assert.equal(res.status, 200, JSON.stringify(res.json));
+        const got = (res.json as { sandboxes: Record<string, { timestampUnix: number }> })
+          .sandboxes;
+        assert.deepEqual(Object.keys(got), ids, `via ${via.id}: every id, in request order`);
+        for (const id of ids) {
+          const holder = a.manager.holds(id) ? a : b;
+          const last = holder.manager.metrics(id).at(-1)!;
+          assert.ok(got[id]!.timestampUnix >= Math.round(last.timestamp / 1000) - 5, id);
+        }
+      }
+      // As on a single hostd, an id no node holds fails the whole request (404), through
+      // either node, wherever it stands in the list.
+      const unknown = `sbx_${'f'.repeat(32)}`;
+      for (const via of [a, b]) {
+        const res = await e2b(
+          via,
+          'GET',
+          `/sandboxes/metrics?sandbox_ids=${ids[0]},${unknown},${ids[1]}`,
+        );
+        assert.equal(res.status, 404, `via ${via.id}: ${JSON.stringify(res.json)}`);
+      }
+    } finally {
+      for (const s of all) await e2b(a, 'DELETE', `/sandboxes/${s.id}`);
+    }
+  });
+
   test("any node's front serves a sandbox of the other: control plane, traffic, errors", async () => {
     const made = await e2b(b, 'POST', '/v2/sandboxes', {
       body: { templateID: 'python', metadata: { who: 'hop' } },
@@ -319,5 +361,44 @@ describe('the E2B front of a two-node cluster', () => {
       headers: { 'e2b-sandbox-id': id, 'e2b-sandbox-port': '49983' },
     });
     assert.equal(gone.status, 502);
+  });
+});
+
+describe('the batch metrics of a cluster with a node gone', () => {
+  const store = new MemoryStore();
+  let c: Node;
+  let d: Node;
+
+  before(async () => {
+    c = await startNode(store, 'c');
+    d = await startNode(store, 'd');
+    await untilNodesMeet([c.cluster, d.cluster], (r) => Boolean(r.e2b_url));
+  });
+
+  after(async () => {
+    for (const n of [c, d]) {
+      if (!n) continue;
+      for (const app of n.apps) await app.close();
+      await n.manager.shutdown();
+      await n.cluster.stop();
+    }
+  });
+
+  test('an id lost with its node fails the request as a lost sandbox does alone (404 sandbox_lost)', async () => {
+    const here = await c.manager.create({ template: 'python' });
+    const there = await d.manager.create({ template: 'python' });
+    await c.cluster.view.waitFor(() => (c.cluster.view.live.has(there.id) ? true : null), 5000);
+    // d stops answering for the cluster: its lease, and with it its live keys, go.
+    await d.cluster.stop();
+    await eventually('c to see d gone', () => !c.cluster.view.nodes.has('d'));
+    const res = await e2b(c, 'GET', `/sandboxes/metrics?sandbox_ids=${here.id},${there.id}`);
+    assert.equal(res.status, 404, JSON.stringify(res.json));
+    assert.equal((res.json as { error_code: string }).error_code, 'sandbox_lost');
+    assert.match((res.json as { message: string }).message, /node d/);
+    const alone = await e2b(c, 'GET', `/sandboxes/${there.id}/metrics`);
+    assert.deepEqual(
+      [alone.status, (alone.json as { error_code: string }).error_code],
+      [404, 'sandbox_lost'],
+    );
   });
 });

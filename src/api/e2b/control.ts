@@ -21,7 +21,8 @@ import {
 import { fail } from '../../errors.js';
 import { optionalEnv, optionalMetadata } from '../validate.js';
 import { AUTO_RESUME_LABEL, e2bState, type E2bContext } from './context.js';
-import { ClusterFront } from '../cluster-front.js';
+import { ClusterFront, relay } from '../cluster-front.js';
+import type { Answer } from '../forward.js';
 import { e2bTarget } from './cluster-hop.js';
 
 type IdParams = { id: string };
@@ -337,6 +338,56 @@ function sendPage(reply: FastifyReply, page: unknown[], next: string | null): Fa
   return reply.send(page);
 }
 
+/**
+ * Cluster mode's batch metrics: each node's sandboxes asked of its E2B front (the hop header
+ * on: it answers for its own), this node's answered by `latest`, merged in request order. The
+ * first node's part that fails, in the order of the ids, is the answer (its status and body as
+ * it wrote them): an id a single hostd would refuse fails the request as it would there.
+ */
+async function batchMetrics(
+  front: ClusterFront,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  ids: readonly string[],
+  latest: (ids: readonly string[]) => Record<string, unknown>,
+): Promise<unknown> {
+  const groups = await front.holders(ids, `GET ${req.url}`);
+  const parts = await Promise.allSettled(
+    groups.map(async ({ node, ids: some }): Promise<Part> => {
+      if (node === null) return { found: latest(some) };
+      const target = e2bTarget(node);
+      if (target === null) {
+        throw fail('nodeUnavailable', `sandbox ${some[0]}`, `${node.id} (it serves no E2B front)`);
+      }
+      const url = `/sandboxes/metrics?sandbox_ids=${encodeURIComponent(some.join(','))}`;
+      const answer = await front.forwarder.ask(
+        { method: 'GET', url, headers: req.headers },
+        target,
+        undefined,
+        10_000,
+      );
+      if (answer.status !== 200) return { refused: answer };
+      const json = JSON.parse(answer.body.toString('utf8')) as { sandboxes: Part['found'] };
+      return { found: json.sandboxes };
+    }),
+  );
+  const found = new Map<string, unknown>();
+  for (const part of parts) {
+    if (part.status === 'rejected') throw part.reason;
+    if (part.value.refused) return relay(reply, part.value.refused);
+    for (const [id, metric] of Object.entries(part.value.found ?? {})) found.set(id, metric);
+  }
+  const sandboxes: Record<string, unknown> = {};
+  for (const id of ids) if (found.has(id)) sandboxes[id] = found.get(id);
+  return { sandboxes };
+}
+
+/** One node's part of the batch metrics: its samples, or its error answer. */
+interface Part {
+  readonly found?: Record<string, unknown>;
+  readonly refused?: Answer;
+}
+
 // --- routes ----------------------------------------------------------------------------------
 
 export function registerControlRoutes(app: FastifyInstance, ctx: E2bContext): void {
@@ -586,14 +637,20 @@ export function registerControlRoutes(app: FastifyInstance, ctx: E2bContext): vo
     },
   );
 
-  // The latest sample of each of several sandboxes (not called by the 2.x SDKs).
-  app.get<{ Querystring: { sandbox_ids?: string } }>('/sandboxes/metrics', async (req) => {
-    const sandboxes: Record<string, unknown> = {};
-    for (const id of queryList(req.query.sandbox_ids)) {
-      const last = manager.metrics(id).at(-1);
-      if (last) sandboxes[id] = metricAnswer(last);
-    }
-    return { sandboxes };
+  // The latest sample of each of several sandboxes (not called by the 2.x SDKs). A sandbox
+  // without a sample yet is left out; an id that is not a sandbox fails the request (404).
+  app.get<{ Querystring: { sandbox_ids?: string } }>('/sandboxes/metrics', async (req, reply) => {
+    const ids = queryList(req.query.sandbox_ids);
+    const latest = (some: readonly string[]): Record<string, unknown> => {
+      const out: Record<string, unknown> = {};
+      for (const id of some) {
+        const last = manager.metrics(id).at(-1);
+        if (last) out[id] = metricAnswer(last);
+      }
+      return out;
+    };
+    if (!ctx.cluster || ClusterFront.forwarded(req)) return { sandboxes: latest(ids) };
+    return batchMetrics(ctx.cluster, req, reply, ids, latest);
   });
 
   app.post<{ Params: IdParams }>('/sandboxes/:id/snapshots', async (req, reply) => {
