@@ -3,7 +3,8 @@
  * etcd and HAProxy in front (testkit/cluster.ts), python-slim VMs. Sandboxes are placed across
  * the nodes and recorded in the catalog; any node serves any sandbox by forwarding (exec NDJSON,
  * files, errors intact), on the native API and on the E2B front (E2B's published SDKs, signed
- * URLs included); lists span the cluster; forks stay on the parent's node; a drain hands the
+ * URLs included); lists span the cluster; forks stay on the parent's node, as do E2B creates from
+ * a snapshot's name; E2B's batch metrics answer for every node's sandboxes; a drain hands the
  * node's sandboxes (running and paused) to the others, which serve them with their REPL state,
  * and the node takes no creates; SIGTERM drains before the stop; a SIGKILLed node's sandboxes answer
  * 410 sandbox_lost naming it and can be deleted through the others, and once it is back it
@@ -334,6 +335,45 @@ describe('a three-node cluster', () => {
         created.delete(c.id);
         const gone = await cluster.api.json<ErrorBody>('GET', `/v1/sandboxes/${c.id}`);
         assert.equal(gone.status, 404);
+      }
+    }));
+
+  test("E2B's create from a snapshot's name, asked of another node, runs on the snapshot's node; batch metrics span the nodes", () =>
+    reported(async () => {
+      const source = sandboxes[1]!; // x = 41 in its REPL
+      const holder = cluster.node(source.node);
+      const asker = cluster.nodes.find((n) => n.id !== holder.id && n.hostd)!;
+      const snap = await e2bFetch(asker, 'POST', `/sandboxes/${source.id}/snapshots`, {
+        body: { name: 'cluster-ckpt' },
+      });
+      assert.equal(snap.status, 201, JSON.stringify(snap.json));
+      const snapshotID = String(snap.json.snapshotID);
+      try {
+        const made = await e2bFetch(asker, 'POST', '/v2/sandboxes', {
+          body: { templateID: 'cluster-ckpt' },
+        });
+        assert.equal(made.status, 201, JSON.stringify(made.json));
+        const id = String(made.json.sandboxID);
+        created.add(id);
+        const child = await info(cluster.api, id);
+        assert.equal(child.node, holder.id, 'made where the snapshot is');
+        assert.equal(child.snapshot_id, snapshotID);
+        assert.equal((await run(asker.api, id, 'print(x)')).stdout, '41\n');
+
+        // The latest sample of sandboxes on several nodes, through each node, in the order asked.
+        const ids = [id, ...sandboxes.map((s) => s.id)];
+        for (const n of cluster.nodes) {
+          await eventually(`${n.id} to answer every sandbox's metrics`, async () => {
+            const res = await e2bFetch(n, 'GET', `/sandboxes/metrics?sandbox_ids=${ids.join(',')}`);
+            assert.equal(res.status, 200, JSON.stringify(res.json));
+            const got = Object.keys(res.json.sandboxes as Record<string, unknown>);
+            return got.join(',') === ids.join(',');
+          });
+        }
+        assert.equal(await Sandbox.kill(id, viaE2b(asker)), true);
+        created.delete(id);
+      } finally {
+        await e2bFetch(asker, 'DELETE', `/templates/${snapshotID}`);
       }
     }));
 
