@@ -35,7 +35,9 @@ step "lint and format"
 npx --no-install eslint . || failures+=("eslint")
 npx --no-install tsc -p console || failures+=("console type-check")
 npx --no-install prettier --check . >/dev/null || { npx --no-install prettier --check . ; failures+=("prettier"); }
-# The SDKs' payload types are generated from docs/openapi.json: a stale file names itself.
+# docs/openapi.json's components are generated from src/api/wire, and the SDKs' payload types
+# from docs/openapi.json: a stale file names itself.
+node dist/scripts/gen-openapi.js --check || failures+=("openapi stale")
 node dist/scripts/gen-sdk-types.js --check || failures+=("generated SDK types")
 
 step "templates: the worked example and python, built and booted"

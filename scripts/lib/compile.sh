@@ -1,6 +1,6 @@
 # Sourced by the setup scripts (run from the repository's root), with a say() function defined.
 #
-#   compile_typescript   compiles src, test, bench, testkit, scripts (gen-sdk-types.ts) and the
+#   compile_typescript   compiles src, test, bench, testkit, scripts (gen-openapi.ts, gen-sdk-types.ts) and the
 #                        E2B example (examples/e2b/src) into dist/ unless dist/ is current (with
 #                        the TypeScript SDK's MCP tools, which hostd's /mcp serves)
 
