@@ -5,7 +5,8 @@
  * (test/unit/routes-*.test.ts) see the routes, hooks and error handling users get. Every answer
  * is checked as testkit checks a real hostd's: an error answer is a registry body
  * `{"error", "code"}` with a registry code, and no answer shows host details
- * (testkit/host-details.ts). The routes `inject` reached are kept (`routesHit`), so that each
+ * (testkit/host-details.ts), and every answer is checked against the wire contract
+ * (test/helpers/wire-check.ts). The routes `inject` reached are kept (`routesHit`), so that each
  * route test file can check it exercised every route of its area (test/helpers/routes.ts).
  */
 import assert from 'node:assert/strict';
@@ -21,6 +22,7 @@ import { errorCodes } from '../../src/errors.js';
 import type { ManagerOptions, SandboxManager } from '../../src/core/sandbox-manager.js';
 import { assertNoHostDetails, clientValues, errorTexts } from '../../testkit/host-details.js';
 import { started } from './manager.js';
+import { checkAnswer } from './wire-check.js';
 import type { FakeHypervisor } from './fake-hypervisor.js';
 
 export const API_KEY = 'test-key';
@@ -103,6 +105,7 @@ export async function startServer(
       } else if (res.headers['content-type']?.toString().startsWith('application/json')) {
         for (const e of errorTexts(JSON.parse(res.body))) assertNoHostDetails(where, e, []);
       }
+      if (!opts.url.startsWith(MCP_ROUTE)) checkAnswer(opts.method ?? 'GET', opts.url, res);
       return res;
     },
     async close() {
