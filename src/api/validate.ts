@@ -1,10 +1,28 @@
 /**
- * Request body validation. Hand-written rather than JSON Schema so that every rejection has a
- * message a person can act on ("n must be an integer from 1 to 32, got 33") and the handlers get
- * typed values. Unknown fields are rejected: a typo such as `timeout_ms` should not be ignored.
+ * Request body validation. The native API's bodies are checked against their wire schemas
+ * (src/api/wire, the same definitions docs/openapi.json is generated from) by `checkBody`, which
+ * turns each failure into a registry error naming the field, what it accepts and what was sent.
+ * What stays here is what JSON Schema cannot say, each marked where it is: byte totals, rules
+ * between fields, and turning the wire's shape into what core takes. Bodies without a wire
+ * schema (the E2B front's, and snapshot's and timeout's small ones) keep hand-written checks
+ * with the same messages. Unknown fields are rejected: a typo such as `timeout_ms` should not
+ * be ignored.
  */
 import { fail } from '../errors.js';
-import { MAX_FORK, MAX_LIFETIME_S, type Language } from '../core/sandbox-manager.js';
+import { MAX_LIFETIME_S, type Language } from '../core/sandbox-manager.js';
+import {
+  CONTEXT_ID_PATTERN,
+  ContextCreateRequest,
+  CreateRequest,
+  ENV_NAME_PATTERN,
+  ExecRequest,
+  ForkRequest,
+  MAX_ENV_BYTES,
+  MAX_ENV_ENTRIES,
+  MAX_METADATA_BYTES,
+  MAX_METADATA_ENTRIES,
+} from './wire/index.js';
+import { checkBody } from './wire/check.js';
 
 type Body = Record<string, unknown>;
 
@@ -27,19 +45,45 @@ function onlyFields(body: Body, allowed: readonly string[]): void {
   }
 }
 
-/** An optional non-empty string field. */
-function optionalName(b: Body, field: string): string | undefined {
-  const v = b[field];
-  if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'string' || v === '') throw fail('invalidField', field, 'a non-empty string', v);
-  return v;
+/** Environment variables: names a shell accepts, string values, bounded in number and size. */
+const ENV_NAME = new RegExp(ENV_NAME_PATTERN);
+
+/**
+ * Schema cannot: the byte total of an environment (the schema bounds the count and the names).
+ * Counted as the guest's `NAME=value\0` entries are.
+ */
+function envWithinBytes(field: string, env: Record<string, string>): Record<string, string> {
+  const entries = Object.entries(env);
+  let bytes = 0;
+  for (const [name, value] of entries) bytes += name.length + value.length + 2;
+  if (bytes > MAX_ENV_BYTES) {
+    throw fail(
+      'invalidField',
+      field,
+      `at most ${MAX_ENV_ENTRIES} variables, ${MAX_ENV_BYTES} bytes`,
+      `${entries.length} variables, ${bytes} bytes`,
+    );
+  }
+  return env;
 }
 
-/** Environment variables: names a shell accepts, string values, bounded in number and size. */
-const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
-const MAX_ENV_ENTRIES = 256;
-const MAX_ENV_BYTES = 64 * 1024;
+/** Schema cannot: the byte total of metadata, keys and values in UTF-8. */
+function metadataWithinBytes(field: string, m: Record<string, string>): Record<string, string> {
+  const entries = Object.entries(m);
+  let bytes = 0;
+  for (const [key, value] of entries) bytes += Buffer.byteLength(key) + Buffer.byteLength(value);
+  if (bytes > MAX_METADATA_BYTES) {
+    throw fail(
+      'invalidField',
+      field,
+      `at most ${MAX_METADATA_ENTRIES} entries, ${MAX_METADATA_BYTES} bytes`,
+      `${entries.length} entries, ${bytes} bytes`,
+    );
+  }
+  return m;
+}
 
+/** An environment in a body without a wire schema (the E2B front's). */
 export function optionalEnv(b: Body, field: string): Record<string, string> | undefined {
   const v = b[field];
   if (v === undefined || v === null) return undefined;
@@ -73,10 +117,7 @@ export function optionalEnv(b: Body, field: string): Record<string, string> | un
   return Object.fromEntries(entries) as Record<string, string>;
 }
 
-/** Metadata: string labels, bounded like the environment. */
-const MAX_METADATA_ENTRIES = 64;
-const MAX_METADATA_BYTES = 16 * 1024;
-
+/** Metadata: string labels, bounded like the environment (the E2B front's bodies). */
 export function optionalMetadata(b: Body, field: string): Record<string, string> | undefined {
   const v = b[field];
   if (v === undefined || v === null) return undefined;
@@ -123,31 +164,24 @@ export interface CreateBody {
 }
 
 export function parseCreate(body: unknown): CreateBody {
-  const b = objectBody(body, true);
-  onlyFields(b, ['template', 'snapshot', 'env', 'network', 'metadata', 'timeout', 'on_timeout']);
-  const template = optionalName(b, 'template');
-  const snapshot = optionalName(b, 'snapshot');
+  const b = checkBody(CreateRequest, body, 'ok');
+  const template = b.template ?? undefined;
+  const snapshot = b.snapshot ?? undefined;
+  // Schema cannot (without a rule clients would read as a type): one source, not both
   if (template !== undefined && snapshot !== undefined) {
     throw fail('conflictingFields', 'template', 'snapshot');
   }
-  const env = optionalEnv(b, 'env');
-  const network = optionalNetwork(b);
-  const metadata = optionalMetadata(b, 'metadata');
+  const env = b.env == null ? undefined : envWithinBytes('env', b.env);
+  const network = b.network == null ? undefined : { allow_out: b.network.allow_out ?? [] };
+  const metadata = b.metadata == null ? undefined : metadataWithinBytes('metadata', b.metadata);
   const onTimeout = b.on_timeout ?? undefined;
-  if (onTimeout !== undefined && onTimeout !== 'delete' && onTimeout !== 'pause') {
-    throw fail('invalidField', 'on_timeout', '"delete" or "pause"', onTimeout);
-  }
   const timeout = b.timeout ?? undefined;
+  // Schema cannot (a rule between fields): on_timeout only with a timeout
   if (timeout === undefined && onTimeout !== undefined) {
     throw fail('invalidField', 'timeout', 'given with on_timeout', timeout);
   }
   const lifetime =
-    timeout === undefined
-      ? undefined
-      : {
-          timeoutS: parseLifetimeSeconds(timeout),
-          onTimeout: (onTimeout ?? 'delete') as 'delete' | 'pause',
-        };
+    timeout === undefined ? undefined : { timeoutS: timeout, onTimeout: onTimeout ?? 'delete' };
   return {
     ...(template === undefined ? {} : { template }),
     ...(snapshot === undefined ? {} : { snapshot }),
@@ -175,21 +209,6 @@ export function parseSetTimeout(body: unknown): {
   return onTimeout === undefined ? { timeoutS } : { timeoutS, onTimeout };
 }
 
-/** `{"allow_out": [...]}`; the rules themselves are parsed by core's egress policy. */
-function optionalNetwork(b: Body): { allow_out: unknown[] } | undefined {
-  const v = b.network;
-  if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'object' || Array.isArray(v)) {
-    throw fail('invalidField', 'network', 'an object with allow_out', v);
-  }
-  onlyFields(v as Body, ['allow_out']);
-  const rules = (v as Body).allow_out ?? [];
-  if (!Array.isArray(rules) || rules.length > 256) {
-    throw fail('invalidField', 'network.allow_out', 'an array of at most 256 rules', rules);
-  }
-  return { allow_out: rules };
-}
-
 /** Snapshot: no body, or `{"name": "..."}` (1 to 128 printable characters). */
 export function parseSnapshot(body: unknown): { name: string | null } {
   const b = objectBody(body, true);
@@ -209,9 +228,6 @@ export function parseNoBody(body: unknown, op: string): void {
   if (body !== undefined) throw fail('bodyNotAllowed', op);
 }
 
-/** Longest accepted exec timeout: a day. */
-export const MAX_TIMEOUT_S = 86_400;
-
 export interface ExecBody {
   code: string;
   language: Language;
@@ -224,89 +240,40 @@ export interface ExecBody {
 }
 
 /** A REPL context id (docs/api.md, Contexts): what the guest accepts, and safe in a URL. */
-export const CONTEXT_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
-const CONTEXT_ID_RULE = "1 to 64 letters, digits, '_', '.' or '-', first a letter or digit";
-
-function optionalContextId(b: Body, field: string): string | undefined {
-  const v = b[field];
-  if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'string' || !CONTEXT_ID.test(v)) {
-    throw fail('invalidField', field, CONTEXT_ID_RULE, v);
-  }
-  return v;
-}
-
-function optionalCwd(b: Body): string | undefined {
-  const cwd = b.cwd ?? undefined;
-  if (
-    cwd !== undefined &&
-    (typeof cwd !== 'string' || !cwd.startsWith('/') || cwd.includes('\0'))
-  ) {
-    throw fail('invalidField', 'cwd', 'an absolute path', cwd);
-  }
-  return cwd as string | undefined;
-}
-
-function optionalBoolean(b: Body, field: string): boolean | undefined {
-  const v = b[field] ?? undefined;
-  if (v !== undefined && typeof v !== 'boolean') throw fail('invalidField', field, 'a boolean', v);
-  return v as boolean | undefined;
-}
+export const CONTEXT_ID = new RegExp(CONTEXT_ID_PATTERN);
 
 export function parseExec(body: unknown): ExecBody {
-  const b = objectBody(body, false);
-  onlyFields(b, ['code', 'language', 'timeout', 'env', 'cwd', 'display', 'context', 'notebook']);
-  if (typeof b.code !== 'string') {
-    throw fail('invalidField', 'code', 'a string (required)', b.code);
-  }
+  const b = checkBody(ExecRequest, body, 'refused');
   const language = b.language ?? 'python';
-  if (language !== 'python' && language !== 'bash') {
-    throw fail('invalidField', 'language', '"python" or "bash"', language);
-  }
-  const env = optionalEnv(b, 'env');
-  const cwd = optionalCwd(b);
-  const display = optionalBoolean(b, 'display');
-  const context = optionalContextId(b, 'context');
-  const notebook = optionalBoolean(b, 'notebook');
-  // The REPL's: a bash exec has no namespace to run in, nor cells
+  const env = b.env == null ? undefined : envWithinBytes('env', b.env);
+  const cwd = b.cwd ?? undefined;
+  const context = b.context ?? undefined;
+  // Schema cannot (rules between fields): the REPL's, so a bash exec has no namespace to run
+  // in, nor cells
   if (language === 'bash' && context !== undefined) {
     throw fail('invalidField', 'context', 'absent for a bash exec', context);
   }
-  if (language === 'bash' && notebook) {
-    throw fail('invalidField', 'notebook', 'false or absent for a bash exec', notebook);
+  if (language === 'bash' && b.notebook) {
+    throw fail('invalidField', 'notebook', 'false or absent for a bash exec', b.notebook);
   }
-  const options: ExecBody = {
+  const timeout = b.timeout ?? undefined;
+  return {
     code: b.code,
-    language: language as Language,
+    language,
     ...(env === undefined ? {} : { env }),
     ...(cwd === undefined ? {} : { cwd }),
-    ...(display ? { display: true } : {}),
+    ...(b.display ? { display: true } : {}),
     ...(context === undefined ? {} : { context }),
-    ...(notebook ? { notebook: true } : {}),
+    ...(b.notebook ? { notebook: true } : {}),
+    ...(timeout === undefined ? {} : { timeoutMs: Math.ceil(timeout * 1000) }),
   };
-  if (b.timeout === undefined || b.timeout === null) return options;
-  if (
-    typeof b.timeout !== 'number' ||
-    !Number.isFinite(b.timeout) ||
-    b.timeout <= 0 ||
-    b.timeout > MAX_TIMEOUT_S
-  ) {
-    throw fail(
-      'invalidField',
-      'timeout',
-      `a number of seconds in (0, ${MAX_TIMEOUT_S}]`,
-      b.timeout,
-    );
-  }
-  return { ...options, timeoutMs: Math.ceil(b.timeout * 1000) };
 }
 
 /** `POST /v1/sandboxes/{id}/contexts`: `{}` or no body, or its `id` and `cwd`. */
 export function parseContextCreate(body: unknown): { context?: string; cwd?: string } {
-  const b = objectBody(body, true);
-  onlyFields(b, ['id', 'cwd']);
-  const context = optionalContextId(b, 'id');
-  const cwd = optionalCwd(b);
+  const b = checkBody(ContextCreateRequest, body, 'ok');
+  const context = b.id ?? undefined;
+  const cwd = b.cwd ?? undefined;
   return {
     ...(context === undefined ? {} : { context }),
     ...(cwd === undefined ? {} : { cwd }),
@@ -314,12 +281,7 @@ export function parseContextCreate(body: unknown): { context?: string; cwd?: str
 }
 
 export function parseFork(body: unknown): { n: number } {
-  const b = objectBody(body, false);
-  onlyFields(b, ['n']);
-  if (typeof b.n !== 'number' || !Number.isInteger(b.n) || b.n < 1 || b.n > MAX_FORK) {
-    throw fail('invalidField', 'n', `an integer from 1 to ${MAX_FORK}`, b.n);
-  }
-  return { n: b.n };
+  return { n: checkBody(ForkRequest, body, 'refused').n };
 }
 
 /**

@@ -176,3 +176,28 @@ test('a file path is one absolute path: missing, repeated, relative, NUL and .. 
       err instanceof HostdError && err.params[1] === 'the path query parameter is given 2 times',
   );
 });
+
+test('schema failures name the field, what it accepts and what was sent, in a short message', () => {
+  const message = (fn: () => unknown): string => {
+    try {
+      fn();
+    } catch (err) {
+      assert.ok(err instanceof HostdError);
+      assert.equal(err.code, 'invalid_request');
+      return err.message;
+    }
+    assert.fail('accepted');
+  };
+  const fork = message(() => parseFork({ n: 33 }));
+  assert.ok(fork.startsWith('n must be an integer from 1 to 32'), fork);
+  assert.ok(fork.endsWith('got 33'), fork);
+  // what JSON Schema cannot say is still checked: the byte total of the environment
+  rejects400(() => parseCreate({ env: { A: 'x'.repeat(70_000) } }), 'invalidField', 'env');
+  rejects400(() => parseExec({ code: 'x', env: { A: 'a\0b' } }), 'invalidField', 'env.A');
+  // a huge or deep value is quoted short
+  let deep: unknown = 'x'.repeat(1_000_000);
+  for (let i = 0; i < 1000; i++) deep = { a: deep };
+  for (const body of [{ template: deep }, { env: { A: deep } }, { metadata: deep }]) {
+    assert.ok(message(() => parseCreate(body)).length < 300);
+  }
+});

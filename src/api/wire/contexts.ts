@@ -2,7 +2,7 @@
 import Type, { type Static } from 'typebox';
 import type { ContextInfo } from '../../core/sandbox-contexts.js';
 import { CONTEXT_ID_PATTERN } from './exec.js';
-import { nullable, ref, sameAs } from './schema.js';
+import { ABSOLUTE_PATH, nullable, ref, sameAs } from './schema.js';
 
 export const Context = Type.Object(
   {
@@ -40,7 +40,7 @@ export const ContextCreateRequest = Type.Object(
     cwd: Type.Optional(
       nullable(
         Type.String({
-          pattern: '^/',
+          pattern: ABSOLUTE_PATH,
           description: "An existing directory; absent or null: the default context's directory.",
         }),
       ),

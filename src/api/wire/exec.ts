@@ -1,13 +1,16 @@
 /** Exec on the wire (docs/api.md, Exec): the request and the NDJSON events it streams. */
 import Type, { type Static, type TSchema } from 'typebox';
-import { nullable, ref } from './schema.js';
+import { ABSOLUTE_PATH, nullable, pattern, ref } from './schema.js';
 import { envSchema } from './sandbox.js';
 
 /** Longest accepted exec timeout: a day. */
 export const MAX_TIMEOUT_S = 86_400;
 
 /** A REPL context id (docs/api.md, Contexts): what the guest accepts, and safe in a URL. */
-export const CONTEXT_ID_PATTERN = '^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$';
+export const CONTEXT_ID_PATTERN = pattern(
+  '^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$',
+  "1 to 64 letters, digits, '_', '.' or '-', first a letter or digit",
+);
 
 export const ExecRequest = Type.Object(
   {
@@ -37,7 +40,7 @@ export const ExecRequest = Type.Object(
     cwd: Type.Optional(
       nullable(
         Type.String({
-          pattern: '^/',
+          pattern: ABSOLUTE_PATH,
           description:
             'Absolute working directory for this exec (default `/root`); a missing one ends the exec with exit 1 and a stderr line.',
         }),

@@ -5,7 +5,17 @@
  */
 import Type, { type Static } from 'typebox';
 import { MAX_LIFETIME_S, type SandboxInfo as CoreSandboxInfo } from '../../core/sandbox-manager.js';
-import { nullable, nullableEnum, orNull, ref, stringEnum, stringMap, sameAs } from './schema.js';
+import {
+  NO_NUL,
+  nullable,
+  nullableEnum,
+  orNull,
+  pattern,
+  ref,
+  stringEnum,
+  stringMap,
+  sameAs,
+} from './schema.js';
 
 export const SandboxId = Type.String({
   $id: 'SandboxId',
@@ -117,7 +127,10 @@ export const SandboxList = Type.Object(
 );
 
 /** Names shells accept for environment variables (also the guest's rule). */
-export const ENV_NAME_PATTERN = '^[A-Za-z_][A-Za-z0-9_]*$';
+export const ENV_NAME_PATTERN = pattern(
+  '^[A-Za-z_][A-Za-z0-9_]*$',
+  'letters, digits and _ (not first a digit)',
+);
 /** Bounds of an environment; its byte total is checked by validate.ts (JSON Schema cannot). */
 export const MAX_ENV_ENTRIES = 256;
 export const MAX_ENV_BYTES = 64 * 1024;
@@ -131,6 +144,7 @@ export const MAX_ALLOW_OUT = 256;
 export function envSchema(description: string) {
   return nullable(
     stringMap({
+      additionalProperties: { type: 'string', pattern: NO_NUL },
       maxProperties: MAX_ENV_ENTRIES,
       propertyNames: { pattern: ENV_NAME_PATTERN },
       description,

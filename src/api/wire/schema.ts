@@ -84,3 +84,17 @@ export function sameAs<Wire, Core>(_: Same<Wire, Core>): void {}
 
 /** Like sameAs, where the wire type is looser than core's (open objects, a wider union). */
 export function fits<Core, Wire>(_: Fits<Core, Wire>): void {}
+
+/** What each pattern of the wire schemas accepts, in words, for the messages of check.ts. */
+export const PATTERN_WORDS = new Map<string, string>();
+
+/** `regex` as a schema's `pattern`, with the words a rejection message uses for it. */
+export function pattern(regex: string, words: string): string {
+  PATTERN_WORDS.set(regex, words);
+  return regex;
+}
+
+/** An absolute guest path (the guest checks the rest). */
+export const ABSOLUTE_PATH = pattern('^/[^\\u0000]*$', 'an absolute path');
+/** A string a shell can carry: no NUL byte. */
+export const NO_NUL = pattern('^[^\\u0000]*$', 'a string without NUL');
