@@ -1,12 +1,13 @@
 /**
- * The SDKs' payload types are generated from docs/openapi.json's components.schemas (`npm run
- * gen:sdk-types`, scripts/gen-sdk-types.ts): sdk/typescript/src/wire.gen.ts and
- * sdk/python/hostd/_wire_gen.py. Generation makes the fields and their nullability agree by
- * construction, so this test no longer compares fields (it did while the types were written
- * three times); it holds what generation cannot: the generated files are current (scripts/
- * test.sh's lint step runs the same check with `--check`, this one makes `npm run test:unit`
- * see it too), the SDK names users import are the generated types and not copies, and the
- * SDKs' hand-written calls type what the server answers with them.
+ * The payloads hostd answers with are defined once, in src/api/wire; docs/openapi.json's
+ * components are generated from there (`npm run gen:openapi`), and the SDKs' payload types from
+ * docs/openapi.json's components.schemas (`npm run gen:sdk-types`, scripts/gen-sdk-types.ts):
+ * sdk/typescript/src/wire.gen.ts and sdk/python/hostd/_wire_gen.py. Generation makes the fields
+ * and their nullability agree by construction, so this test no longer compares fields (it did
+ * while the types were written three times); it holds what generation cannot: the generated
+ * files are current (scripts/test.sh's lint step runs the same check with `--check`, this one
+ * makes `npm run test:unit` see it too), the SDK names users import are the generated types and
+ * not copies, and the SDKs' hand-written calls type what the server answers with them.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
