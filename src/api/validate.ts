@@ -163,8 +163,21 @@ export interface CreateBody {
   lifetime?: { timeoutS: number; onTimeout: 'delete' | 'pause' };
 }
 
+/**
+ * Kept from the hand-written check: `network.allow_out: null` reads as no rules, though the
+ * contract says an array (a client that sent it keeps working).
+ */
+function withoutNullRules(body: unknown): unknown {
+  const network = (body as { network?: unknown } | null | undefined)?.network;
+  if (network === null || typeof network !== 'object' || Array.isArray(network)) return body;
+  if (!('allow_out' in network) || network.allow_out !== null) return body;
+  const rest: Body = { ...(network as Body) };
+  delete rest.allow_out;
+  return { ...(body as Body), network: rest };
+}
+
 export function parseCreate(body: unknown): CreateBody {
-  const b = checkBody(CreateRequest, body, 'ok');
+  const b = checkBody(CreateRequest, withoutNullRules(body), 'ok');
   const template = b.template ?? undefined;
   const snapshot = b.snapshot ?? undefined;
   // Schema cannot (without a rule clients would read as a type): one source, not both

@@ -104,6 +104,7 @@ test('create takes env, network and a snapshot instead of a template', () => {
     network: { allow_out: ['pypi.org'] },
   });
   assert.deepEqual(parseCreate({ snapshot: 'snap_x' }), { snapshot: 'snap_x' });
+  assert.deepEqual(parseCreate({ network: { allow_out: null } }), { network: { allow_out: [] } });
   rejects400(() => parseCreate({ template: 'a', snapshot: 'b' }), 'conflictingFields');
   rejects400(() => parseCreate({ env: { '1BAD': 'x' } }), 'invalidField', 'env name');
   rejects400(() => parseCreate({ env: { A: 1 } }), 'invalidField', 'env.A');
