@@ -100,7 +100,15 @@ export async function renderTypeScript(schemas: Record<string, Schema>): Promise
     paths: {},
     components: { schemas },
   } as unknown as OpenAPI3;
-  const body = astToString(await openapiTS(doc, { alphabetize: false }));
+  const body = astToString(
+    await openapiTS(doc, {
+      alphabetize: false,
+      // A field with a default may be absent in a request, as in the Python TypedDicts.
+      defaultNonNullable: false,
+      // A free-form object (a node's load) reads as unknown values, not as no fields.
+      emptyObjectsUnknown: true,
+    }),
+  );
   const text = `${header('//')}\n// The fields SDK_OPTIONAL (there) names for TypeScript are optional here.\n\n${body}`;
   const config = (await prettier.resolveConfig(join(ROOT, TS_OUT))) ?? {};
   return prettier.format(text, { ...config, filepath: join(ROOT, TS_OUT) });

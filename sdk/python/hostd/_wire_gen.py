@@ -369,7 +369,8 @@ class _FileEntryRequired(TypedDict):
     size: int
     #: Permission bits, e.g. 420 for 0644.
     mode: int
-    mtime_ms: float
+    #: Modification time, milliseconds since the epoch.
+    mtime_ms: int
 
 
 class FileEntry(_FileEntryRequired, total=False):

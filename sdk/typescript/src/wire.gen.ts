@@ -166,7 +166,7 @@ export interface components {
        * @default python
        * @enum {unknown}
        */
-      language: 'python' | 'bash' | null;
+      language?: 'python' | 'bash' | null;
       /** @description Seconds after which the code is interrupted (exit `124`). Absent or null means no timeout. */
       timeout?: number | null;
       /** @description Extra environment variables for this exec, over the sandbox's `env`. */
@@ -179,14 +179,14 @@ export interface components {
        * @description Python: emit rich outputs (figures, tables) as `display` events.
        * @default false
        */
-      display: boolean | null;
+      display?: boolean | null;
       /** @description Python only: the REPL context to run in (see `Context`); absent or null means the default context. One the sandbox does not have is `404 context_not_found`, answered before any stream. */
       context?: string | null;
       /**
        * @description Python only: run as a notebook cell (docs/api.md, Notebook mode): the first event is `execution_count`, the value of the last expression is a `result` event, an uncaught exception an `error` event, rich outputs are on, IPython's `!cmd` and `%magic` lines work and an indented cell is dedented.
        * @default false
        */
-      notebook: boolean | null;
+      notebook?: boolean | null;
     };
     /**
      * @description One line of the exec NDJSON stream. `seq` starts at 0 and increases by one per event of the exec; `ts` is host wall-clock time in ms.
@@ -359,6 +359,7 @@ export interface components {
       size: number;
       /** @description Permission bits, e.g. 420 for 0644. */
       mode: number;
+      /** @description Modification time, milliseconds since the epoch. */
       mtime_ms: number;
       /** @description Symbolic links only: where it points. */
       target?: string | null;
@@ -411,9 +412,9 @@ export interface components {
       started_at: string | null;
       /** @description Sandboxes running there now; for a down node, those the catalog still gives it. */
       sandboxes: number;
-      capacity: Record<string, never> | null;
-      load: Record<string, never> | null;
-      templates: Record<string, never>;
+      capacity: Record<string, unknown> | null;
+      load: Record<string, unknown> | null;
+      templates: Record<string, unknown>;
     };
     /** @description The cluster as the answering node sees it; `enabled: false` on a single hostd. */
     ClusterInfo: {

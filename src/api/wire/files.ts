@@ -10,7 +10,7 @@ export const FileEntry = Type.Object(
     type: stringEnum(['file', 'dir', 'symlink', 'other']),
     size: Type.Integer({ minimum: 0 }),
     mode: Type.Integer({ description: 'Permission bits, e.g. 420 for 0644.' }),
-    mtime_ms: Type.Number(),
+    mtime_ms: Type.Integer({ description: 'Modification time, milliseconds since the epoch.' }),
     target: Type.Optional(
       nullable(Type.String({ description: 'Symbolic links only: where it points.' })),
     ),
