@@ -513,7 +513,10 @@ export const Errors = {
     (node: string) => `node ${node} is draining and takes no new sandboxes`,
     1,
   ),
-  /** No node of the cluster can take a create of this template now. */
+  /**
+   * No node of the cluster can take a create of this template now, though a live node serves
+   * it (one known to none is template_not_found, one served only by a down node node_unavailable).
+   */
   noNodeAvailable: def(
     'insufficient_resources',
     503,

@@ -7,18 +7,23 @@ import type { Logger } from 'pino';
 import { ClusterNode } from '../../src/core/cluster/cluster-node.js';
 import type { NodeRecord } from '../../src/core/cluster/records.js';
 import { memoryRecords } from '../../src/core/journal.js';
-import type { SandboxManager } from '../../src/core/sandbox-manager.js';
+import type { ManagerOptions, SandboxManager } from '../../src/core/sandbox-manager.js';
 import { setup } from './manager.js';
 import type { MemoryStore } from './memory-kv.js';
 
-/** Node `id` of the cluster on `store`, its manager started and its records in the catalog. */
+/**
+ * Node `id` of the cluster on `store`, its manager started and its records in the catalog.
+ * `overrides` change its manager's options (a node serving other templates, a smaller cap).
+ */
 export async function startClusterManager(
   store: MemoryStore,
   id: string,
   log: Logger,
+  overrides: Partial<ManagerOptions> = {},
 ): Promise<{ cluster: ClusterNode; manager: SandboxManager }> {
   const cluster = new ClusterNode(store.client(), { id, url: '', version: '0', ttlS: 10, log });
   const { manager } = setup({
+    ...overrides,
     records: {
       sandboxes: cluster.sandboxRecords(memoryRecords()),
       snapshots: cluster.snapshotRecords(memoryRecords()),

@@ -3,8 +3,10 @@
  * hostd servers on loopback, each a SandboxManager on the fake hypervisor and a ClusterNode on one
  * in-memory store. Any node serves any sandbox (exec NDJSON, files, info, errors as the holder
  * answers them), lists span both nodes, forks stay on the parent's node, a drained node's creates are
- * placed on the other, and the bearer key travels with the forwarded request. The same paths
- * with real VMs, etcd and HAProxy are in test/integration/cluster.test.ts.
+ * placed on the other, and the bearer key travels with the forwarded request. A create of a
+ * template no live node serves answers as a single hostd (404), or 503 node_unavailable when
+ * only a node that is down served it. The same paths with real VMs, etcd and HAProxy are in
+ * test/integration/cluster.test.ts.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -13,10 +15,13 @@ import { pino } from 'pino';
 import { buildServer } from '../../src/api/server.js';
 import { createMetrics } from '../../src/api/metrics.js';
 import { ClusterNode } from '../../src/core/cluster/cluster-node.js';
-import type { SandboxManager } from '../../src/core/sandbox-manager.js';
+import type { ManagerOptions, SandboxManager } from '../../src/core/sandbox-manager.js';
+import { fail } from '../../src/errors.js';
 import { connect, type Api, type ErrorBody } from '../../testkit/hostd.js';
 import { startClusterManager, untilNodesMeet } from '../helpers/cluster-manager.js';
 import { MemoryStore } from '../helpers/memory-kv.js';
+import { FakeImages, plan } from '../helpers/fake-images.js';
+import { eventually } from '../../testkit/eventually.js';
 
 const KEY = 'front-test-key';
 const log = pino({ level: 'silent' });
@@ -29,8 +34,12 @@ interface Node {
   api: Api;
 }
 
-async function startNode(store: MemoryStore, id: string): Promise<Node> {
-  const { cluster, manager } = await startClusterManager(store, id, log);
+async function startNode(
+  store: MemoryStore,
+  id: string,
+  overrides: Partial<ManagerOptions> = {},
+): Promise<Node> {
+  const { cluster, manager } = await startClusterManager(store, id, log, overrides);
   const app = await buildServer({
     manager,
     auth: { kind: 'keys', keys: [KEY] },
@@ -174,5 +183,65 @@ describe('cluster front', () => {
         ['b', 'draining'],
       ],
     );
+  });
+});
+
+describe('cluster front: creates of a template not every node serves', () => {
+  const store = new MemoryStore();
+  let p: Node;
+  let q: Node;
+
+  before(async () => {
+    p = await startNode(store, 'p');
+    // q alone serves ruby, and takes one sandbox.
+    q = await startNode(store, 'q', {
+      templates: [plan('python', { poolSize: 0 }), plan('ruby', { poolSize: 0 })],
+      images: new FakeImages(['python', 'ruby']),
+      maxSandboxes: 1,
+    });
+    await untilNodesMeet([p.cluster, q.cluster], (r) => r.templates.python?.state === 'ready');
+    await eventually('p to see ruby ready on q', () => {
+      return p.cluster.view.nodes.get('q')?.templates.ruby?.state === 'ready';
+    });
+  });
+
+  after(async () => {
+    for (const n of [p, q]) {
+      if (!n) continue;
+      await n.app.close();
+      await n.manager.shutdown();
+      await n.cluster.stop();
+    }
+  });
+
+  test('known to no node: 404 template_not_found, the body a single hostd answers', async () => {
+    for (const n of [p, q]) {
+      const res = await n.api.json<ErrorBody>('POST', '/v1/sandboxes', { template: 'perl' });
+      assert.equal(res.status, 404, JSON.stringify(res.body));
+      // Every template the cluster serves is named, as a single hostd names its own.
+      const known = n === p ? ['python', 'slim', 'ruby'] : ['python', 'ruby', 'slim'];
+      assert.deepEqual(res.body, fail('templateNotFound', 'perl', known).toBody());
+    }
+  });
+
+  test('known to a full node: its refusal; known only to a node that is down: 503 node_unavailable', async () => {
+    const made = await p.api.json<{ id: string }>('POST', '/v1/sandboxes', { template: 'ruby' });
+    assert.equal(made.status, 200, JSON.stringify(made.body));
+    assert.equal(q.manager.holds(made.body.id), true);
+    // q is full: its 429, as today.
+    const full = await p.api.json<ErrorBody>('POST', '/v1/sandboxes', { template: 'ruby' });
+    assert.equal(full.status, 429, JSON.stringify(full.body));
+    assert.equal(full.body.code, 'limit_reached');
+    // q stops answering for the cluster; its sandbox's entry still says it served ruby.
+    await q.cluster.stop();
+    await eventually('p to see q gone', () => !p.cluster.view.nodes.has('q'));
+    const down = await p.api.request('POST', '/v1/sandboxes', { template: 'ruby' });
+    const body = (await down.json()) as ErrorBody;
+    assert.equal(down.status, 503, JSON.stringify(body));
+    assert.equal(body.code, 'node_unavailable');
+    assert.ok(Number(down.headers.get('retry-after')) > 0);
+    // What no node ever served is still 404.
+    const none = await p.api.json<ErrorBody>('POST', '/v1/sandboxes', { template: 'perl' });
+    assert.equal(none.status, 404, JSON.stringify(none.body));
   });
 });

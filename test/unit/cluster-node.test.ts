@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { pino } from 'pino';
 import { ClusterNode, type LocalSandboxes } from '../../src/core/cluster/cluster-node.js';
 import { memoryRecords, type SandboxRecord, type SnapshotRecord } from '../../src/core/journal.js';
-import { toHostdError } from '../../src/errors.js';
+import { fail, toHostdError } from '../../src/errors.js';
 import { eventually } from '../../testkit/eventually.js';
 import { MemoryStore } from '../helpers/memory-kv.js';
 
@@ -31,7 +31,10 @@ class Local implements LocalSandboxes {
   fenceSnapshot = () => undefined;
   capacity = () => ({ sandboxes: 10, memory_mib: 8192 });
   load = () => ({ sandboxes: this.held.size, memory_free_mib: 4096 });
-  templates = () => ({ python: { state: 'ready', build: 'b1' } });
+  served: Record<string, { state: string; build: string | null }> = {
+    python: { state: 'ready', build: 'b1' },
+  };
+  templates = () => this.served;
 }
 
 interface TestNode {
@@ -56,10 +59,14 @@ async function join(store: MemoryStore, id: string, held: SandboxRecord[] = []):
   return { node, local, records, kv };
 }
 
-function record(id: string, state: SandboxRecord['state'] = 'running'): SandboxRecord {
+function record(
+  id: string,
+  state: SandboxRecord['state'] = 'running',
+  template = 'python',
+): SandboxRecord {
   return {
     id,
-    template: 'python',
+    template,
     parent_id: null,
     snapshot_id: null,
     created_at: '2026-01-01T00:00:00Z',
@@ -185,8 +192,60 @@ describe('cluster node', () => {
       (await a.node.placeCreate({ template: 'python' })).map((n) => n.id),
       ['a'],
     );
-    assert.deepEqual(await a.node.placeCreate({ template: 'nope' }), []);
     await stopAll(a, b);
+  });
+
+  test('a template no live node serves: 404 when no node knows it, 503 node_unavailable when only a node that is down does', async () => {
+    const store = new MemoryStore();
+    const a = await join(store, 'a');
+    a.local.served = { ...a.local.served, ruby: { state: 'ready', build: 'r1' } };
+    await a.node.setState('serving'); // publishes its record with ruby
+    const b = await join(store, 'b');
+    await eventually(
+      'b to see ruby on a',
+      () => 'ruby' in (b.node.view.nodes.get('a')?.templates ?? {}),
+    );
+    assert.deepEqual(
+      (await b.node.placeCreate({ template: 'ruby' })).map((n) => n.id),
+      ['a'],
+    );
+    // Known to no node: what a single hostd answers, naming every template the cluster serves.
+    for (const n of [a, b]) {
+      await assert.rejects(n.node.placeCreate({ template: 'nope' }), (err) => {
+        assert.deepEqual(
+          toHostdError(err, 'test').toBody(),
+          fail('templateNotFound', 'nope', ['python', 'ruby']).toBody(),
+        );
+        return true;
+      });
+    }
+    // Known to a live node that takes no creates now (draining, full): no order; the front
+    // answers 503 insufficient_resources as for a full cluster.
+    await a.node.setState('draining');
+    await eventually('b to see a draining', () => b.node.view.nodes.get('a')?.state === 'draining');
+    assert.deepEqual(await b.node.placeCreate({ template: 'ruby' }), []);
+    // Known only to a node that is down (its sandbox of it says so): 503 node_unavailable.
+    a.local.held.add(sbx(5));
+    a.records.write(record(sbx(5), 'running', 'ruby'));
+    await a.node.confirmSandboxes([sbx(5)]);
+    await eventually('b to see the sandbox', () => b.node.view.sandboxes.has(sbx(5)));
+    await a.node.stop();
+    await eventually('b to see a gone', () => !b.node.view.nodes.has('a'));
+    await assert.rejects(b.node.placeCreate({ template: 'ruby' }), (err) => {
+      const e = toHostdError(err, 'test');
+      assert.deepEqual([e.status, e.code, e.params[1]], [503, 'node_unavailable', 'a']);
+      assert.ok(e.retryAfterS !== undefined && e.retryAfterS > 0);
+      return true;
+    });
+    // Still unknown once a is gone: 404, naming what the live nodes serve.
+    await assert.rejects(b.node.placeCreate({ template: 'nope' }), (err) => {
+      assert.deepEqual(
+        toHostdError(err, 'test').toBody(),
+        fail('templateNotFound', 'nope', ['python']).toBody(),
+      );
+      return true;
+    });
+    await stopAll(b);
   });
 
   test('a create from a snapshot goes to its holder only, however loaded; by name, the newest', async () => {

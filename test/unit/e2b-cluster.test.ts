@@ -14,11 +14,13 @@ import { pino } from 'pino';
 import { SandboxTokens } from '../../src/api/e2b/auth.js';
 import { e2bSubject, e2bTarget, peerE2bUrl } from '../../src/api/e2b/cluster-hop.js';
 import { fileSignature } from '../../src/api/e2b/envd-files.js';
+import { e2bErrorBody } from '../../src/api/e2b/errors.js';
 import { buildE2bServer } from '../../src/api/e2b/server.js';
 import { buildServer } from '../../src/api/server.js';
 import { createMetrics } from '../../src/api/metrics.js';
 import { ClusterNode } from '../../src/core/cluster/cluster-node.js';
 import type { NodeRecord } from '../../src/core/cluster/records.js';
+import { fail } from '../../src/errors.js';
 import type { SandboxManager } from '../../src/core/sandbox-manager.js';
 import { startClusterManager, untilNodesMeet } from '../helpers/cluster-manager.js';
 import { MemoryStore } from '../helpers/memory-kv.js';
@@ -188,6 +190,18 @@ describe('the E2B front of a two-node cluster', () => {
       await b.cluster.view.waitFor(
         () => (b.cluster.view.nodes.get('a')?.state === 'serving' ? true : null),
         5000,
+      );
+    }
+  });
+
+  test('a create of a template no node serves is 404 template_not_found, as a single hostd answers it', async () => {
+    for (const via of [a, b]) {
+      const res = await e2b(via, 'POST', '/v2/sandboxes', { body: { templateID: 'perl' } });
+      assert.equal(res.status, 404, `via ${via.id}: ${JSON.stringify(res.json)}`);
+      assert.deepEqual(
+        res.json,
+        e2bErrorBody(fail('templateNotFound', 'perl', ['python', 'slim'])),
+        `via ${via.id}`,
       );
     }
   });

@@ -12,7 +12,7 @@
  * etcd is back; what needs the catalog now (a create, a lookup of an unknown id) gets 503.
  */
 import type { Logger } from 'pino';
-import { fail, HostdError } from '../../errors.js';
+import { fail, HostdError, show } from '../../errors.js';
 import { isSandboxId, isSnapshotId } from '../ids.js';
 import type { SandboxInfo } from '../sandbox.js';
 import type { RecordStore, SandboxRecord, SnapshotRecord } from '../journal.js';
@@ -406,6 +406,11 @@ export class ClusterNode {
    * only node that can restore it (snapshots are not copied between nodes), so a full holder
    * answers 429/503 and the create does not spill; a holder that is down is 503
    * node_unavailable. A snapshot the catalog does not know is this node's to answer (404).
+   *
+   * A template no node can take now: empty when a live node serves it (all full, draining, or
+   * its build not ready: the front answers 503 insufficient_resources); 503 node_unavailable
+   * when only a node that is down served it (a sandbox or snapshot of it is there); else 404
+   * template_not_found naming what the live nodes serve, as a single hostd names its own.
    */
   async placeCreate(req: { template?: string; snapshot?: string }): Promise<NodeRecord[]> {
     this.ensureConnected();
@@ -434,8 +439,30 @@ export class ClusterNode {
       },
       { template: name, self: this.id },
     );
+    if (order.length === 0) this.checkTemplateKnown(name, nodes);
     const byId = new Map(nodes.map((n) => [n.id, n]));
     return order.map((id) => byId.get(id)!);
+  }
+
+  /**
+   * Throws for a template that no live node of `nodes` serves (placeCreate): node_unavailable
+   * naming a node that is down whose sandboxes or snapshots are of it, else template_not_found.
+   * Nodes that are down are known by their entries only (their records went with their lease).
+   */
+  private checkTemplateKnown(name: string, nodes: readonly NodeRecord[]): void {
+    if (nodes.some((n) => n.templates[name] !== undefined)) return;
+    const live = new Set(nodes.map((n) => n.id));
+    const down = [...this.view.sandboxes.values(), ...this.view.snapshots.values()]
+      .map((e) => e.value)
+      .filter((e) => e.template === name && !live.has(e.node))
+      .map((e) => e.node)
+      .sort()[0];
+    if (down !== undefined) throw fail('nodeUnavailable', `template ${show(name)}`, down);
+    // This node's own first, in its order: with the same templates on every node (as
+    // docs/cluster.md asks), the very body a single hostd answers.
+    const known = new Set(Object.keys(this.selfRecord().templates));
+    for (const n of nodes) for (const t of Object.keys(n.templates)) known.add(t);
+    throw fail('templateNotFound', name, [...known]);
   }
 
   /**
