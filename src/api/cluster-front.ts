@@ -103,7 +103,7 @@ export class ClusterFront {
    * The nodes holding the sandboxes one request names (E2B's batch metrics): each node with its
    * ids in request order, the nodes in the order of their first id; this node under `node:
    * null`, with the ids no node holds (it answers 404 for them, as a single hostd does). The
-   * first id in request order whose lookup fails (lost with its node: 410; paused on a node that
+   * first id in request order whose lookup fails (lost with its node: sandbox_lost, which the E2B front answers as 404; paused on a node that
    * is down: 503) fails the whole request, as that id alone would.
    */
   async holders(
@@ -156,7 +156,13 @@ export class ClusterFront {
         }
       }
       const target = targetOf(node);
-      if (target === null) continue;
+      if (target === null) {
+        // A snapshot's holder is the only node that can restore it: say so, not "no node".
+        if (body.snapshot !== undefined) {
+          refusal = fail('nodeUnavailable', `snapshot ${body.snapshot}`, node.id);
+        }
+        continue;
+      }
       let answer: Answer;
       try {
         answer = await this.forwarder.ask(

@@ -26,6 +26,8 @@ export async function eachAtOnce<T>(
       }
     }
   };
-  await Promise.all(Array.from({ length: Math.max(1, atOnce) }, worker));
+  // At least one worker, whatever `atOnce` is (NaN included): the items are never skipped.
+  const workers = Number.isFinite(atOnce) ? Math.max(1, Math.floor(atOnce)) : 1;
+  await Promise.all(Array.from({ length: workers }, worker));
   if (errors.length > 0) throw errors[0];
 }

@@ -16,6 +16,7 @@ import { MemoryStore } from '../helpers/memory-kv.js';
 
 const log = pino({ level: 'silent' });
 const sbx = (n: number): string => `sbx_${n.toString(16).padStart(32, '0')}`;
+const snap = (n: number): string => `snap_${n.toString(16).padStart(32, '0')}`;
 
 /** A node's local side: the sandboxes it holds, and what it was told to fence. */
 class Local implements LocalSandboxes {
@@ -265,9 +266,9 @@ describe('cluster node', () => {
       });
       await n.node.confirmSnapshot(id);
     };
-    await snapshot(a, 'snap_old', 'ckpt', '2026-01-01T00:00:00.000Z');
-    await snapshot(b, 'snap_new', 'ckpt', '2026-01-02T00:00:00.000Z');
-    await snapshot(a, 'snap_other', 'other', '2026-01-03T00:00:00.000Z');
+    await snapshot(a, snap(1), 'ckpt', '2026-01-01T00:00:00.000Z');
+    await snapshot(b, snap(2), 'ckpt', '2026-01-02T00:00:00.000Z');
+    await snapshot(a, snap(3), 'other', '2026-01-03T00:00:00.000Z');
     // a is the busier node: a template create goes to b, a snapshot's to a all the same.
     await createOn(a, sbx(1));
     await createOn(a, sbx(2));
@@ -280,23 +281,23 @@ describe('cluster node', () => {
         ['b', 'a'],
       );
       assert.deepEqual(
-        (await n.node.placeCreate({ snapshot: 'snap_old' })).map((x) => x.id),
+        (await n.node.placeCreate({ snapshot: snap(1) })).map((x) => x.id),
         ['a'],
         'pinned as a fork is: a full holder answers 429/503, the create does not spill',
       );
       assert.deepEqual(n.node.snapshotByName('ckpt'), {
-        id: 'snap_new',
+        id: snap(2),
         node: 'b',
         created_at: '2026-01-02T00:00:00.000Z',
       });
-      assert.equal(n.node.snapshotByName('other')?.id, 'snap_other');
+      assert.equal(n.node.snapshotByName('other')?.id, snap(3));
       assert.equal(n.node.snapshotByName('nope'), null);
     }
     // Its holder down: 503 node_unavailable, as any request for the snapshot.
     await a.node.stop();
     await eventually('b to see a gone', () => !b.node.view.nodes.has('a'));
     await assert.rejects(
-      b.node.placeCreate({ snapshot: 'snap_old' }),
+      b.node.placeCreate({ snapshot: snap(1) }),
       (err) => code(err) === 'node_unavailable',
     );
     // Unknown: this node answers (404).

@@ -242,6 +242,32 @@ describe('the E2B front of a two-node cluster', () => {
     }
   });
 
+  test("a snapshot's name works through a node whose copy of the catalog has not caught up yet", async () => {
+    const source = await a.manager.create({ template: 'python' });
+    const snap = await e2b(a, 'POST', `/sandboxes/${source.id}/snapshots`, {
+      body: { name: 'fresh-ckpt' },
+    });
+    assert.equal(snap.status, 201, JSON.stringify(snap.json));
+    const { snapshotID } = snap.json as { snapshotID: string };
+    // b's watch lags: its copy does not have the entry the store has.
+    await b.cluster.view.waitFor(
+      () => (b.cluster.view.snapshots.has(snapshotID) ? true : null),
+      5000,
+    );
+    b.cluster.view.snapshots.delete(snapshotID);
+    let made: string | null = null;
+    try {
+      const res = await e2b(b, 'POST', '/v2/sandboxes', { body: { templateID: 'fresh-ckpt' } });
+      assert.equal(res.status, 201, JSON.stringify(res.json));
+      made = (res.json as Made).sandboxID;
+      assert.equal(a.manager.describe(made).snapshot_id, snapshotID);
+    } finally {
+      for (const id of [...(made ? [made] : []), source.id])
+        await e2b(a, 'DELETE', `/sandboxes/${id}`);
+      await e2b(a, 'DELETE', `/templates/${snapshotID}`);
+    }
+  });
+
   test('the batch metrics answer every sandbox named, each from its node, in the order asked', async () => {
     const onA = [await a.manager.create({ template: 'python' })];
     const onB = [

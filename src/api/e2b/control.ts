@@ -79,6 +79,26 @@ export function sandboxAnswer(ctx: E2bContext, id: string, templateID: string): 
 type Source = { template: string } | { snapshot: string };
 
 export function resolveTemplate(ctx: E2bContext, name: string): Source {
+  return knownSource(ctx, name) ?? { template: name }; // unknown: template_not_found
+}
+
+/**
+ * resolveTemplate for a create. In cluster mode a name this node knows nothing of is also looked
+ * up among the store's snapshots: one taken through another node a moment ago is confirmed to
+ * its client once the store has it, and may not have reached this node's copy of the catalog.
+ */
+async function resolveForCreate(ctx: E2bContext, name: string): Promise<Source> {
+  const known = knownSource(ctx, name);
+  if (known !== null || !ctx.cluster) return known ?? { template: name };
+  for (const n of new Set([name, withoutTag(name)])) {
+    const found = await ctx.cluster.node.snapshotByNameFresh(n);
+    if (found !== null) return { snapshot: found.id };
+  }
+  return { template: name };
+}
+
+/** A name's template or snapshot as this node knows them, null when it knows neither. */
+function knownSource(ctx: E2bContext, name: string): Source | null {
   const { manager } = ctx;
   if (name.startsWith('snap_')) return { snapshot: name };
   const served = manager.listTemplates().map((t) => t.name);
@@ -87,10 +107,12 @@ export function resolveTemplate(ctx: E2bContext, name: string): Source {
   if (alias !== undefined) {
     return { template: served.includes(alias) ? alias : (served[0] ?? alias) };
   }
-  const named = snapshotNamed(ctx, name) ?? snapshotNamed(ctx, name.replace(/:[^:/]*$/, ''));
-  if (named !== null) return { snapshot: named };
-  return { template: name }; // unknown: the manager answers template_not_found
+  const named = snapshotNamed(ctx, name) ?? snapshotNamed(ctx, withoutTag(name));
+  return named === null ? null : { snapshot: named };
 }
+
+/** An E2B template name without its `:tag`. */
+const withoutTag = (name: string): string => name.replace(/:[^:/]*$/, '');
 
 /**
  * The id of the newest snapshot named `name`: this node's, or in cluster mode any node's (the
@@ -416,7 +438,7 @@ export function registerControlRoutes(app: FastifyInstance, ctx: E2bContext): vo
     if (autoResume) metadata[AUTO_RESUME_LABEL] = 'true';
     const env = optionalEnv(b, 'envVars');
     const allowOut = egressRules(b);
-    const source = resolveTemplate(ctx, b.templateID);
+    const source = await resolveForCreate(ctx, b.templateID);
     const templateID = b.templateID;
     const here = async (): Promise<FastifyReply> => {
       const sandbox = await manager.create({

@@ -109,6 +109,22 @@ export class CatalogView {
     return entry && value ? { value, modRevision: entry.modRevision } : null;
   }
 
+  /**
+   * Every snapshot entry in the store, read now (not this copy): a name lookup that misses here
+   * may be of a snapshot taken a moment ago through another node, whose entry the watch has not
+   * brought yet. Rejects when the store is unreachable.
+   */
+  async snapshotsFresh(): Promise<Map<string, SnapshotEntry>> {
+    const { entries } = await this.kv.list(KEYS.snapshot(''));
+    const out = new Map<string, SnapshotEntry>();
+    for (const e of entries) {
+      const parsed = parseKey(e.key);
+      const value = parseValue<SnapshotEntry>(e.value);
+      if (parsed?.kind === 'snapshot' && value) out.set(parsed.id, value);
+    }
+    return out;
+  }
+
   /** Sandboxes whose live key is on `node`'s lease: those it runs. */
   liveCount(node: string): number {
     let n = 0;

@@ -415,16 +415,8 @@ export class ClusterNode {
   async placeCreate(req: { template?: string; snapshot?: string }): Promise<NodeRecord[]> {
     this.ensureConnected();
     if (req.snapshot !== undefined) {
-      let snap;
-      try {
-        snap = await this.view.snapshot(req.snapshot);
-      } catch {
-        throw fail('clusterUnavailable', `cannot look up snapshot ${req.snapshot}`);
-      }
-      if (!snap || snap.value.node === this.id) return [this.selfRecord()];
-      const holder = this.view.nodes.get(snap.value.node);
-      if (!holder) throw fail('nodeUnavailable', `snapshot ${req.snapshot}`, snap.value.node);
-      return [holder];
+      const route = await this.locateSnapshot(req.snapshot);
+      return [route.local ? this.selfRecord() : route.node];
     }
     const name = req.template ?? Object.keys(this.selfRecord().templates)[0] ?? '';
     const nodes = [...this.view.nodes.values()].map((n) =>
@@ -470,19 +462,27 @@ export class ClusterNode {
    * a single hostd's `snapshotByName` answers the same for its own). Newest by `created_at`,
    * then the greater id: every node picks the same one. Null when none is named so.
    */
-  snapshotByName(name: string): { id: string; node: string; created_at: string } | null {
-    let best: { id: string; node: string; created_at: string } | null = null;
-    for (const [id, { value: e }] of this.view.snapshots) {
-      if (e.name !== name) continue;
-      if (
-        !best ||
-        e.created_at > best.created_at ||
-        (e.created_at === best.created_at && id > best.id)
-      ) {
-        best = { id, node: e.node, created_at: e.created_at };
-      }
+  snapshotByName(name: string): NamedSnapshot | null {
+    const entries = [...this.view.snapshots].map(([id, v]) => [id, v.value] as const);
+    return newestNamed(entries, name);
+  }
+
+  /**
+   * The same, asked of the store when this node's copy knows no snapshot of that name: the
+   * snapshot may have been taken through another node a moment ago, and confirmed there once
+   * the store had it, before this node's watch brought it. Null when the store knows none
+   * either, or cannot be reached (the name then reads as a template's, as on a single hostd).
+   */
+  async snapshotByNameFresh(name: string): Promise<NamedSnapshot | null> {
+    const known = this.snapshotByName(name);
+    if (known) return known;
+    let fresh;
+    try {
+      fresh = await this.view.snapshotsFresh();
+    } catch {
+      return null; // the store is unreachable: what this copy knows is all there is
     }
-    return best;
+    return newestNamed([...fresh], name);
   }
 
   /** `GET /v1/cluster`: the live nodes, and nodes that are down but still named by sandboxes. */
@@ -797,4 +797,30 @@ export class ClusterNode {
       this.options.log.error({ err, [kind]: id }, 'could not fence the local copy');
     }
   }
+}
+
+/** A snapshot found by its name: its id, its node and when it was taken. */
+export interface NamedSnapshot {
+  readonly id: string;
+  readonly node: string;
+  readonly created_at: string;
+}
+
+/** The newest of `entries` named `name` (ties: the greater id), or null. */
+function newestNamed(
+  entries: Iterable<readonly [string, SnapshotEntry]>,
+  name: string,
+): NamedSnapshot | null {
+  let best: NamedSnapshot | null = null;
+  for (const [id, e] of entries) {
+    if (e.name !== name) continue;
+    if (
+      !best ||
+      e.created_at > best.created_at ||
+      (e.created_at === best.created_at && id > best.id)
+    ) {
+      best = { id, node: e.node, created_at: e.created_at };
+    }
+  }
+  return best;
 }
