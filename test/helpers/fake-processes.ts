@@ -105,6 +105,7 @@ export class FakeProcesses implements GuestProcesses {
       envs: { ...p.spec.envs },
       cwd: p.spec.cwd ?? '/root',
       user: p.spec.user ?? 'root',
+      ...(p.spec.tag !== undefined ? { tag: p.spec.tag } : {}),
     }));
   }
 
@@ -127,9 +128,10 @@ export class FakeProcesses implements GuestProcesses {
     this.finish(this.require(selector), { exitCode: null, signal, timedOut: false });
   }
 
-  /** Events for every open watch (the test plays the kernel). */
-  emitEvents(events: WatchEvent[]): void {
+  /** Events for every open watch (the test plays the kernel); how many watches took them. */
+  emitEvents(events: WatchEvent[]): number {
     for (const sink of this.watches) sink.onEvents(events, JSON.stringify(events).length);
+    return this.watches.size;
   }
 
   /** Output of a running process (the test plays the program). */

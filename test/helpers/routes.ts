@@ -5,6 +5,11 @@
  * test/unit/routes-contract.test.ts checks that the areas hold exactly the documented routes, so
  * a route added to the server and the OpenAPI file (openapi.test.ts keeps those two equal)
  * cannot go without an inject test.
+ *
+ * The E2B front's data plane (docs/e2b.md: envd and the code interpreter) speaks E2B's
+ * protocols, not hostd's, and is not in docs/openapi.json: its routes are E2B_ROUTE_AREAS, which
+ * routes-contract.test.ts checks against the routes the front registers, and its route test
+ * files end with the same `assertAreaCovered`.
  */
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -22,7 +27,42 @@ export type Area =
   | 'templates'
   | 'contexts'
   | 'cluster'
-  | 'mcp';
+  | 'mcp'
+  | E2bArea;
+
+/** The E2B front's data-plane areas: test/unit/routes-e2b-envd.test.ts and -interpreter. */
+export type E2bArea = 'e2b-envd' | 'e2b-interpreter';
+/** Which data plane a request is for, by its `E2b-Sandbox-Port` (49983, 49999). */
+export type DataPlane = 'envd' | 'interpreter';
+
+/** `PLANE METHOD /fastify/:path` -> the area whose route test file covers it. */
+export const E2B_ROUTE_AREAS: Readonly<Record<string, E2bArea>> = {
+  'envd GET /health': 'e2b-envd',
+  'envd POST /process.Process/Start': 'e2b-envd',
+  'envd POST /process.Process/Connect': 'e2b-envd',
+  'envd POST /process.Process/List': 'e2b-envd',
+  'envd POST /process.Process/SendInput': 'e2b-envd',
+  'envd POST /process.Process/CloseStdin': 'e2b-envd',
+  'envd POST /process.Process/SendSignal': 'e2b-envd',
+  'envd POST /process.Process/Update': 'e2b-envd',
+  'envd POST /filesystem.Filesystem/Stat': 'e2b-envd',
+  'envd POST /filesystem.Filesystem/MakeDir': 'e2b-envd',
+  'envd POST /filesystem.Filesystem/Move': 'e2b-envd',
+  'envd POST /filesystem.Filesystem/ListDir': 'e2b-envd',
+  'envd POST /filesystem.Filesystem/Remove': 'e2b-envd',
+  'envd POST /filesystem.Filesystem/WatchDir': 'e2b-envd',
+  'envd POST /filesystem.Filesystem/CreateWatcher': 'e2b-envd',
+  'envd POST /filesystem.Filesystem/GetWatcherEvents': 'e2b-envd',
+  'envd POST /filesystem.Filesystem/RemoveWatcher': 'e2b-envd',
+  'envd GET /files': 'e2b-envd',
+  'envd POST /files': 'e2b-envd',
+  'interpreter POST /execute': 'e2b-interpreter',
+  'interpreter POST /contexts': 'e2b-interpreter',
+  'interpreter GET /contexts': 'e2b-interpreter',
+  'interpreter DELETE /contexts/:context': 'e2b-interpreter',
+  'interpreter POST /contexts/:context/restart': 'e2b-interpreter',
+  'interpreter GET /health': 'e2b-interpreter',
+};
 
 /** `METHOD /openapi/{path}` -> the area whose route test file covers it. */
 export const ROUTE_AREAS: Readonly<Record<string, Area>> = {
@@ -103,12 +143,15 @@ export const toFastify = (path: string): string => path.replace(/\{([^}]+)\}/g, 
  * `inject`: the last test of each route test file.
  */
 export function assertAreaCovered(area: Area): void {
-  const missing = Object.entries(ROUTE_AREAS)
+  const native = Object.entries(ROUTE_AREAS)
     .filter(([, a]) => a === area)
     .map(([op]) => {
       const [method, path] = op.split(' ') as [string, string];
       return `${method} ${toFastify(path)}`;
-    })
-    .filter((route) => !routesHit().has(route));
+    });
+  const e2b = Object.entries(E2B_ROUTE_AREAS)
+    .filter(([, a]) => a === area)
+    .map(([route]) => route);
+  const missing = [...native, ...e2b].filter((route) => !routesHit().has(route));
   assert.deepEqual(missing, [], `routes of the ${area} area that no test here reached`);
 }

@@ -8,14 +8,13 @@
  * (testkit/host-details.ts), and every answer is checked against the wire contract
  * (test/helpers/wire-check.ts). The routes `inject` reached are kept (`routesHit`), so that each
  * route test file can check it exercised every route of its area (test/helpers/routes.ts).
+ * The E2B front's harness is e2b-server.ts.
  */
 import assert from 'node:assert/strict';
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
 import { pino, type Logger } from 'pino';
 import { createMetrics } from '../../src/api/metrics.js';
 import type { AuthMode } from '../../src/api/auth.js';
-import { SandboxTokens } from '../../src/api/e2b/auth.js';
-import { buildE2bServer } from '../../src/api/e2b/server.js';
 import { MCP_ROUTE } from '../../src/api/routes/mcp.js';
 import { buildServer } from '../../src/api/server.js';
 import { errorCodes } from '../../src/errors.js';
@@ -39,6 +38,11 @@ const hit = new Set<string>();
  */
 export function routesHit(): ReadonlySet<string> {
   return hit;
+}
+
+/** Counts `route` as reached by a keyed request (the E2B front's harness, e2b-server.ts). */
+export function recordRoute(route: string): void {
+  hit.add(route);
 }
 
 export interface ServerOverrides {
@@ -106,63 +110,6 @@ export async function startServer(
         for (const e of errorTexts(JSON.parse(res.body))) assertNoHostDetails(where, e, []);
       }
       if (!opts.url.startsWith(MCP_ROUTE)) checkAnswer(opts.method ?? 'GET', opts.url, res);
-      return res;
-    },
-    async close() {
-      await app.close();
-      await manager.shutdown();
-    },
-  };
-}
-
-export const E2B_KEY = 'e2b-test-key';
-
-/** The E2B front (docs/e2b.md) as main.ts builds it, over its own manager on the fake hypervisor. */
-export interface TestE2bServer {
-  app: FastifyInstance;
-  manager: SandboxManager;
-  /** `app.inject` on the control plane with the API key (`X-API-KEY`). */
-  inject(opts: InjectOptions & { url: string }): Promise<LightMyRequestResponse>;
-  close(): Promise<void>;
-}
-
-/** E2B's REST error body, checked to carry the answer's status and a registry code. */
-export function e2bErrorBody(res: { statusCode: number; body: string }): {
-  code: number;
-  message: string;
-  error_code: string;
-} {
-  const body = JSON.parse(res.body) as { code: number; message: string; error_code: string };
-  assert.deepEqual(Object.keys(body).sort(), ['code', 'error_code', 'message'], res.body);
-  assert.equal(body.code, res.statusCode, 'the body carries the status');
-  const known = errorCodes().get(body.error_code) ?? errorCodes('e2b').get(body.error_code);
-  assert.ok(known !== undefined, `${body.error_code} is a registry code`);
-  return body;
-}
-
-export async function startE2bServer(
-  overrides: Partial<ManagerOptions> = {},
-  log: Logger = pino({ level: 'silent' }),
-): Promise<TestE2bServer> {
-  const { manager } = await started(overrides, log);
-  const { app } = await buildE2bServer({
-    manager,
-    auth: { kind: 'keys', keys: [E2B_KEY] },
-    tokens: SandboxTokens.ephemeral(),
-    maxBodyBytes: 4 * 1024 * 1024,
-    maxFileBytes: overrides.maxFileBytes ?? 1024,
-    logger: log,
-  });
-  return {
-    app,
-    manager,
-    async inject(opts) {
-      const res = await app.inject({ ...opts, headers: { 'x-api-key': E2B_KEY, ...opts.headers } });
-      const where = `${opts.method ?? 'GET'} ${opts.url.slice(0, 100)} (${res.statusCode})`;
-      if (res.statusCode >= 300) {
-        e2bErrorBody(res);
-        assertNoHostDetails(where, res.body, [], clientValues(opts.url));
-      }
       return res;
     },
     async close() {

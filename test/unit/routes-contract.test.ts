@@ -13,7 +13,14 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { HTTPMethods } from 'fastify';
 import { Errors } from '../../src/errors.js';
-import { ROUTE_AREAS, documentedOperations, toFastify, type Operation } from '../helpers/routes.js';
+import {
+  E2B_ROUTE_AREAS,
+  ROUTE_AREAS,
+  documentedOperations,
+  toFastify,
+  type Operation,
+} from '../helpers/routes.js';
+import { registeredDataPlaneRoutes } from '../helpers/e2b-server.js';
 import { capturedLog } from '../helpers/manager.js';
 import { errorBody, startServer, type TestServer } from '../helpers/server.js';
 
@@ -205,9 +212,18 @@ describe('the route test files', () => {
     );
   });
 
+  test("every route of the E2B front's data plane belongs to an area, and no other", async () => {
+    assert.deepEqual(
+      Object.keys(E2B_ROUTE_AREAS).sort(),
+      await registeredDataPlaneRoutes(),
+      'test/helpers/routes.ts E2B_ROUTE_AREAS against the routes envd and the interpreter register',
+    );
+  });
+
   test('every area has its route test file', () => {
     const here = dirname(fileURLToPath(import.meta.url));
-    for (const area of new Set(Object.values(ROUTE_AREAS))) {
+    const areas = [...Object.values(ROUTE_AREAS), ...Object.values(E2B_ROUTE_AREAS)];
+    for (const area of new Set(areas)) {
       assert.ok(existsSync(join(here, `routes-${area}.test.js`)), `routes-${area}.test.ts`);
     }
   });

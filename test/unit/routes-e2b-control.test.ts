@@ -11,7 +11,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { HTTPMethods } from 'fastify';
 import { Errors } from '../../src/errors.js';
-import { e2bErrorBody, startE2bServer, type TestE2bServer } from '../helpers/server.js';
+import { e2bErrorBody, startE2bServer, type TestE2bServer } from '../helpers/e2b-server.js';
 
 /** The control plane's routes (src/api/e2b/control.ts), as fastify names them. */
 const CONTROL_ROUTES = [
