@@ -51,6 +51,22 @@ export async function withE2b(hostd: Hostd, fn: (scope: E2bScope) => Promise<voi
   }
 }
 
+/**
+ * The headers of sandbox traffic (docs/e2b.md): which sandbox, which of its services (envd's
+ * 49983 unless told), and its access token.
+ */
+export function sandboxHeaders(
+  sandboxId: string,
+  accessToken: string,
+  port = 49983,
+): Record<string, string> {
+  return {
+    'e2b-sandbox-id': sandboxId,
+    'e2b-sandbox-port': String(port),
+    'x-access-token': accessToken,
+  };
+}
+
 /** A raw request to the E2B front, with E2B's headers (`X-API-KEY`, sandbox headers) as given. */
 export async function e2bRequest(
   hostd: Hostd,

@@ -225,6 +225,8 @@ describe('envd on the E2B front', () => {
         const { messages, end } = streamOf(await stream('process.Process/Start', body, headers));
         assert.deepEqual(messages, [], what);
         assert.equal(end.error?.code, code, what);
+        // what the SDK's error says: that hostd, not the client, refuses a PTY
+        if (what === 'a PTY') assert.match(end.error.message, /^PTY is not supported by hostd/);
       }
       const asUnary = await s.envd(sbx, {
         method: 'POST',
