@@ -124,4 +124,12 @@ export default tseslint.config(
     files: ['src/api/**/*.ts'],
     rules: { 'no-restricted-imports': ['error', { patterns: ['../vm/*', '**/vm/**'] }] },
   },
+  {
+    // test/README.md: testkit (real parts) is shared by the tests and the bench; test/helpers
+    // (fakes, inject harnesses) belongs to the unit tests, and testkit never needs it.
+    files: ['testkit/**/*.ts', 'bench/**/*.ts'],
+    rules: {
+      'no-restricted-imports': ['error', { patterns: ['**/test/helpers/**', '**/helpers/*'] }],
+    },
+  },
 );

@@ -16,7 +16,7 @@ import { pipeline } from 'node:stream/promises';
 import { egressGate, parseEgressRules } from '../src/core/egress-policy.js';
 import { FileChannel } from '../src/vm/channels/file-channel.js';
 import { NetChannel } from '../src/vm/channels/net-channel.js';
-import { GuestServer, connectUnix } from '../test/helpers/guest-server.js';
+import { GuestServer, connectUnix } from '../testkit/guest-server.js';
 
 const QUICK = process.env.BENCH_QUICK === '1';
 const MiB = 1024 * 1024;

@@ -41,12 +41,12 @@ import { join } from 'node:path';
 import {
   connect,
   processGone,
-  ROOT,
   sandboxQemuPid,
   startHostd,
   type Api,
   type Hostd,
 } from '../testkit/hostd.js';
+import { ROOT } from '../testkit/root.js';
 import { openExec } from '../testkit/exec.js';
 import { forkStandbySettled, metricsText, poolHolds } from '../testkit/metrics.js';
 import { createSandbox, untilSandbox } from '../testkit/sandboxes.js';

@@ -7,7 +7,7 @@ import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { chromium, type Browser, type Page } from 'playwright-core';
-import { ROOT } from './hostd.js';
+import { ROOT } from './root.js';
 
 /** Where the tests write their screenshots. */
 export const ARTIFACTS = join(ROOT, 'artifacts', 'console');

@@ -20,8 +20,6 @@ import { ROOT } from './root.js';
 import { findProcessesUsing } from '../src/state-dir.js';
 import { harvestTemplates, seedTemplates } from './template-seed.js';
 
-export { ROOT };
-
 /** A client of hostd's HTTP API: a hostd this process started, or one reached by URL. */
 export interface Api {
   url: string;

@@ -11,7 +11,8 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { findProcessesUsing } from '../../src/state-dir.js';
 import { eventually } from '../../testkit/eventually.js';
-import { ROOT, startHostd, type Hostd } from '../../testkit/hostd.js';
+import { startHostd, type Hostd } from '../../testkit/hostd.js';
+import { ROOT } from '../../testkit/root.js';
 
 describe('with SERVICE_API_KEYS set', () => {
   let hostd: Hostd;

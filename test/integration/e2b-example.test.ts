@@ -15,7 +15,8 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ROOT, startHostd, type Hostd } from '../../testkit/hostd.js';
+import { startHostd, type Hostd } from '../../testkit/hostd.js';
+import { ROOT } from '../../testkit/root.js';
 import { E2B_TEST_KEY } from '../../testkit/e2b.js';
 import { reportFailure } from '../../testkit/sandboxes.js';
 

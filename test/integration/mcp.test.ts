@@ -18,7 +18,8 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import type { CallToolResult, ContentBlock } from '@modelcontextprotocol/sdk/types.js';
 import { eventually } from '../../testkit/eventually.js';
 import { run } from '../../testkit/exec.js';
-import { ROOT, startHostd, type Hostd } from '../../testkit/hostd.js';
+import { startHostd, type Hostd } from '../../testkit/hostd.js';
+import { ROOT } from '../../testkit/root.js';
 import { createSandbox, reportFailure, sandboxInfo } from '../../testkit/sandboxes.js';
 
 const KEY = 'mcp-test-key';

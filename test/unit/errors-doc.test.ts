@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { errorCodes } from '../../src/errors.js';
-import { ROOT } from '../../testkit/hostd.js';
+import { ROOT } from '../../testkit/root.js';
 
 /** `| 404 | `code` |` rows of a document's `## Errors` section, up to the next `## ` heading. */
 function documented(file: string): [string, number][] {

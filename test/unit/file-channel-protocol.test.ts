@@ -13,7 +13,7 @@ import {
   type FileChannelOptions,
 } from '../../src/vm/channels/file-channel.js';
 import { Kind, encodeFrame, jsonFrame } from '../../src/vm/channels/port-frames.js';
-import { connectUnix } from '../helpers/guest-server.js';
+import { connectUnix } from '../../testkit/guest-server.js';
 import { ScriptedGuest } from '../helpers/scripted-guest.js';
 
 async function withScriptedGuest(

@@ -11,7 +11,7 @@ import {
   FileOpError,
   type FileChannelOptions,
 } from '../../src/vm/channels/file-channel.js';
-import { GuestServer, connectUnix } from '../helpers/guest-server.js';
+import { GuestServer, connectUnix } from '../../testkit/guest-server.js';
 
 /** A FileChannel connected to the real guest files server (files_server.py), run locally. */
 async function withGuest(

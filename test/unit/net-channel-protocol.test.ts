@@ -14,7 +14,7 @@ import {
   type NetChannelOptions,
 } from '../../src/vm/channels/net-channel.js';
 import { Kind, encodeFrame } from '../../src/vm/channels/port-frames.js';
-import { connectUnix } from '../helpers/guest-server.js';
+import { connectUnix } from '../../testkit/guest-server.js';
 import { ScriptedGuest } from '../helpers/scripted-guest.js';
 
 const allowAll: EgressGate = {

@@ -10,7 +10,8 @@ import { createServer as createHttpServer, type IncomingHttpHeaders } from 'node
 import { type AddressInfo, connect, createServer, type Server, type Socket } from 'node:net';
 import { egressGate, parseEgressRules } from '../../src/core/egress-policy.js';
 import { NetChannel, type NetEvent, resolveWithDns } from '../../src/vm/channels/net-channel.js';
-import { GuestServer, connectUnix } from '../helpers/guest-server.js';
+import { eventually } from '../../testkit/eventually.js';
+import { GuestServer, connectUnix } from '../../testkit/guest-server.js';
 
 const GUEST_INTERNAL_ADDRESS = '127.0.0.2';
 
@@ -122,15 +123,6 @@ async function tunnel(proxyPort: number, target: string): Promise<Socket> {
     assert.equal(got.subarray(0, 12).toString(), 'HTTP/1.1 200', got.toString());
     if (end + 4 < got.length) socket.unshift(got.subarray(end + 4));
     return socket;
-  }
-}
-
-/** Waits for a condition hostd reaches on its own (polled: it has no event for it). */
-async function until(cond: () => boolean, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    assert.ok(Date.now() < deadline, 'condition not met in time');
-    await new Promise((r) => setTimeout(r, 10));
   }
 }
 
@@ -328,7 +320,10 @@ test('a connection whose reader stalls does not hold up another', async () => {
     const stalled = await tunnel(proxyPort, `allowed.test:${firehosePort}`);
     stalled.pause();
     // Every buffer on the way fills up, until hostd pauses the origin for want of credit
-    await until(() => channel.stats.waitingOnGuest === 1);
+    await eventually(
+      'the origin paused for want of credit',
+      () => channel.stats.waitingOnGuest === 1,
+    );
     const other = await tunnel(proxyPort, `allowed.test:${echo.port}`);
     other.write('still works');
     assert.equal((await readExactly(other, 11)).toString(), 'still works');
@@ -364,7 +359,7 @@ test('a quiet relay is taken as it is: no sync, and connections work at once', a
       socket.write('ping');
       assert.equal((await readExactly(socket, 4)).toString(), 'ping');
       socket.destroy();
-      await until(() => channel.stats.openConnections === 0);
+      await eventually('no open connection', () => channel.stats.openConnections === 0);
       // The stream is in step: a sync afterwards starts over as it always does.
       assert.deepEqual(await channel.sync([]), quiet);
     });

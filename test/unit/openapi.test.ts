@@ -8,7 +8,7 @@ import { buildServer } from '../../src/api/server.js';
 import { createMetrics } from '../../src/api/metrics.js';
 import type { SandboxManager } from '../../src/core/sandbox-manager.js';
 import { errorCodes } from '../../src/errors.js';
-import { ROOT } from '../../testkit/hostd.js';
+import { ROOT } from '../../testkit/root.js';
 
 interface Operation {
   security?: Record<string, string[]>[];

@@ -18,7 +18,7 @@ import {
   type ProcStream,
   type WatchEvent,
 } from '../../src/vm/channels/proc-channel.js';
-import { GuestServer, connectUnix } from '../helpers/guest-server.js';
+import { GuestServer, connectUnix } from '../../testkit/guest-server.js';
 import { eventually } from '../../testkit/eventually.js';
 
 async function withGuest(fn: (channel: ProcChannel, dir: string) => Promise<void>): Promise<void> {

@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ROOT } from '../../testkit/hostd.js';
+import { ROOT } from '../../testkit/root.js';
 
 test('the README shows examples/readme.* unchanged (CI runs those files)', () => {
   const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');

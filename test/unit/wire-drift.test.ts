@@ -15,7 +15,7 @@ import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import ts from 'typescript';
-import { ROOT } from '../../testkit/hostd.js';
+import { ROOT } from '../../testkit/root.js';
 import { staleFiles } from '../../scripts/gen-sdk-types.js';
 
 /**

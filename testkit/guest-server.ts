@@ -8,10 +8,11 @@ import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { connect, type Socket } from 'node:net';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { ROOT } from './root.js';
 
-const AGENT_DIR = resolve(import.meta.dirname, '..', '..', '..', 'guest', 'agent');
+const AGENT_DIR = join(ROOT, 'guest', 'agent');
 
 export class GuestServer {
   private stderr = '';
