@@ -201,6 +201,10 @@ function checkDataPlane(where: string, opts: Request, res: Response): void {
   } else if (res.headers['content-type'] === 'application/connect+json') {
     const { end } = streamOf(res);
     if (end.error) assertNoHostDetails(where, end.error.message, [], allowed);
+  } else if (res.headers['content-type'] === 'application/x-ndjson') {
+    for (const line of ndjsonLines(res)) {
+      if (line.type === 'error') assertNoHostDetails(where, String(line.value), [], allowed);
+    }
   }
 }
 
