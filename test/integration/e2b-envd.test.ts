@@ -16,7 +16,7 @@ import {
   TimeoutError,
   type FilesystemEvent,
 } from 'e2b';
-import { e2bRequest, sandboxHeaders } from '../../testkit/e2b.js';
+import { e2bRequest, pointE2bAt, sandboxHeaders, withE2b } from '../../testkit/e2b.js';
 import { startHostd, type Hostd } from '../../testkit/hostd.js';
 import { eventually } from '../../testkit/eventually.js';
 import { reportFailure } from '../../testkit/sandboxes.js';
@@ -25,20 +25,9 @@ const TEMPLATE = 'python-slim';
 let hostd: Hostd;
 let shared: Sandbox;
 
-/** Runs `fn` with its own sandbox, reported when it fails and always killed. */
-async function withE2bSandbox(
-  fn: (sbx: Sandbox) => Promise<void>,
-  opts: Parameters<typeof Sandbox.create>[1] = {},
-): Promise<void> {
-  const sbx = await Sandbox.create(TEMPLATE, opts);
-  try {
-    await fn(sbx);
-  } catch (err) {
-    await reportFailure(hostd, sbx.sandboxId);
-    throw err;
-  } finally {
-    await Sandbox.kill(sbx.sandboxId).catch(() => undefined);
-  }
+/** Runs `fn` with its own sandbox, reported when it fails and always deleted. */
+function withE2bSandbox(fn: (sbx: Sandbox) => Promise<void>): Promise<void> {
+  return withE2b(hostd, async (scope) => fn(scope.track(await Sandbox.create(TEMPLATE))));
 }
 
 /**
@@ -75,9 +64,7 @@ before(async () => {
     env: { SERVICE_TEMPLATES: TEMPLATE, SERVICE_POOL_SIZE: '2' },
     startTimeoutMs: 900_000,
   });
-  process.env.E2B_API_URL = hostd.e2bUrl;
-  process.env.E2B_SANDBOX_URL = hostd.e2bUrl;
-  process.env.E2B_API_KEY = 'e2b_0000000000000000000000000000000000000000';
+  pointE2bAt(hostd);
   // Its lifetime must outlast the file: E2B's default, 300 s from the create, can end before
   // the last test on a loaded host, and the tests after it would find no sandbox.
   shared = await Sandbox.create(TEMPLATE, { timeoutMs: 3_600_000 });

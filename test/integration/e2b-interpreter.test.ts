@@ -9,6 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Sandbox, type OutputMessage, type Result } from '@e2b/code-interpreter';
 import { NotFoundError, TimeoutError } from 'e2b';
+import { withE2b } from '../../testkit/e2b.js';
 import { startHostd, type Hostd } from '../../testkit/hostd.js';
 import { eventually } from '../../testkit/eventually.js';
 import { sandboxInfo } from '../../testkit/sandboxes.js';
@@ -30,18 +31,9 @@ after(async () => {
   await hostd.stop();
 });
 
-/** A code-interpreter sandbox for `fn`; killed afterwards, its id and logs printed on failure. */
-async function withSandbox(fn: (sandbox: Sandbox) => Promise<void>): Promise<void> {
-  const sandbox = await Sandbox.create(connection);
-  try {
-    await fn(sandbox);
-  } catch (err) {
-    const logs = await hostd.request('GET', `/v1/sandboxes/${sandbox.sandboxId}/logs`);
-    console.error(`=== sandbox ${sandbox.sandboxId} ===\n${await logs.text()}`);
-    throw err;
-  } finally {
-    await sandbox.kill().catch(() => undefined);
-  }
+/** A code-interpreter sandbox for `fn`; deleted afterwards, reported when `fn` fails. */
+function withSandbox(fn: (sandbox: Sandbox) => Promise<void>): Promise<void> {
+  return withE2b(hostd, async (scope) => fn(scope.track(await Sandbox.create(connection))));
 }
 
 /** No client-side limit on a cell's run time: the host is slow, not the code. */
@@ -206,8 +198,7 @@ describe('interrupts and kills', () => {
   });
 
   test('a sandbox killed while its code runs: the SDK says so', async () => {
-    const sandbox = await Sandbox.create(connection);
-    try {
+    await withSandbox(async (sandbox) => {
       const running = sandbox.runCode('import time; time.sleep(300)', { timeoutMs: 300_000 });
       const outcome = running.then(
         () => assert.fail('runCode returned'),
@@ -221,8 +212,6 @@ describe('interrupts and kills', () => {
       const err = await outcome;
       assert.ok(err instanceof TimeoutError, String(err));
       assert.match((err as Error).message, /sandbox was killed while the request was in progress/);
-    } finally {
-      await sandbox.kill().catch(() => undefined);
-    }
+    });
   });
 });
