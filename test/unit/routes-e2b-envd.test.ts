@@ -14,6 +14,7 @@ import { gzipSync } from 'node:zlib';
 import { Errors } from '../../src/errors.js';
 import { eventually } from '../../testkit/eventually.js';
 import {
+  E2B_KEY,
   connectError,
   e2bErrorBody,
   enveloped,
@@ -117,7 +118,8 @@ describe('envd on the E2B front', () => {
 
     test("every route but /health takes the sandbox's own access token in X-Access-Token", async () => {
       for (const [method, url] of TOKEN_ROUTES) {
-        for (const token of [undefined, other.accessToken, sbx.trafficToken]) {
+        // none, another sandbox's, the interpreter's traffic token, the API key
+        for (const token of [undefined, other.accessToken, sbx.trafficToken, E2B_KEY]) {
           // without a token, /files checks a signature instead (below)
           if (url === '/files' && token === undefined) continue;
           const res = await s.envd(sbx, { method, url, headers: { 'x-access-token': token } });
