@@ -11,7 +11,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TSchema } from 'typebox';
 import Value from 'typebox/value';
-import { ROOT } from '../../testkit/hostd.js';
+import { ROOT } from '../../testkit/root.js';
 
 interface Operation {
   responses?: Record<string, { content?: Record<string, { schema?: unknown }> }>;
