@@ -9,7 +9,7 @@
  * be ignored.
  */
 import { fail } from '../errors.js';
-import { MAX_LIFETIME_S, type Language } from '../core/sandbox-manager.js';
+import type { Language } from '../core/sandbox-manager.js';
 import {
   CONTEXT_ID_PATTERN,
   ContextCreateRequest,
@@ -21,29 +21,12 @@ import {
   MAX_ENV_ENTRIES,
   MAX_METADATA_BYTES,
   MAX_METADATA_ENTRIES,
+  SnapshotRequest,
+  TimeoutRequest,
 } from './wire/index.js';
 import { checkBody } from './wire/check.js';
 
 type Body = Record<string, unknown>;
-
-function objectBody(body: unknown, allowMissing: boolean): Body {
-  if (body === undefined || body === null) {
-    if (allowMissing) return {};
-    throw fail('bodyNotObject', 'the body (required)');
-  }
-  if (typeof body !== 'object' || Array.isArray(body)) {
-    throw fail('bodyNotObject', 'the body');
-  }
-  return body as Body;
-}
-
-function onlyFields(body: Body, allowed: readonly string[]): void {
-  for (const key of Object.keys(body)) {
-    if (!allowed.includes(key)) {
-      throw fail('unknownField', key, allowed);
-    }
-  }
-}
 
 /** Environment variables: names a shell accepts, string values, bounded in number and size. */
 const ENV_NAME = new RegExp(ENV_NAME_PATTERN);
@@ -141,19 +124,6 @@ export function optionalMetadata(b: Body, field: string): Record<string, string>
   return Object.fromEntries(entries) as Record<string, string>;
 }
 
-/** A lifetime in seconds: a number in (0, 30 days]. */
-export function parseLifetimeSeconds(value: unknown, field = 'timeout'): number {
-  if (
-    typeof value !== 'number' ||
-    !Number.isFinite(value) ||
-    value <= 0 ||
-    value > MAX_LIFETIME_S
-  ) {
-    throw fail('invalidField', field, `a number of seconds in (0, ${MAX_LIFETIME_S}]`, value);
-  }
-  return value;
-}
-
 export interface CreateBody {
   template?: string;
   snapshot?: string;
@@ -210,30 +180,14 @@ export function parseSetTimeout(body: unknown): {
   timeoutS: number | null;
   onTimeout?: 'delete' | 'pause';
 } {
-  const b = objectBody(body, false);
-  onlyFields(b, ['timeout', 'on_timeout']);
-  if (!('timeout' in b))
-    throw fail('invalidField', 'timeout', 'seconds or null (required)', undefined);
+  const b = checkBody(TimeoutRequest, body, 'refused');
   const onTimeout = b.on_timeout ?? undefined;
-  if (onTimeout !== undefined && onTimeout !== 'delete' && onTimeout !== 'pause') {
-    throw fail('invalidField', 'on_timeout', '"delete" or "pause"', onTimeout);
-  }
-  const timeoutS = b.timeout === null ? null : parseLifetimeSeconds(b.timeout);
-  return onTimeout === undefined ? { timeoutS } : { timeoutS, onTimeout };
+  return onTimeout === undefined ? { timeoutS: b.timeout } : { timeoutS: b.timeout, onTimeout };
 }
 
 /** Snapshot: no body, or `{"name": "..."}` (1 to 128 printable characters). */
 export function parseSnapshot(body: unknown): { name: string | null } {
-  const b = objectBody(body, true);
-  onlyFields(b, ['name']);
-  const name = b.name ?? null;
-  if (
-    name !== null &&
-    (typeof name !== 'string' || !/^[\x21-\x7e][\x20-\x7e]{0,127}$/.test(name))
-  ) {
-    throw fail('invalidField', 'name', '1 to 128 printable ASCII characters', name);
-  }
-  return { name: name as string | null };
+  return { name: checkBody(SnapshotRequest, body, 'ok').name ?? null };
 }
 
 /** Routes that take no body: anything sent is a mistake worth a 400. */

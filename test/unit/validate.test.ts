@@ -62,6 +62,13 @@ test('set timeout: seconds or null, required; on_timeout optional', () => {
   rejects400(() => parseSetTimeout({}), 'invalidField', 'timeout');
   rejects400(() => parseSetTimeout(undefined), 'bodyNotObject');
   rejects400(() => parseSetTimeout({ timeout: -1 }), 'invalidField', 'timeout');
+  rejects400(() => parseSetTimeout({ timeout: 30 * 86400 + 1 }), 'invalidField', 'timeout');
+  rejects400(
+    () => parseSetTimeout({ timeout: 5, on_timeout: 'kill' }),
+    'invalidField',
+    'on_timeout',
+  );
+  rejects400(() => parseSetTimeout({ timeout: 5, ttl: 1 }), 'unknownField', 'ttl');
 });
 
 test('snapshot takes no body or a printable name', () => {
@@ -70,6 +77,8 @@ test('snapshot takes no body or a printable name', () => {
   rejects400(() => parseSnapshot({ name: '' }), 'invalidField', 'name');
   rejects400(() => parseSnapshot({ name: 'a\nb' }), 'invalidField', 'name');
   rejects400(() => parseSnapshot({ name: 'x'.repeat(129) }), 'invalidField', 'name');
+  rejects400(() => parseSnapshot({ name: ' leading space' }), 'invalidField', 'name');
+  rejects400(() => parseSnapshot({ name: 5 }), 'invalidField', 'name');
   rejects400(() => parseSnapshot({ label: 'x' }), 'unknownField', 'label');
 });
 

@@ -321,9 +321,28 @@ class SnapshotList(TypedDict):
     snapshots: List[Snapshot]
 
 
+class SnapshotRequest(TypedDict, total=False):
+    """``POST /v1/sandboxes/{id}/snapshot``: no body, ``{}``, or a name."""
+
+    #: A name of yours (printable ASCII; need not be unique).
+    name: Optional[str]
+
+
 class SandboxState(TypedDict):
     id: SandboxId
     state: Literal["ready", "paused"]
+
+
+class _TimeoutRequestRequired(TypedDict):
+    #: Seconds from now; null removes the lifetime.
+    timeout: Optional[float]
+
+
+class TimeoutRequest(_TimeoutRequestRequired, total=False):
+    """``POST /v1/sandboxes/{id}/timeout``: a running sandbox's new lifetime."""
+
+    #: What happens when the lifetime is up; absent or null keeps the current choice.
+    on_timeout: Optional[Literal["delete", "pause"]]
 
 
 class Template(TypedDict):

@@ -308,10 +308,25 @@ export interface components {
     SnapshotList: {
       snapshots: components['schemas']['Snapshot'][];
     };
+    /** @description `POST /v1/sandboxes/{id}/snapshot`: no body, `{}`, or a name. */
+    SnapshotRequest: {
+      /** @description A name of yours (printable ASCII; need not be unique). */
+      name?: string | null;
+    };
     SandboxState: {
       id: components['schemas']['SandboxId'];
       /** @enum {string} */
       state: 'ready' | 'paused';
+    };
+    /** @description `POST /v1/sandboxes/{id}/timeout`: a running sandbox's new lifetime. */
+    TimeoutRequest: {
+      /** @description Seconds from now; null removes the lifetime. */
+      timeout: number | null;
+      /**
+       * @description What happens when the lifetime is up; absent or null keeps the current choice.
+       * @enum {string|null}
+       */
+      on_timeout?: 'delete' | 'pause' | null;
     };
     Template: {
       /** @description What `POST /v1/sandboxes` takes as `template`. */

@@ -13,10 +13,11 @@ import {
   SandboxInfo,
   SandboxList,
   SandboxState,
+  TimeoutRequest,
 } from './sandbox.js';
 import { ExecEvent, ExecRequest, CellError } from './exec.js';
 import { ForkRequest, ForkResponse, MergeResponse } from './lineage.js';
-import { Snapshot, SnapshotList } from './snapshots.js';
+import { Snapshot, SnapshotList, SnapshotRequest } from './snapshots.js';
 import { Template, TemplateList } from './templates.js';
 import { FileEntry, FileWritten } from './files.js';
 import { Context, ContextCreateRequest, ContextList } from './contexts.js';
@@ -47,7 +48,9 @@ export const COMPONENTS: readonly Component[] = [
   MergeResponse,
   Snapshot,
   SnapshotList,
+  SnapshotRequest,
   SandboxState,
+  TimeoutRequest,
   Template,
   TemplateList,
   FileEntry,

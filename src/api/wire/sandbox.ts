@@ -226,6 +226,30 @@ export const CreateRequest = Type.Object(
 );
 export type CreateRequest = Static<typeof CreateRequest>;
 
+export const TimeoutRequest = Type.Object(
+  {
+    timeout: nullable(
+      Type.Number({
+        exclusiveMinimum: 0,
+        maximum: MAX_LIFETIME_S,
+        description: 'Seconds from now; null removes the lifetime.',
+      }),
+    ),
+    on_timeout: Type.Optional(
+      nullableEnum(['delete', 'pause'], {
+        description:
+          'What happens when the lifetime is up; absent or null keeps the current choice.',
+      }),
+    ),
+  },
+  {
+    $id: 'TimeoutRequest',
+    description: "`POST /v1/sandboxes/{id}/timeout`: a running sandbox's new lifetime.",
+    additionalProperties: false,
+  },
+);
+export type TimeoutRequest = Static<typeof TimeoutRequest>;
+
 export const SandboxState = Type.Object(
   { id: ref(SandboxId), state: stringEnum(['ready', 'paused']) },
   { $id: 'SandboxState', additionalProperties: false },

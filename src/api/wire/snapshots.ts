@@ -1,7 +1,7 @@
 /** Snapshots on the wire (docs/api.md, Snapshots). */
 import Type, { type Static } from 'typebox';
 import type { SnapshotInfo } from '../../core/sandbox-manager.js';
-import { nullable, ref, sameAs } from './schema.js';
+import { nullable, pattern, ref, sameAs } from './schema.js';
 
 export const Snapshot = Type.Object(
   {
@@ -33,3 +33,30 @@ export const SnapshotList = Type.Object(
   { snapshots: Type.Array(ref(Snapshot)) },
   { $id: 'SnapshotList', additionalProperties: false },
 );
+
+/** A snapshot's name: printable ASCII, not starting with a space. */
+const SNAPSHOT_NAME = pattern(
+  '^[\\x21-\\x7e][\\x20-\\x7e]{0,127}$',
+  '1 to 128 printable ASCII characters',
+);
+
+export const SnapshotRequest = Type.Object(
+  {
+    name: Type.Optional(
+      nullable(
+        Type.String({
+          minLength: 1,
+          maxLength: 128,
+          pattern: SNAPSHOT_NAME,
+          description: 'A name of yours (printable ASCII; need not be unique).',
+        }),
+      ),
+    ),
+  },
+  {
+    $id: 'SnapshotRequest',
+    description: '`POST /v1/sandboxes/{id}/snapshot`: no body, `{}`, or a name.',
+    additionalProperties: false,
+  },
+);
+export type SnapshotRequest = Static<typeof SnapshotRequest>;
