@@ -90,11 +90,8 @@ export function resolveTemplate(ctx: E2bContext, name: string): Source {
 async function resolveForCreate(ctx: E2bContext, name: string): Promise<Source> {
   const known = knownSource(ctx, name);
   if (known !== null || !ctx.cluster) return known ?? { template: name };
-  for (const n of new Set([name, withoutTag(name)])) {
-    const found = await ctx.cluster.node.snapshotByNameFresh(n);
-    if (found !== null) return { snapshot: found.id };
-  }
-  return { template: name };
+  const found = await ctx.cluster.node.snapshotByNameInStore([name, withoutTag(name)]);
+  return found === null ? { template: name } : { snapshot: found.id };
 }
 
 /** A name's template or snapshot as this node knows them, null when it knows neither. */

@@ -468,21 +468,24 @@ export class ClusterNode {
   }
 
   /**
-   * The same, asked of the store when this node's copy knows no snapshot of that name: the
-   * snapshot may have been taken through another node a moment ago, and confirmed there once
-   * the store had it, before this node's watch brought it. Null when the store knows none
-   * either, or cannot be reached (the name then reads as a template's, as on a single hostd).
+   * The newest snapshot of the first of `names` that has one, read from the store, not this
+   * node's copy: asked when the copy knows none of them, since the snapshot may have been taken
+   * through another node a moment ago, and confirmed there once the store had it, before this
+   * node's watch brought it. One read of the store serves every name. Null when the store knows
+   * none either, or cannot be reached (the name then reads as a template's, as on a single hostd).
    */
-  async snapshotByNameFresh(name: string): Promise<NamedSnapshot | null> {
-    const known = this.snapshotByName(name);
-    if (known) return known;
+  async snapshotByNameInStore(names: readonly string[]): Promise<NamedSnapshot | null> {
     let fresh;
     try {
-      fresh = await this.view.snapshotsFresh();
+      fresh = [...(await this.view.snapshotsFresh())];
     } catch {
       return null; // the store is unreachable: what this copy knows is all there is
     }
-    return newestNamed([...fresh], name);
+    for (const name of names) {
+      const found = newestNamed(fresh, name);
+      if (found) return found;
+    }
+    return null;
   }
 
   /** `GET /v1/cluster`: the live nodes, and nodes that are down but still named by sandboxes. */
