@@ -100,14 +100,11 @@ export function connectError(res: { statusCode: number; body: string }): {
   return body;
 }
 
-/** One enveloped request message of a server-streaming call (`application/connect+json`). */
-export function enveloped(msg: unknown, flags = 0): Buffer {
-  const json = Buffer.from(JSON.stringify(msg));
-  const head = Buffer.alloc(5);
-  head.writeUInt8(flags, 0);
-  head.writeUInt32BE(json.length, 1);
-  return Buffer.concat([head, json]);
-}
+/**
+ * One enveloped request message of a server-streaming call (`application/connect+json`): the
+ * Connect framing is one format both ways, so the front's own encoder writes it.
+ */
+export { envelope as enveloped } from '../../src/api/e2b/connect.js';
 
 export interface Envelope {
   flags: number;
