@@ -7,12 +7,13 @@
  *
  * Run: `npm run gen:openapi` (or `npm run gen:openapi -- --check`).
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as prettier from 'prettier';
 import { COMPONENTS } from '../src/api/wire/index.js';
 import { idOf } from '../src/api/wire/schema.js';
+import { writeOrCheck } from './generated-files.js';
 
 /** The repository: this file runs as dist/scripts/gen-openapi.js. */
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -99,25 +100,10 @@ export async function generate(current: string): Promise<string> {
   return prettier.format(text, { ...options, filepath: FILE });
 }
 
-async function main(): Promise<void> {
-  const check = process.argv.includes('--check');
-  const current = readFileSync(FILE, 'utf8');
-  const wanted = await generate(current);
-  const name = relative(process.cwd(), FILE) || FILE;
-  if (wanted === current) {
-    if (!check) console.log(`${name} is up to date`);
-    return;
-  }
-  if (check) {
-    console.error(
-      `${name} is stale: its components.schemas differ from src/api/wire. ` +
-        'Run `npm run gen:openapi` and commit the file.',
-    );
-    process.exitCode = 1;
-    return;
-  }
-  writeFileSync(FILE, wanted);
-  console.log(`wrote ${name}`);
-}
-
-await main();
+const current = readFileSync(FILE, 'utf8');
+writeOrCheck(
+  ROOT,
+  [{ path: relative(ROOT, FILE), text: await generate(current) }],
+  'gen:openapi',
+  'npm run gen:openapi',
+);

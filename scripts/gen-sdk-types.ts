@@ -14,12 +14,13 @@
  * scripts/test.sh's lint step runs the check; test/unit/wire-drift.test.ts runs it too, and
  * checks that the SDKs' hand-written code types server answers with the generated types.
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import openapiTS, { astToString } from 'openapi-typescript';
 import type { OpenAPI3 } from 'openapi-typescript';
 import * as prettier from 'prettier';
+import { staleFiles as staleOf, writeOrCheck } from './generated-files.js';
 
 /** The repository: this file runs from dist/scripts/. */
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -337,37 +338,8 @@ export async function render(): Promise<Array<{ path: string; text: string }>> {
 
 /** The generated files that differ from what docs/openapi.json gives (none when current). */
 export async function staleFiles(): Promise<string[]> {
-  const stale: string[] = [];
-  for (const { path, text } of await render()) {
-    let current = '';
-    try {
-      current = readFileSync(join(ROOT, path), 'utf8');
-    } catch {
-      // A missing file is stale.
-    }
-    if (current !== text) stale.push(path);
-  }
-  return stale;
+  return staleOf(ROOT, await render());
 }
 
-async function main(): Promise<void> {
-  if (process.argv.includes('--check')) {
-    const stale = await staleFiles();
-    if (stale.length > 0) {
-      console.error(
-        `gen:sdk-types: ${stale.join(' and ')} ${stale.length > 1 ? 'are' : 'is'} not what ` +
-          `docs/openapi.json gives: run \`${REGENERATE}\` and commit the result.`,
-      );
-      process.exitCode = 1;
-      return;
-    }
-    console.log('gen:sdk-types: the SDK payload types are current');
-    return;
-  }
-  for (const { path, text } of await render()) {
-    writeFileSync(join(ROOT, path), text);
-    console.log(`gen:sdk-types: wrote ${path}`);
-  }
-}
-
-if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) await main();
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1])
+  writeOrCheck(ROOT, await render(), 'gen:sdk-types', REGENERATE);
