@@ -491,19 +491,25 @@ export const Errors = {
     (node: string, why: string) => `node ${node} did not answer: ${why}`,
     1,
   ),
-  /** A sandbox being handed from one node to another (a drain); it serves again in seconds. */
+  /**
+   * A sandbox (or a snapshot) being handed from one node to another (a drain); it serves again
+   * in seconds. `what` is `sandbox <id>` or `snapshot <id>`.
+   */
   sandboxMoving: def(
     'sandbox_moving',
     503,
-    (id: string, to: string) => `sandbox ${id} is moving to node ${to}`,
+    (what: string, to: string) => `${what} is moving to node ${to}`,
     1,
   ),
-  /** A hand-over of a sandbox to another node that did not complete: it stays where it was. */
+  /**
+   * A hand-over of a sandbox (or a snapshot) to another node that did not complete: it stays
+   * where it was. `what` is `sandbox <id>` or `snapshot <id>`.
+   */
   handOverFailed: def(
     'hand_over_failed',
     503,
-    (id: string, node: string, why: string) =>
-      `sandbox ${id} could not be handed over to node ${node}: ${why}`,
+    (what: string, node: string, why: string) =>
+      `${what} could not be handed over to node ${node}: ${why}`,
     5,
   ),
   /** A create sent to a node that stopped taking creates (it drains): the sender asks another. */

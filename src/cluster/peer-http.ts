@@ -1,17 +1,18 @@
 /**
  * Node-to-node calls of cluster mode over HTTP (core/cluster/hand-over.ts, PeerLink): a target
  * fetching an exported file of the source (`GET /v1/cluster/peer/files?path=`, resumed with
- * `Range: bytes=N-`), and a source offering a sandbox to a target (`POST
- * /v1/cluster/peer/sandboxes/{id}/hand-over`). Both carry the cluster's key
+ * `Range: bytes=N-`), and a source offering a sandbox or a snapshot to a target (`POST
+ * /v1/cluster/peer/sandboxes/{id}/hand-over`, `POST /v1/cluster/peer/snapshots/{id}/hand-over`). Both carry the cluster's key
  * (`X-Hostd-Cluster-Key`, SERVICE_CLUSTER_KEY) and, when the nodes have API keys, the first of
  * them as any client would, and the hop header: a peer route is never forwarded.
  */
 import { Agent, request, type IncomingMessage } from 'node:http';
 import { fail, HostdError } from '../errors.js';
-import type { HandOverOffer, PeerLink } from '../core/cluster/hand-over.js';
+import type { HandOverOffer, PeerLink, SnapshotOffer } from '../core/cluster/hand-over.js';
 import { CLUSTER_KEY_HEADER, HOP_HEADER } from '../core/cluster/headers.js';
 import type { NodeRecord } from '../core/cluster/records.js';
 import type { SandboxInfo } from '../core/sandbox.js';
+import type { SnapshotInfo } from '../core/snapshots.js';
 
 /** How long a hand-over may take on the target (it fetches the sandbox's files). */
 const OFFER_TIMEOUT_MS = 10 * 60_000;
@@ -54,9 +55,25 @@ export class HttpPeers implements PeerLink {
     const res = await this.send('POST', url, to, JSON.stringify(offer), OFFER_TIMEOUT_MS);
     const body = await readAll(res);
     if (res.statusCode !== 200) {
-      throw fail('handOverFailed', offer.record.id, to.id, describe(res.statusCode ?? 0, body));
+      throw fail(
+        'handOverFailed',
+        `sandbox ${offer.record.id}`,
+        to.id,
+        describe(res.statusCode ?? 0, body),
+      );
     }
     return JSON.parse(body.toString('utf8')) as SandboxInfo;
+  }
+
+  async offerSnapshot(to: NodeRecord, offer: SnapshotOffer): Promise<SnapshotInfo> {
+    const url = new URL(`/v1/cluster/peer/snapshots/${offer.record.id}/hand-over`, to.url);
+    const res = await this.send('POST', url, to, JSON.stringify(offer), OFFER_TIMEOUT_MS);
+    const body = await readAll(res);
+    if (res.statusCode !== 200) {
+      const what = `snapshot ${offer.record.id}`;
+      throw fail('handOverFailed', what, to.id, describe(res.statusCode ?? 0, body));
+    }
+    return JSON.parse(body.toString('utf8')) as SnapshotInfo;
   }
 
   close(): void {

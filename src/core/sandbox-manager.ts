@@ -14,6 +14,7 @@ import type {
   Hypervisor,
   Machine,
   PausedManifest,
+  StateManifest,
   TemplateImages,
 } from '../vm/machine.js';
 import { VmError } from '../vm/machine.js';
@@ -168,6 +169,20 @@ export interface OutgoingMove {
   abort(): void;
 }
 
+/**
+ * A snapshot on its way to another node (core/cluster/hand-over.ts): it keeps serving here
+ * meanwhile (it never changes); a delete of it answers 503 sandbox_moving until the move ends.
+ */
+export interface OutgoingSnapshot {
+  /** Its record, as the target registers it (same id, name and dates). */
+  readonly record: SnapshotRecord;
+  readonly manifest: StateManifest;
+  /** The target has it: the local copy goes (its files once no local sandbox uses them). */
+  finish(): void;
+  /** The hand-over did not happen: it stays here. */
+  abort(): void;
+}
+
 /** What a new sandbox is told besides its template: its labels and lifetime. */
 type Labels = { metadata: Readonly<Record<string, string>>; lifetime: Lifetime | null };
 
@@ -195,6 +210,8 @@ export class SandboxManager {
   private stopping = false;
   /** Sandboxes being taken over from another node (`moveIn`), until registered. */
   private readonly incoming = new Set<string>();
+  /** Snapshots being handed to another node (`moveSnapshotOut`): id -> that node. */
+  private readonly snapshotsMoving = new Map<string, string>();
   /** Creates in flight: shutdown waits for them, so that no VM they start outlives hostd. */
   private readonly creating = new Set<Promise<unknown>>();
 
@@ -487,7 +504,10 @@ export class SandboxManager {
           done = true;
           const why = `the sandbox moved to node ${to}`;
           try {
-            await this.destroyState(sandbox.delete(why, fail('sandboxMoving', id, to)), why);
+            await this.destroyState(
+              sandbox.delete(why, fail('sandboxMoving', `sandbox ${id}`, to)),
+              why,
+            );
           } finally {
             release();
           }
@@ -544,6 +564,81 @@ export class SandboxManager {
         'sandbox taken over from another node',
       );
       return this.withNode(sandbox.info());
+    } finally {
+      this.incoming.delete(id);
+    }
+  }
+
+  /**
+   * Cluster mode, the source side of a snapshot's hand-over: its record and the manifest of its
+   * files (its frozen state and disk layers), which the target fetches from this node.
+   */
+  async moveSnapshotOut(id: string, to: string): Promise<OutgoingSnapshot> {
+    this.ensureRunning();
+    const { record, state } = this.snapshots.entry(id);
+    if (this.snapshotsMoving.has(id)) throw fail('sandboxMoving', `snapshot ${id}`, to);
+    this.snapshotsMoving.set(id, to);
+    let done = false;
+    const end = (): boolean => {
+      if (done) return false;
+      done = true;
+      this.snapshotsMoving.delete(id);
+      return true;
+    };
+    try {
+      const manifest = await this.hypervisor.exportState(state).catch((err: unknown) => {
+        throw asMachineError(
+          err,
+          this.log,
+          { snapshot: id },
+          'vmOperationFailed',
+          'export the snapshot',
+        );
+      });
+      return {
+        record,
+        manifest,
+        finish: () => {
+          if (!end()) return;
+          if (this.snapshots.has(id)) this.snapshots.delete(id);
+          this.log.info({ snapshot: id, to }, 'snapshot handed over');
+        },
+        abort: () => void end(),
+      };
+    } catch (err) {
+      end();
+      throw err;
+    }
+  }
+
+  /**
+   * Cluster mode, the target side of a snapshot's hand-over: fetches the files of the snapshot
+   * `record` names that this node lacks (a fork point a sandbox moved here already brought is
+   * not fetched again) and registers it under its id.
+   */
+  async moveSnapshotIn(
+    record: SnapshotRecord,
+    manifest: StateManifest,
+    fetch: FileFetcher,
+  ): Promise<SnapshotInfo> {
+    this.ensureRunning();
+    const id = record.id;
+    if (this.snapshots.has(id) || this.incoming.has(id)) throw fail('clusterConflict', id);
+    this.incoming.add(id);
+    try {
+      const state = await this.hypervisor.importState(manifest, fetch).catch((err: unknown) => {
+        if (err instanceof HostdError) throw err;
+        throw asMachineError(
+          err,
+          this.log,
+          { snapshot: id },
+          'vmOperationFailed',
+          'take over the snapshot',
+        );
+      });
+      const info = this.snapshots.adopt(record, state.retain());
+      this.log.info({ snapshot: id }, 'snapshot taken over from another node');
+      return info;
     } finally {
       this.incoming.delete(id);
     }
@@ -736,6 +831,10 @@ export class SandboxManager {
   }
 
   deleteSnapshot(id: string): void {
+    const to = this.snapshotsMoving.get(id);
+    if (to !== undefined && this.snapshots.has(id)) {
+      throw fail('sandboxMoving', `snapshot ${id}`, to);
+    }
     this.snapshots.delete(id);
     this.log.info({ snapshot: id }, 'snapshot deleted');
   }

@@ -79,6 +79,32 @@ export class Snapshots {
     return this.info(this.entries.get(record.id)!);
   }
 
+  /**
+   * Takes in a snapshot handed over from another node (a drain): the same id, name and dates,
+   * over `state` (whose reference it takes over), as made here by `importState`.
+   */
+  adopt(record: SnapshotRecord, state: FrozenState): SnapshotInfo {
+    if (this.entries.has(record.id)) {
+      state.release();
+      throw fail('clusterConflict', record.id);
+    }
+    const mine: SnapshotRecord = { ...record, state: this.hypervisor.describeState(state) };
+    try {
+      this.records.write(mine);
+    } catch (err) {
+      state.release();
+      throw err;
+    }
+    this.entries.set(mine.id, { record: mine, state });
+    return this.info(this.entries.get(mine.id)!);
+  }
+
+  /** Snapshot `id`'s record and state, for its hand-over to another node. */
+  entry(id: string): { record: SnapshotRecord; state: FrozenState } {
+    const { record, state } = this.find(id);
+    return { record, state };
+  }
+
   /** The state of snapshot `id`, to restore a sandbox from. */
   get(id: string): { state: FrozenState; template: string; allowOut: readonly string[] } {
     const entry = this.find(id);

@@ -447,6 +447,18 @@ export interface Hypervisor {
    * state made for another template build than this node's, and leaves nothing half-imported.
    */
   importPaused(manifest: PausedManifest, fetch: FileFetcher): Promise<PausedMachine>;
+  /**
+   * Everything another node needs to reopen frozen state `state` (a snapshot handed over at a
+   * drain, docs/cluster.md): the state's files and its disk layer chain's, as `exportPaused`
+   * lists a paused machine's origin.
+   */
+  exportState(state: FrozenState): Promise<StateManifest>;
+  /**
+   * Makes the frozen state `manifest` describes exist here, fetching only the parts this node
+   * lacks (checked as `importPaused` checks them), and opens it. The caller retains it. Rejects
+   * as `importPaused` does.
+   */
+  importState(manifest: StateManifest, fetch: FileFetcher): Promise<FrozenState>;
 }
 
 /** One file of an export, named relative to the exporting node's data directory. */
@@ -471,6 +483,14 @@ export interface PausedManifest {
   readonly format: number;
   readonly paused: PausedDescriptor;
   /** In the order an import puts them in place: what a part reads comes before it. */
+  readonly parts: readonly ExportedPart[];
+}
+
+/** What `exportState` gives and `importState` takes: plain JSON, sent between nodes. */
+export interface StateManifest {
+  readonly format: number;
+  readonly state: StateDescriptor;
+  /** In the order an import puts them in place; no part is of kind `paused`. */
   readonly parts: readonly ExportedPart[];
 }
 

@@ -8,6 +8,7 @@ import { ClusterNode } from '../../src/core/cluster/cluster-node.js';
 import type { NodeRecord } from '../../src/core/cluster/records.js';
 import { memoryRecords } from '../../src/core/journal.js';
 import type { ManagerOptions, SandboxManager } from '../../src/core/sandbox-manager.js';
+import type { FakeHypervisor } from './fake-hypervisor.js';
 import { setup } from './manager.js';
 import type { MemoryStore } from './memory-kv.js';
 
@@ -20,9 +21,9 @@ export async function startClusterManager(
   id: string,
   log: Logger,
   overrides: Partial<ManagerOptions> = {},
-): Promise<{ cluster: ClusterNode; manager: SandboxManager }> {
+): Promise<{ cluster: ClusterNode; manager: SandboxManager; hv: FakeHypervisor }> {
   const cluster = new ClusterNode(store.client(), { id, url: '', version: '0', ttlS: 10, log });
-  const { manager } = setup({
+  const { manager, hv } = setup({
     ...overrides,
     records: {
       sandboxes: cluster.sandboxRecords(memoryRecords()),
@@ -48,7 +49,7 @@ export async function startClusterManager(
       ),
   });
   await manager.start();
-  return { cluster, manager };
+  return { cluster, manager, hv };
 }
 
 /**

@@ -48,6 +48,7 @@ import type {
   PausedMachine,
   PausedManifest,
   StateDescriptor,
+  StateManifest,
   TemplateImage,
 } from '../../src/vm/machine.js';
 import { ProcChannelError, VmError } from '../../src/vm/machine.js';
@@ -463,7 +464,12 @@ export class FakeHypervisor implements Hypervisor {
   async exportPaused(paused: PausedMachine): Promise<PausedManifest> {
     const p = paused as FakePaused;
     const body = Buffer.from(
-      JSON.stringify({ memory: [...p.memory], origin: p.origin.id, template: p.origin.template }),
+      JSON.stringify({
+        memory: [...p.memory],
+        origin: p.origin.id,
+        originMemory: [...p.origin.memory],
+        template: p.origin.template,
+      }),
     );
     const path = `paused/${p.id}/memory.delta`;
     this.exported.set(path, body);
@@ -495,10 +501,53 @@ export class FakeHypervisor implements Hypervisor {
     const data = JSON.parse(body.toString('utf8')) as {
       memory: [string, string][];
       origin: string;
+      originMemory: [string, string][];
       template: string;
     };
-    const origin = new FakeState(data.origin, new Map(), data.template).retain();
+    // An origin this fake has by id is reused, as the real import reuses a part it has; a new
+    // one is kept by id too (a snapshot of it handed over next finds it here).
+    let origin = this.disk.get(data.origin);
+    if (!origin) {
+      origin = new FakeState(data.origin, new Map(data.originMemory), data.template);
+      this.disk.set(origin.id, origin);
+    }
+    origin.retain();
     return new FakePaused(this, new Map(data.memory), origin, part.id);
+  }
+
+  async exportState(state: FrozenState): Promise<StateManifest> {
+    const st = state as FakeState;
+    const body = Buffer.from(JSON.stringify({ memory: [...st.memory], template: st.template }));
+    const path = `images/${st.id}.mem`;
+    this.exported.set(path, body);
+    const sha256 = createHash('sha256').update(body).digest('hex');
+    return {
+      format: 1,
+      state: this.describeState(st),
+      parts: [{ kind: 'state', id: st.id, files: [{ path, size: body.length, sha256 }] }],
+    };
+  }
+
+  /** A state this fake has by id is reused, as the real import reuses a part it has. */
+  async importState(manifest: StateManifest, fetch: FileFetcher): Promise<FrozenState> {
+    const known = this.disk.get(manifest.state.id);
+    if (known) return known;
+    const file = manifest.parts.find((x) => x.kind === 'state')?.files[0];
+    if (!file) throw new VmError('state_corrupt', 'no state part');
+    const chunks: Buffer[] = [];
+    for await (const c of await fetch(file, 0)) chunks.push(Buffer.from(c));
+    const body = Buffer.concat(chunks);
+    if (createHash('sha256').update(body).digest('hex') !== file.sha256) {
+      throw new VmError('state_corrupt', `${file.path} arrived with another checksum`);
+    }
+    this.fetched.push(file.path);
+    const data = JSON.parse(body.toString('utf8')) as {
+      memory: [string, string][];
+      template: string;
+    };
+    const state = new FakeState(manifest.state.id, new Map(data.memory), data.template);
+    this.disk.set(state.id, state);
+    return state;
   }
 
   async openPaused(descriptor: PausedDescriptor): Promise<PausedMachine> {

@@ -101,6 +101,7 @@ export const ROUTE_AREAS: Readonly<Record<string, Area>> = {
   'POST /v1/cluster/nodes/{id}/drain': 'cluster',
   'GET /v1/cluster/peer/files': 'cluster',
   'POST /v1/cluster/peer/sandboxes/{id}/hand-over': 'cluster',
+  'POST /v1/cluster/peer/snapshots/{id}/hand-over': 'cluster',
   'POST /mcp': 'mcp',
   'GET /mcp': 'mcp',
   'DELETE /mcp': 'mcp',

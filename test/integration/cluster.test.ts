@@ -394,6 +394,14 @@ describe('a three-node cluster', () => {
       const paused = await cluster.api.json<Info>('POST', `/v1/sandboxes/${child}/pause`);
       assert.equal(paused.status, 200, JSON.stringify(paused.body));
       assert.equal((await info(cluster.api, child)).node, target.id);
+      // A snapshot of the node's sandbox, named: it moves with the drain.
+      const snap = await cluster.api.json<{ snapshot_id: string }>(
+        'POST',
+        `/v1/sandboxes/${kept.id}/snapshot`,
+        { name: 'drain-ckpt' },
+      );
+      assert.equal(snap.status, 200, JSON.stringify(snap.body));
+      const snapshotId = snap.body.snapshot_id;
       const res = await elsewhere(target.id).json<{ id: string; state: string }>(
         'POST',
         `/v1/cluster/nodes/${target.id}/drain`,
@@ -444,6 +452,31 @@ describe('a three-node cluster', () => {
       const e2bDel = await e2bFetch(target, 'DELETE', `/sandboxes/${e2bId}`);
       assert.equal(e2bDel.status, 204);
       created.delete(e2bId);
+      // Its snapshot is another node's now: created from by id through the drained node, and by
+      // its name through the drained node's E2B front, both made there with the REPL state.
+      const fromSnap = await target.api.json<{ id: string }>('POST', '/v1/sandboxes', {
+        snapshot: snapshotId,
+      });
+      assert.equal(fromSnap.status, 200, JSON.stringify(fromSnap.body));
+      created.add(fromSnap.body.id);
+      const snapHolder = (await info(cluster.api, fromSnap.body.id)).node;
+      assert.notEqual(snapHolder, target.id);
+      assert.equal((await run(target.api, fromSnap.body.id, 'print(x)')).stdout, '41\n');
+      const byName = await e2bFetch(target, 'POST', '/v2/sandboxes', {
+        body: { templateID: 'drain-ckpt' },
+      });
+      assert.equal(byName.status, 201, JSON.stringify(byName.json));
+      const byNameId = String(byName.json.sandboxID);
+      created.add(byNameId);
+      const byNameInfo = await info(cluster.api, byNameId);
+      assert.equal(byNameInfo.node, snapHolder);
+      assert.equal(byNameInfo.snapshot_id, snapshotId);
+      for (const id of [fromSnap.body.id, byNameId]) {
+        assert.equal((await cluster.api.request('DELETE', `/v1/sandboxes/${id}`)).status, 204);
+        created.delete(id);
+      }
+      const snapDel = await target.api.request('DELETE', `/v1/snapshots/${snapshotId}`);
+      assert.equal(snapDel.status, 204);
       const unknown = await cluster.api.json<ErrorBody>('POST', '/v1/cluster/nodes/nope/drain');
       assert.equal(unknown.status, 404);
       assert.equal(unknown.body.code, 'node_not_found');
@@ -454,12 +487,29 @@ describe('a three-node cluster', () => {
       const kept = sandboxes[0]!;
       const node = cluster.node(kept.node);
       const mine = sandboxes.filter((s) => s.node === node.id);
+      const snap = await cluster.api.json<{ snapshot_id: string }>(
+        'POST',
+        `/v1/sandboxes/${kept.id}/snapshot`,
+      );
+      assert.equal(snap.status, 200, JSON.stringify(snap.body));
       assert.equal(await node.stop('SIGTERM'), 0);
       for (const s of mine) {
         const now = await info(cluster.api, s.id);
         assert.notEqual(now.node, node.id);
         assert.equal((await run(cluster.api, s.id, 'print(x)')).stdout, '41\n');
       }
+      // Its snapshot too serves while it is down: handed over before it stopped.
+      const fromSnap = await cluster.api.json<{ id: string }>('POST', '/v1/sandboxes', {
+        snapshot: snap.body.snapshot_id,
+      });
+      assert.equal(fromSnap.status, 200, JSON.stringify(fromSnap.body));
+      created.add(fromSnap.body.id);
+      assert.equal((await run(cluster.api, fromSnap.body.id, 'print(x)')).stdout, '41\n');
+      const del = await cluster.api.request('DELETE', `/v1/sandboxes/${fromSnap.body.id}`);
+      assert.equal(del.status, 204);
+      created.delete(fromSnap.body.id);
+      const snapDel = await cluster.api.request('DELETE', `/v1/snapshots/${snap.body.snapshot_id}`);
+      assert.equal(snapDel.status, 204);
       await node.start();
       await eventually(
         `${node.id} to serve again`,

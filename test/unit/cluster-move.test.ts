@@ -11,11 +11,17 @@ import { after, describe, test } from 'node:test';
 import { pino } from 'pino';
 import type { ClusterNode } from '../../src/core/cluster/cluster-node.js';
 import { Drainer } from '../../src/core/cluster/drain.js';
-import { HandOver, type HandOverOffer, type PeerLink } from '../../src/core/cluster/hand-over.js';
-import { KEYS, type SandboxEntry } from '../../src/core/cluster/records.js';
+import {
+  HandOver,
+  type HandOverOffer,
+  type PeerLink,
+  type SnapshotOffer,
+} from '../../src/core/cluster/hand-over.js';
+import { KEYS, type SandboxEntry, type SnapshotEntry } from '../../src/core/cluster/records.js';
 import type { SandboxManager } from '../../src/core/sandbox-manager.js';
 import { fail, toHostdError } from '../../src/errors.js';
 import { eventually } from '../../testkit/eventually.js';
+import type { FakeHypervisor } from '../helpers/fake-hypervisor.js';
 import { startClusterManager, untilNodesMeet } from '../helpers/cluster-manager.js';
 import { run } from '../helpers/manager.js';
 import { MemoryStore } from '../helpers/memory-kv.js';
@@ -24,6 +30,7 @@ const log = pino({ level: 'silent' });
 
 interface Node {
   cluster: ClusterNode;
+  hv: FakeHypervisor;
   manager: SandboxManager;
   handOver: HandOver;
   drainer: Drainer;
@@ -46,6 +53,12 @@ function peers(nodes: Map<string, Node>, refuse: Set<string>): PeerLink {
       // Through JSON, as over HTTP.
       return nodes.get(to.id)!.handOver.moveIn(JSON.parse(JSON.stringify(offer)) as HandOverOffer);
     },
+    offerSnapshot: async (to, offer) => {
+      if (refuse.has(to.id)) throw fail('nodeUnreachable', to.id, 'connection refused');
+      return nodes
+        .get(to.id)!
+        .handOver.moveSnapshotIn(JSON.parse(JSON.stringify(offer)) as SnapshotOffer);
+    },
   };
 }
 
@@ -60,12 +73,13 @@ async function cluster(ids: string[]): Promise<{
   const refuse = new Set<string>();
   const link = peers(nodes, refuse);
   for (const id of ids) {
-    const { cluster: c, manager } = await startClusterManager(store, id, log);
+    const { cluster: c, manager, hv } = await startClusterManager(store, id, log);
     c.url = `http://${id}`;
     await c.start();
     const handOver = new HandOver(c, manager, link, log);
     nodes.set(id, {
       cluster: c,
+      hv,
       manager,
       handOver,
       drainer: new Drainer(c, manager, handOver, log),
@@ -86,6 +100,11 @@ async function cluster(ids: string[]): Promise<{
       }
     },
   };
+}
+
+async function snapshotEntry(store: MemoryStore, id: string): Promise<SnapshotEntry | null> {
+  const e = await store.client().get(KEYS.snapshot(id));
+  return e ? (JSON.parse(e.value) as SnapshotEntry) : null;
 }
 
 async function entry(store: MemoryStore, id: string): Promise<SandboxEntry | null> {
@@ -192,7 +211,7 @@ describe('hand-over of a sandbox to another node', () => {
       ids.push(s.id);
     }
     const result = await a.drainer.drain();
-    assert.deepEqual(result, { moved: 4, left: 0 });
+    assert.deepEqual(result, { moved: 4, left: 0, snapshotsMoved: 0, snapshotsLeft: 0 });
     assert.equal(a.manager.count, 0);
     assert.equal(a.cluster.state, 'drained');
     const where = new Map<string, number>();
@@ -206,5 +225,115 @@ describe('hand-over of a sandbox to another node', () => {
     // A drained node takes no creates: placement skips it.
     const order = await c.nodes.get('b')!.cluster.placeCreate({ template: 'python' });
     assert.ok(!order.some((n) => n.id === 'a'));
+  });
+});
+
+describe('hand-over of a snapshot to another node', () => {
+  const stops: (() => Promise<void>)[] = [];
+  after(async () => {
+    for (const s of stops) await s();
+  });
+
+  test('a snapshot moves under its id and name, its entry the target’s, and restores there', async () => {
+    const c = await cluster(['a', 'b']);
+    stops.push(c.stop);
+    const a = c.nodes.get('a')!;
+    const b = c.nodes.get('b')!;
+    const s = await a.manager.create({ template: 'python' });
+    await run(a.manager, s.id, 'set x 5');
+    const snap = await a.manager.snapshot(s.id, 'five');
+    await a.handOver.moveSnapshotOut(snap.snapshot_id, b.cluster.selfRecord());
+    assert.equal(a.manager.holdsSnapshot(snap.snapshot_id), false);
+    const there = b.manager.describeSnapshot(snap.snapshot_id);
+    assert.deepEqual(
+      { name: there.name, created_at: there.created_at, source: there.source_sandbox_id },
+      { name: 'five', created_at: snap.created_at, source: s.id },
+    );
+    const e = await snapshotEntry(c.store, snap.snapshot_id);
+    assert.deepEqual({ node: e?.node, name: e?.name }, { node: 'b', name: 'five' });
+    assert.equal(a.cluster.snapshotByName('five')?.node, 'b');
+    const child = await b.manager.create({ snapshot: snap.snapshot_id });
+    assert.equal(await stdout(b.manager, child.id, 'get x'), '5');
+    // The source wrote nothing after: the entry is the target's to delete.
+    b.manager.deleteSnapshot(snap.snapshot_id);
+    await eventually(
+      'the entry gone',
+      async () => (await snapshotEntry(c.store, snap.snapshot_id)) === null,
+    );
+  });
+
+  test('a snapshot the target refuses stays, its entry its node’s, and a delete meanwhile waits for none', async () => {
+    const c = await cluster(['a', 'b']);
+    stops.push(c.stop);
+    const a = c.nodes.get('a')!;
+    const b = c.nodes.get('b')!;
+    const s = await a.manager.create({ template: 'python' });
+    const snap = await a.manager.snapshot(s.id);
+    c.refuse.add('b');
+    await assert.rejects(
+      a.handOver.moveSnapshotOut(snap.snapshot_id, b.cluster.selfRecord()),
+      (err: unknown) => toHostdError(err, 't').code === 'hand_over_failed',
+    );
+    assert.equal(a.manager.holdsSnapshot(snap.snapshot_id), true);
+    assert.equal(b.manager.holdsSnapshot(snap.snapshot_id), false);
+    assert.equal((await snapshotEntry(c.store, snap.snapshot_id))?.node, 'a');
+    // Nothing holds it any more: a delete is served and reaches the catalog.
+    a.manager.deleteSnapshot(snap.snapshot_id);
+    await eventually(
+      'the entry gone',
+      async () => (await snapshotEntry(c.store, snap.snapshot_id)) === null,
+    );
+  });
+
+  test('a snapshot deleted through another node while it moves is dropped by the target', async () => {
+    const c = await cluster(['a', 'b']);
+    stops.push(c.stop);
+    const a = c.nodes.get('a')!;
+    const b = c.nodes.get('b')!;
+    const s = await a.manager.create({ template: 'python' });
+    const snap = await a.manager.snapshot(s.id);
+    const move = await a.manager.moveSnapshotOut(snap.snapshot_id, 'b');
+    try {
+      // A delete through the source is refused while it moves.
+      assert.throws(
+        () => a.manager.deleteSnapshot(snap.snapshot_id),
+        (err: unknown) => toHostdError(err, 't').code === 'sandbox_moving',
+      );
+      const rev = await a.cluster.beginSnapshotMove(snap.snapshot_id);
+      // The entry changes (as a delete through another node would): the offer's revision is stale.
+      await c.store.client().txn([], [{ delete: KEYS.snapshot(snap.snapshot_id) }]);
+      await assert.rejects(
+        b.handOver.moveSnapshotIn({ from: 'a', rev, record: move.record, manifest: move.manifest }),
+        (err: unknown) => toHostdError(err, 't').code === 'cluster_conflict',
+      );
+      assert.equal(b.manager.holdsSnapshot(snap.snapshot_id), false);
+    } finally {
+      move.abort();
+    }
+  });
+
+  test('a drain moves snapshots after sandboxes, to where the sandboxes made from them went, copying the state once', async () => {
+    const c = await cluster(['a', 'b', 'c']);
+    stops.push(c.stop);
+    const a = c.nodes.get('a')!;
+    const s = await a.manager.create({ template: 'python' });
+    await run(a.manager, s.id, 'set k 9');
+    const snap = await a.manager.snapshot(s.id, 'nine');
+    await a.manager.delete(s.id);
+    const child = await a.manager.create({ snapshot: snap.snapshot_id });
+    const lone = await a.manager.snapshot(child.id);
+    const result = await a.drainer.drain();
+    assert.deepEqual(result, { moved: 1, left: 0, snapshotsMoved: 2, snapshotsLeft: 0 });
+    assert.equal(a.cluster.state, 'drained');
+    const holder = ['b', 'c'].find((n) => c.nodes.get(n)!.manager.holds(child.id))!;
+    const h = c.nodes.get(holder)!;
+    assert.equal(h.manager.holdsSnapshot(snap.snapshot_id), true);
+    // Its frozen state came with the child's hand-over and was not fetched again.
+    assert.ok(!h.hv.fetched.some((p) => p.startsWith('images/')), h.hv.fetched.join(', '));
+    const again = await h.manager.create({ snapshot: snap.snapshot_id });
+    assert.equal(await stdout(h.manager, again.id, 'get k'), '9');
+    const loneAt = ['b', 'c'].find((n) => c.nodes.get(n)!.manager.holdsSnapshot(lone.snapshot_id));
+    assert.ok(loneAt);
+    assert.equal((await snapshotEntry(c.store, lone.snapshot_id))?.node, loneAt);
   });
 });

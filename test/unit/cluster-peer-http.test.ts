@@ -104,6 +104,8 @@ describe('routes between nodes', () => {
       [a, b] = [b, a];
     }
     assert.equal(await stdout(a.api, id, 'set x 41'), '');
+    const snap = await a.api.json<{ snapshot_id: string }>('POST', `/v1/sandboxes/${id}/snapshot`);
+    assert.equal(snap.status, 200, JSON.stringify(snap.body));
     const res = await b.api.json<{ state: string }>('POST', `/v1/cluster/nodes/${a.id}/drain`);
     assert.equal(res.status, 202, JSON.stringify(res.body));
     await eventually('the drain to end', () => a.cluster.state === 'drained');
@@ -113,6 +115,18 @@ describe('routes between nodes', () => {
     assert.equal(info.body.node, b.id);
     assert.equal(await stdout(a.api, id, 'get x'), '41');
     assert.equal((await a.api.request('DELETE', `/v1/sandboxes/${id}`)).status, 204);
+    // Its snapshot moved too: a create from it through the drained node is made on b.
+    const snapshotId = snap.body.snapshot_id;
+    assert.equal(b.manager.holdsSnapshot(snapshotId), true);
+    assert.equal(a.manager.holdsSnapshot(snapshotId), false);
+    const child = await a.api.json<{ id: string }>('POST', '/v1/sandboxes', {
+      snapshot: snapshotId,
+    });
+    assert.equal(child.status, 200, JSON.stringify(child.body));
+    assert.equal(b.manager.holds(child.body.id), true);
+    assert.equal(await stdout(a.api, child.body.id, 'get x'), '41');
+    assert.equal((await a.api.request('DELETE', `/v1/sandboxes/${child.body.id}`)).status, 204);
+    assert.equal((await a.api.request('DELETE', `/v1/snapshots/${snapshotId}`)).status, 204);
   });
 
   test('the peer routes refuse a request without the cluster key, even with an API key', async () => {
@@ -122,6 +136,11 @@ describe('routes between nodes', () => {
         'POST',
         `/v1/cluster/peer/sandboxes/sbx_${'0'.repeat(32)}/hand-over`,
         { from: 'a', record: {}, manifest: {} },
+      ],
+      [
+        'POST',
+        `/v1/cluster/peer/snapshots/snap_${'0'.repeat(32)}/hand-over`,
+        { from: 'a', rev: 1, record: {}, manifest: {} },
       ],
     ] as const) {
       const res = await a.api.json<ErrorBody>(method, path, body);

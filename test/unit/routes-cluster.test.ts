@@ -49,6 +49,14 @@ describe('cluster routes on a single hostd', () => {
       });
       assert.equal(offer.statusCode, 409);
       assert.equal(errorBody(offer).code, Errors.notClustered.code);
+      const snapshot = await s.inject({
+        method: 'POST',
+        url: '/v1/cluster/peer/snapshots/snap_1/hand-over',
+        headers,
+        payload: {},
+      });
+      assert.equal(snapshot.statusCode, 409);
+      assert.equal(errorBody(snapshot).code, Errors.notClustered.code);
     }
   });
 

@@ -1,13 +1,13 @@
 /**
  * Cluster mode: the nodes and their state, draining one (docs/api.md, Cluster), and the routes
  * between nodes (docs/cluster.md, Hand-over): a peer fetching an exported file of this node, and
- * a peer handing a sandbox to this node. Those need the cluster's key (`X-Hostd-Cluster-Key`),
+ * a peer handing a sandbox or a snapshot to this node. Those need the cluster's key (`X-Hostd-Cluster-Key`),
  * besides the API key every route needs.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { ClusterNode } from '../../core/cluster/cluster-node.js';
-import type { HandOver, HandOverOffer } from '../../core/cluster/hand-over.js';
+import type { HandOver, HandOverOffer, SnapshotOffer } from '../../core/cluster/hand-over.js';
 import { CLUSTER_KEY_HEADER } from '../../core/cluster/headers.js';
 import { NODE_ID } from '../../core/cluster/records.js';
 import type { SandboxManager } from '../../core/sandbox-manager.js';
@@ -78,6 +78,39 @@ export function registerClusterRoutes(
       return handOver.moveIn(parseOffer(req.body, req.params.id));
     },
   );
+
+  app.post<{ Params: { id: string }; Body: unknown }>(
+    '/v1/cluster/peer/snapshots/:id/hand-over',
+    async (req) => {
+      const { handOver } = checkKey(req);
+      return handOver.moveSnapshotIn(parseSnapshotOffer(req.body, req.params.id));
+    },
+  );
+}
+
+/** The body of a snapshot's hand-over, checked as far as this layer can. */
+function parseSnapshotOffer(body: unknown, id: string): SnapshotOffer {
+  const b = body as Partial<SnapshotOffer> | null;
+  if (typeof b !== 'object' || b === null) throw fail('invalidField', 'body', 'an object', body);
+  if (typeof b.from !== 'string' || !NODE_ID.test(b.from)) {
+    throw fail('invalidField', 'from', 'a node id', b.from);
+  }
+  if (!Number.isSafeInteger(b.rev) || (b.rev as number) <= 0) {
+    throw fail('invalidField', 'rev', 'the revision of the catalog entry', b.rev);
+  }
+  if (typeof b.record !== 'object' || b.record === null || b.record.id !== id) {
+    throw fail('invalidField', 'record', `the record of snapshot ${id}`, b.record?.id);
+  }
+  const m = b.manifest;
+  if (
+    typeof m !== 'object' ||
+    m === null ||
+    !Array.isArray(m.parts) ||
+    typeof m.state !== 'object'
+  ) {
+    throw fail('invalidField', 'manifest', 'an export of a frozen state', typeof m);
+  }
+  return b as SnapshotOffer;
 }
 
 /** The body of a hand-over, checked as far as this layer can (vm checks the manifest). */

@@ -95,8 +95,9 @@ export class ClusterNode {
   /** Ids whose entries this node must not write any more (fenced, handed over). */
   private readonly released = new Set<string>();
   /**
-   * Sandboxes being taken over from another node: the revision of their `moving` entry, which
-   * the first write of their new entry compares with (a hand-over's compare-and-set).
+   * Sandboxes and snapshots being taken over from another node: the revision of their entry as
+   * handed over (a sandbox's `moving` one), which the first write of their new entry compares
+   * with (a hand-over's compare-and-set).
    */
   private readonly takeovers = new Map<string, number>();
   /** Set once the first registration is done: records written before are re-adoptions. */
@@ -182,7 +183,9 @@ export class ClusterNode {
           size_bytes: record.size_bytes,
           created_at: record.created_at,
         };
-        this.writer.setSnapshot(record.id, entry, this.expect());
+        const takeover = this.takeovers.get(record.id);
+        this.takeovers.delete(record.id);
+        this.writer.setSnapshot(record.id, entry, takeover ?? this.expect());
       },
       remove: (id) => {
         inner.remove(id);
@@ -278,7 +281,7 @@ export class ClusterNode {
           signal,
         )
         .then((r) => {
-          if (r === null) throw fail('sandboxMoving', id, to);
+          if (r === null) throw fail('sandboxMoving', `sandbox ${id}`, to);
           return r.e ? { ...r.e, liveOn: this.view.live.get(id) ?? null } : null;
         });
       if (this.local?.holds(id)) return { local: true };
@@ -613,6 +616,87 @@ export class ClusterNode {
     }
     this.released.delete(id);
     this.takeovers.set(id, current.modRevision);
+  }
+
+  /**
+   * A snapshot's hand-over, the source's side: its entry, written and still this node's, at the
+   * revision the target's first write compares with. Unlike a sandbox's, the entry does not go
+   * `moving`: the snapshot never changes, and serves here until the target has it. A delete
+   * through this node meanwhile is refused (503 sandbox_moving); one made through another node
+   * (the entry gone) makes the target's compare-and-set fail, and the target drops its copy.
+   */
+  async beginSnapshotMove(id: string): Promise<number> {
+    this.ensureConnected();
+    await this.confirmSnapshot(id);
+    let current;
+    try {
+      current = await this.kv.get(KEYS.snapshot(id));
+    } catch {
+      throw fail('clusterUnavailable', `cannot move snapshot ${id}`);
+    }
+    const entry = current ? parseValue<SnapshotEntry>(current.value) : null;
+    if (!current || !entry || entry.node !== this.id) throw fail('clusterConflict', id);
+    return current.modRevision;
+  }
+
+  /**
+   * After a snapshot's offer failed: whether the target wrote the entry after all (its answer
+   * was lost), in which case the snapshot is its and this node must let it go. False when the
+   * store cannot say (the snapshot then stays here; the writer fences it if it was taken).
+   */
+  async snapshotTakenBy(id: string, to: string): Promise<boolean> {
+    try {
+      const current = await this.kv.get(KEYS.snapshot(id));
+      const entry = current ? parseValue<SnapshotEntry>(current.value) : null;
+      return entry?.node === to;
+    } catch {
+      return false;
+    }
+  }
+
+  /**
+   * A snapshot's hand-over, the target's side, before it is registered here: its entry must
+   * still be `from`'s at revision `rev`; the registration's first write then takes it over by
+   * compare-and-set on that revision.
+   */
+  async expectSnapshotTakeover(id: string, from: string, rev: number): Promise<void> {
+    this.ensureConnected();
+    let current;
+    try {
+      current = await this.kv.get(KEYS.snapshot(id));
+    } catch {
+      throw fail('clusterUnavailable', `cannot take over snapshot ${id}`);
+    }
+    const entry = current ? parseValue<SnapshotEntry>(current.value) : null;
+    if (!current || !entry || entry.node !== from || current.modRevision !== rev) {
+      throw fail('clusterConflict', id);
+    }
+    this.released.delete(id);
+    this.takeovers.set(id, rev);
+  }
+
+  /**
+   * Where this node's snapshot `id` goes when it drains: the nodes `moveTargets` gives, those
+   * that hold the most sandboxes made from it first (they have its frozen state already, brought
+   * by those sandboxes' hand-overs, so nothing but its record is copied).
+   */
+  snapshotTargets(
+    id: string,
+    template: string,
+    sent: ReadonlyMap<string, string> = new Map(),
+  ): NodeRecord[] {
+    const users = new Map<string, number>();
+    for (const [sid, e] of this.view.sandboxes) {
+      if (e.value.snapshot !== id) continue;
+      const node = sent.get(sid) ?? e.value.node;
+      users.set(node, (users.get(node) ?? 0) + 1);
+    }
+    const order = this.moveTargets(template, sent);
+    // A stable sort: among nodes with as many users, the least loaded first, as before.
+    return order
+      .map((n, i) => ({ n, i, u: users.get(n.id) ?? 0 }))
+      .sort((a, b) => b.u - a.u || a.i - b.i)
+      .map((x) => x.n);
   }
 
   /** The take-over of `id` did not happen (its files could not be fetched). */

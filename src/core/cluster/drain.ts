@@ -1,7 +1,8 @@
 /**
  * A node's drain (docs/cluster.md): it stops taking creates (`draining`), then hands each of its
  * sandboxes to the least loaded other serving node (core/cluster/hand-over.ts), two at a time,
- * and is `drained` once it holds none. Started by `POST /v1/cluster/nodes/{id}/drain` or by
+ * then each of its snapshots (to where the sandboxes made from it went, else the least loaded),
+ * and is `drained` once it holds neither. Started by `POST /v1/cluster/nodes/{id}/drain` or by
  * SIGTERM in cluster mode (which then stops, bounded by SERVICE_DRAIN_TIMEOUT_S: what could not
  * be moved is paused in place and comes back with the node, as on a single hostd).
  *
@@ -13,6 +14,7 @@
 import type { Logger } from 'pino';
 import { eachAtOnce } from '../each-at-once.js';
 import type { SandboxInfo } from '../sandbox.js';
+import type { SnapshotInfo } from '../snapshots.js';
 import type { ClusterNode } from './cluster-node.js';
 import type { HandOver } from './hand-over.js';
 
@@ -25,6 +27,9 @@ export interface DrainResult {
   readonly moved: number;
   /** Sandboxes still here: failed ones, and those no node took. */
   readonly left: number;
+  readonly snapshotsMoved: number;
+  /** Snapshots still here: those no node took. */
+  readonly snapshotsLeft: number;
 }
 
 export class Drainer {
@@ -32,7 +37,7 @@ export class Drainer {
 
   constructor(
     private readonly node: ClusterNode,
-    private readonly sandboxes: { list(): SandboxInfo[] },
+    private readonly sandboxes: { list(): SandboxInfo[]; listSnapshots(): SnapshotInfo[] },
     private readonly handOver: HandOver,
     private readonly log: Logger,
   ) {}
@@ -59,10 +64,44 @@ export class Drainer {
         if (await this.moveOne(s, sent)) moved++;
       });
     }
+    // Then its snapshots, each preferably where the sandboxes made from it went (their frozen
+    // state is there already), so that a rolling restart leaves every snapshot usable.
+    let snapshotsMoved = 0;
+    const triedSnapshots = new Set<string>();
+    for (;;) {
+      const todo = this.sandboxes.listSnapshots().filter((s) => !triedSnapshots.has(s.snapshot_id));
+      if (todo.length === 0) break;
+      await eachAtOnce(todo, AT_ONCE, async (s) => {
+        triedSnapshots.add(s.snapshot_id);
+        if (await this.moveSnapshot(s, sent)) snapshotsMoved++;
+      });
+    }
     const left = this.sandboxes.list().length;
-    if (left === 0) await this.node.setState('drained');
-    this.log.info({ moved, left, ms: Date.now() - started }, 'drain done');
-    return { moved, left };
+    const snapshotsLeft = this.sandboxes.listSnapshots().length;
+    if (left === 0 && snapshotsLeft === 0) await this.node.setState('drained');
+    this.log.info(
+      { moved, left, snapshotsMoved, snapshotsLeft, ms: Date.now() - started },
+      'drain done',
+    );
+    return { moved, left, snapshotsMoved, snapshotsLeft };
+  }
+
+  private async moveSnapshot(s: SnapshotInfo, sent: ReadonlyMap<string, string>): Promise<boolean> {
+    const id = s.snapshot_id;
+    const targets = this.node.snapshotTargets(id, s.template, sent).slice(0, TRIES);
+    if (targets.length === 0) {
+      this.log.warn({ snapshot: id, template: s.template }, 'no node can take it; it stays');
+      return false;
+    }
+    for (const to of targets) {
+      try {
+        await this.handOver.moveSnapshotOut(id, to);
+        return true;
+      } catch (err) {
+        this.log.warn({ snapshot: id, to: to.id, err }, 'snapshot hand-over failed');
+      }
+    }
+    return false;
   }
 
   private async moveOne(s: SandboxInfo, sent: Map<string, string>): Promise<boolean> {

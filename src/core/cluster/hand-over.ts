@@ -18,9 +18,10 @@
  */
 import type { Logger } from 'pino';
 import { fail, HostdError } from '../../errors.js';
-import type { FileFetcher, PausedManifest } from '../../vm/machine.js';
-import type { SandboxRecord } from '../journal.js';
-import type { OutgoingMove } from '../sandbox-manager.js';
+import type { FileFetcher, PausedManifest, StateManifest } from '../../vm/machine.js';
+import type { SandboxRecord, SnapshotRecord } from '../journal.js';
+import type { OutgoingMove, OutgoingSnapshot } from '../sandbox-manager.js';
+import type { SnapshotInfo } from '../snapshots.js';
 import type { SandboxInfo } from '../sandbox.js';
 import type { ClusterNode } from './cluster-node.js';
 import type { NodeRecord } from './records.js';
@@ -33,6 +34,15 @@ export interface HandOverOffer {
   readonly manifest: PausedManifest;
 }
 
+/** What the source of a snapshot sends the target (the peer snapshot hand-over route's body). */
+export interface SnapshotOffer {
+  readonly from: string;
+  /** The revision of the snapshot's entry, still the source's: the target's write compares it. */
+  readonly rev: number;
+  readonly record: SnapshotRecord;
+  readonly manifest: StateManifest;
+}
+
 /** Node-to-node calls (src/cluster/peer-http.ts over HTTP; a direct call in unit tests). */
 export interface PeerLink {
   /** A file of `from`'s export, from byte `offset` on. */
@@ -43,6 +53,8 @@ export interface PeerLink {
   ): Promise<AsyncIterable<Uint8Array>>;
   /** Asks `to` to take the sandbox over; resolves once it did. Rejects with a HostdError. */
   offer(to: NodeRecord, offer: HandOverOffer): Promise<SandboxInfo>;
+  /** Asks `to` to take the snapshot over; resolves once it did. Rejects with a HostdError. */
+  offerSnapshot(to: NodeRecord, offer: SnapshotOffer): Promise<SnapshotInfo>;
 }
 
 /** What a hand-over needs of the sandbox manager. */
@@ -50,6 +62,13 @@ export interface MovableSandboxes {
   moveOut(id: string, to: string): Promise<OutgoingMove>;
   moveIn(record: SandboxRecord, manifest: PausedManifest, fetch: FileFetcher): Promise<SandboxInfo>;
   fence(id: string, why: string): Promise<void>;
+  moveSnapshotOut(id: string, to: string): Promise<OutgoingSnapshot>;
+  moveSnapshotIn(
+    record: SnapshotRecord,
+    manifest: StateManifest,
+    fetch: FileFetcher,
+  ): Promise<SnapshotInfo>;
+  fenceSnapshot(id: string, why: string): void;
 }
 
 export class HandOver {
@@ -88,7 +107,7 @@ export class HandOver {
       }
       move.abort();
       this.log.warn({ sandbox: id, to: to.id, why }, 'hand-over failed; the sandbox stays here');
-      throw fail('handOverFailed', id, to.id, why);
+      throw fail('handOverFailed', `sandbox ${id}`, to.id, why);
     }
     await move.finish();
     this.log.info({ sandbox: id, to: to.id, ms: Date.now() - started }, 'sandbox moved');
@@ -115,6 +134,68 @@ export class HandOver {
       // Not in the catalog as ours: the source keeps it (its abort puts the entry back).
       this.node.release('sandbox', id);
       await this.sandboxes.fence(id, 'its hand-over could not be recorded in the catalog');
+      throw err;
+    }
+    return info;
+  }
+  /**
+   * Hands snapshot `id` to node `to`; rejects when it stays here. Its frozen state and disk
+   * layers travel as a paused sandbox's do: a part the target has by id (a fork point a sandbox
+   * made from the snapshot brought there) is not copied again.
+   */
+  async moveSnapshotOut(id: string, to: NodeRecord): Promise<void> {
+    const started = Date.now();
+    const move = await this.sandboxes.moveSnapshotOut(id, to.id);
+    try {
+      const rev = await this.node.beginSnapshotMove(id);
+      await this.peers.offerSnapshot(to, {
+        from: this.node.id,
+        rev,
+        record: move.record,
+        manifest: move.manifest,
+      });
+    } catch (err) {
+      if (!(await this.node.snapshotTakenBy(id, to.id))) {
+        move.abort();
+        const why = err instanceof HostdError ? err.message : 'the node did not answer';
+        this.log.warn({ snapshot: id, to: to.id, why }, 'snapshot hand-over failed; it stays');
+        throw err instanceof HostdError && err.code === 'hand_over_failed'
+          ? err
+          : fail('handOverFailed', `snapshot ${id}`, to.id, why);
+      }
+      this.log.warn(
+        { snapshot: id, to: to.id },
+        'snapshot hand-over answer lost; the target has it',
+      );
+    }
+    // Its entry is the target's now: this node lets it go without writing it.
+    this.node.release('snapshot', id);
+    move.finish();
+    this.log.info({ snapshot: id, to: to.id, ms: Date.now() - started }, 'snapshot moved');
+  }
+
+  /** The target's side: takes over the snapshot `offer` describes, fetching from its source. */
+  async moveSnapshotIn(offer: SnapshotOffer): Promise<SnapshotInfo> {
+    const id = offer.record.id;
+    const from = this.node.liveNode(offer.from);
+    if (!from) throw fail('nodeUnavailable', `snapshot ${id}`, offer.from);
+    await this.node.expectSnapshotTakeover(id, offer.from, offer.rev);
+    let info: SnapshotInfo;
+    try {
+      info = await this.sandboxes.moveSnapshotIn(offer.record, offer.manifest, (file, offset) =>
+        this.peers.fetchFile(from, file, offset),
+      );
+    } catch (err) {
+      this.node.cancelTakeover(id);
+      throw err;
+    }
+    try {
+      await this.node.confirmSnapshot(id);
+    } catch (err) {
+      // Not in the catalog as ours (deleted meanwhile through another node): the source keeps
+      // what it has, this copy goes.
+      this.node.release('snapshot', id);
+      this.sandboxes.fenceSnapshot(id, 'its hand-over could not be recorded in the catalog');
       throw err;
     }
     return info;

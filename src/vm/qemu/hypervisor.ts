@@ -19,6 +19,7 @@ import type {
   PausedDescriptor,
   PausedMachine,
   StateDescriptor,
+  StateManifest,
   TemplateImage,
 } from '../machine.js';
 import type { LoadedImage } from '../image/image.js';
@@ -141,6 +142,14 @@ export class QemuHypervisor implements Hypervisor {
 
   importPaused(manifest: PausedManifest, fetch: FileFetcher): Promise<QemuPaused> {
     return asVmError('import', () => this.ctx.store.transfer.import(manifest, fetch));
+  }
+
+  exportState(state: FrozenState): Promise<StateManifest> {
+    return asVmError('export', () => this.ctx.store.transfer.exportState(ours(state)));
+  }
+
+  importState(manifest: StateManifest, fetch: FileFetcher): Promise<QemuState> {
+    return asVmError('import', () => this.ctx.store.transfer.importState(manifest, fetch));
   }
 
   openPaused(descriptor: PausedDescriptor): Promise<QemuPaused> {

@@ -27,6 +27,8 @@ import type {
   ExportedRead,
   FileFetcher,
   PausedManifest,
+  StateDescriptor,
+  StateManifest,
 } from '../machine.js';
 import { checkImageBuild } from '../image/image.js';
 import { STATE_FORMAT } from '../storage/state-format.js';
@@ -35,6 +37,7 @@ import type { DiskLayer } from '../storage/disk-layer.js';
 import { VmError } from '../vm-error.js';
 import type { MachineSpec } from './qemu-args.js';
 import type { QemuPaused } from './qemu-paused.js';
+import type { QemuState } from './qemu-state.js';
 import type { StateStore } from './state-store.js';
 
 /** The files an export may name, relative to the data directory; nothing else is served. */
@@ -66,20 +69,45 @@ export class PausedTransfer {
   ) {}
 
   async export(paused: QemuPaused): Promise<PausedManifest> {
+    const parts = await this.stateParts(paused.origin, paused.disk?.layer ?? null);
+    const own = [
+      'memory.delta',
+      'device.state',
+      ...(paused.disk ? ['disk.qcow2', 'disk.json'] : []),
+    ];
+    const files: ExportedFile[] = [];
+    for (const name of own)
+      files.push(await this.describeFile(`paused/${paused.id}/${name}`, false));
+    parts.push({ kind: 'paused', id: paused.id, files });
+    return { format: STATE_FORMAT, paused: paused.describe(), parts };
+  }
+
+  /** A frozen state alone (a snapshot's): its own files and its disk layer chain. */
+  async exportState(state: QemuState): Promise<StateManifest> {
+    const parts = await this.stateParts(state, null);
+    return { format: STATE_FORMAT, state: this.store.describe(state), parts };
+  }
+
+  /**
+   * The parts `origin` needs, in the order an import puts them in place: a template's frozen
+   * boot, the layers under it, then (for a paused machine) those under `disk`, then the fork
+   * point itself.
+   */
+  private async stateParts(origin: QemuState, disk: DiskLayer | null): Promise<ExportedPart[]> {
     const parts: ExportedPart[] = [];
     const seen = new Set<string>();
     const add = async (kind: ExportedPart['kind'], id: string, names: string[]): Promise<void> => {
       if (seen.has(id)) return;
       seen.add(id);
       const files: ExportedFile[] = [];
-      for (const name of names) files.push(await this.describeFile(name, kind !== 'paused'));
+      for (const name of names) files.push(await this.describeFile(name, true));
       parts.push({ kind, id, files });
     };
-    const addTemplate = (key: string, disk: boolean): Promise<void> =>
+    const addTemplate = (key: string, withDisk: boolean): Promise<void> =>
       add('state', `template-${key}`, [
         `templates/${key}/memory.img`,
         `templates/${key}/device.state`,
-        ...(disk ? [`templates/${key}/disk.qcow2`] : []),
+        ...(withDisk ? [`templates/${key}/disk.qcow2`] : []),
         `templates/${key}/complete`,
       ]);
     const addLayers = async (layer: DiskLayer | null): Promise<void> => {
@@ -88,13 +116,12 @@ export class PausedTransfer {
         else await add('layer', l.id, [`disks/${l.id}.qcow2`, `disks/${l.id}.json`]);
       }
     };
-    const { origin } = paused;
     const spec = origin.spec;
     if (origin.id.startsWith('template-')) {
       await addTemplate(origin.id.slice('template-'.length), Boolean(spec.image.disk));
     }
     await addLayers(origin.layer);
-    await addLayers(paused.disk?.layer ?? null);
+    await addLayers(disk);
     if (!origin.id.startsWith('template-')) {
       await add(
         'state',
@@ -102,17 +129,7 @@ export class PausedTransfer {
         ['mem', 'state', 'json'].map((ext) => `images/${origin.id}.${ext}`),
       );
     }
-    const own = [
-      'memory.delta',
-      'device.state',
-      ...(paused.disk ? ['disk.qcow2', 'disk.json'] : []),
-    ];
-    await add(
-      'paused',
-      paused.id,
-      own.map((name) => `paused/${paused.id}/${name}`),
-    );
-    return { format: STATE_FORMAT, paused: paused.describe(), parts };
+    return parts;
   }
 
   async read(path: string, offset: number): Promise<ExportedRead> {
@@ -135,19 +152,42 @@ export class PausedTransfer {
   }
 
   async import(manifest: PausedManifest, fetch: FileFetcher): Promise<QemuPaused> {
-    if (manifest.format !== STATE_FORMAT) {
-      throw new VmError(
-        'state_corrupt',
-        `export format ${manifest.format}; this reads ${STATE_FORMAT}`,
-      );
-    }
-    for (const part of manifest.parts) checkPart(part);
     if (!manifest.parts.some((p) => p.kind === 'paused' && p.id === manifest.paused.id)) {
       throw new VmError('state_corrupt', `the export lacks paused machine ${manifest.paused.id}`);
     }
+    const origin = manifest.paused.origin;
+    const renamed = await this.importParts(manifest.format, origin, manifest.parts, fetch);
+    const originAs = renamed.get(origin.id)?.state ?? origin.id;
+    return this.store.openPaused({ ...manifest.paused, origin: { ...origin, id: originAs } });
+  }
+
+  /** A frozen state alone (a snapshot's), opened once its parts are here. */
+  async importState(manifest: StateManifest, fetch: FileFetcher): Promise<QemuState> {
+    if (manifest.parts.some((p) => p.kind === 'paused')) {
+      throw new VmError('state_corrupt', 'the export of a state names a paused machine');
+    }
+    const state = manifest.state;
+    const renamed = await this.importParts(manifest.format, state, manifest.parts, fetch);
+    return this.store.open({ ...state, id: renamed.get(state.id)?.state ?? state.id });
+  }
+
+  /**
+   * Puts in place the parts this node lacks, after the checks no byte is fetched before; returns
+   * the templates taken in as fork points of their own (see below), by their exported ids.
+   */
+  private async importParts(
+    format: number,
+    origin: StateDescriptor,
+    parts: readonly ExportedPart[],
+    fetch: FileFetcher,
+  ): Promise<Map<string, { state: string; layer: string }>> {
+    if (format !== STATE_FORMAT) {
+      throw new VmError('state_corrupt', `export format ${format}; this reads ${STATE_FORMAT}`);
+    }
+    for (const part of parts) checkPart(part);
     // Never restore onto another build: refused before a byte is fetched.
     try {
-      await checkImageBuild((manifest.paused.origin.spec as MachineSpec).image);
+      await checkImageBuild((origin.spec as MachineSpec).image);
     } catch (err) {
       throw new VmError('state_corrupt', (err as Error).message, { cause: err });
     }
@@ -155,7 +195,7 @@ export class PausedTransfer {
     // the source's comes as a fork point and a disk layer of their own, named after its content
     // so that the next import from it finds them, and the records naming it are rewritten.
     const renamed = new Map<string, { state: string; layer: string }>();
-    for (const part of manifest.parts) {
+    for (const part of parts) {
       if (part.kind !== 'state' || !part.id.startsWith('template-')) continue;
       if (!existsSync(this.templateDir(part.id, 'complete'))) continue;
       if (await this.sameFiles(part)) continue;
@@ -165,7 +205,7 @@ export class PausedTransfer {
         .slice(0, 16);
       renamed.set(part.id, { state: `fork-${digest}`, layer: `layer-${digest}` });
     }
-    for (const part of manifest.parts) {
+    for (const part of parts) {
       const as = renamed.get(part.id);
       const key = as?.state ?? part.id;
       for (;;) {
@@ -186,9 +226,7 @@ export class PausedTransfer {
         this.importing.delete(key);
       }
     }
-    const origin = manifest.paused.origin;
-    const originAs = renamed.get(origin.id)?.state ?? origin.id;
-    return this.store.openPaused({ ...manifest.paused, origin: { ...origin, id: originAs } });
+    return renamed;
   }
 
   private templateDir(id: string, name: string): string {
