@@ -129,7 +129,9 @@ export class ClusterFront {
    * A create: asked of each node in placement order until one accepts; `local` creates here.
    * A node that refuses (429, 503: full, draining, short of memory) passes it on; any other
    * answer is the client's. `targetOf` says where on a node the create is asked (the E2B front
-   * asks the node's E2B front); a node it gives nothing for is passed over.
+   * asks the node's E2B front); a node it gives nothing for is passed over. `forward` changes
+   * what another node is asked (its body) and what its acceptance answers the client: the E2B
+   * front sends what it resolved a name to, so that the node asked does not resolve it anew.
    */
   async create(
     req: FastifyRequest,
@@ -137,6 +139,7 @@ export class ClusterFront {
     body: { template?: string; snapshot?: string },
     local: () => Promise<unknown>,
     targetOf: (node: NodeRecord) => Target | null = (node) => node,
+    forward: { body?: unknown; answer?: (a: Answer) => Answer } = {},
   ): Promise<unknown> {
     // Riding out an etcd member's loss (the watch moving to another member) or a short outage.
     await this.node.awaitConnected(CONNECT_WAIT_MS);
@@ -168,7 +171,7 @@ export class ClusterFront {
         answer = await this.forwarder.ask(
           { method: 'POST', url: req.url, headers: req.headers },
           target,
-          Buffer.from(JSON.stringify(req.body ?? {})),
+          Buffer.from(JSON.stringify(forward.body ?? req.body ?? {})),
         );
       } catch (err) {
         refusal = toHostdError(err, req.id);
@@ -178,7 +181,7 @@ export class ClusterFront {
         refusal = answer;
         continue;
       }
-      return relay(reply, answer);
+      return relay(reply, forward.answer ? forward.answer(answer) : answer);
     }
     if (refusal instanceof HostdError || refusal === null) {
       throw refusal ?? fail('noNodeAvailable', body.template ?? 'the default');

@@ -21,8 +21,9 @@ import { createMetrics } from '../../src/api/metrics.js';
 import { ClusterNode } from '../../src/core/cluster/cluster-node.js';
 import type { NodeRecord } from '../../src/core/cluster/records.js';
 import { fail } from '../../src/errors.js';
-import type { SandboxManager } from '../../src/core/sandbox-manager.js';
+import type { ManagerOptions, SandboxManager } from '../../src/core/sandbox-manager.js';
 import { startClusterManager, untilNodesMeet } from '../helpers/cluster-manager.js';
+import { FakeImages, plan } from '../helpers/fake-images.js';
 import { MemoryStore } from '../helpers/memory-kv.js';
 import { eventually } from '../../testkit/eventually.js';
 
@@ -101,8 +102,12 @@ interface Node {
   e2bUrl: string;
 }
 
-async function startNode(store: MemoryStore, id: string): Promise<Node> {
-  const { cluster, manager } = await startClusterManager(store, id, log);
+async function startNode(
+  store: MemoryStore,
+  id: string,
+  overrides: Partial<ManagerOptions> = {},
+): Promise<Node> {
+  const { cluster, manager } = await startClusterManager(store, id, log, overrides);
   const auth = { kind: 'keys' as const, keys: [KEY] };
   const app = await buildServer({
     manager,
@@ -239,6 +244,48 @@ describe('the E2B front of a two-node cluster', () => {
     } finally {
       for (const id of [...made, source.id, busy.id]) await e2b(b, 'DELETE', `/sandboxes/${id}`);
       await e2b(b, 'DELETE', `/templates/${snapshotID}`);
+    }
+  });
+
+  test("a create by a snapshot's name is made of the snapshot the receiving node resolved, whatever the holder's copy knows", async () => {
+    const source = await a.manager.create({ template: 'python' });
+    const snap = await e2b(a, 'POST', `/sandboxes/${source.id}/snapshots`, {
+      body: { name: 'race-ckpt' },
+    });
+    assert.equal(snap.status, 201, JSON.stringify(snap.json));
+    const { snapshotID } = snap.json as { snapshotID: string };
+    await b.cluster.view.waitFor(
+      () => (b.cluster.view.snapshots.has(snapshotID) ? true : null),
+      5000,
+    );
+    // a's copy has a newer snapshot of that name, on a third node that is down; b's does not.
+    const ghost = `snap_${'f'.repeat(32)}`;
+    a.cluster.view.snapshots.set(ghost, {
+      value: {
+        node: 'c',
+        name: 'race-ckpt',
+        template: 'python',
+        source_sandbox_id: source.id,
+        size_bytes: 1,
+        created_at: new Date(Date.now() + 60_000).toISOString(),
+      },
+      modRevision: 1,
+    });
+    let made: string | null = null;
+    try {
+      const res = await e2b(b, 'POST', '/v2/sandboxes', { body: { templateID: 'race-ckpt' } });
+      assert.equal(res.status, 201, JSON.stringify(res.json));
+      const answer = res.json as Made & { templateID: string; alias?: string };
+      made = answer.sandboxID;
+      assert.equal(a.manager.describe(made).snapshot_id, snapshotID);
+      // It names what the client asked for, as a create made where it was asked does.
+      assert.equal(answer.templateID, 'race-ckpt');
+      assert.equal(answer.alias, undefined);
+    } finally {
+      a.cluster.view.snapshots.delete(ghost);
+      for (const id of [...(made ? [made] : []), source.id])
+        await e2b(a, 'DELETE', `/sandboxes/${id}`);
+      await e2b(a, 'DELETE', `/templates/${snapshotID}`);
     }
   });
 
@@ -440,5 +487,45 @@ describe('the batch metrics of a cluster with a node gone', () => {
       [alone.status, (alone.json as { error_code: string }).error_code],
       [404, 'sandbox_lost'],
     );
+  });
+});
+
+describe("E2B's template aliases in a cluster whose nodes serve different templates", () => {
+  const store = new MemoryStore();
+  let e: Node;
+  let f: Node;
+
+  before(async () => {
+    // e serves slim only; f serves python (what `base` and `code-interpreter-v1` map onto).
+    e = await startNode(store, 'e', {
+      templates: [plan('slim', { poolSize: 0 })],
+      images: new FakeImages(['slim']),
+    });
+    f = await startNode(store, 'f');
+    await untilNodesMeet([e.cluster, f.cluster], (r) => Boolean(r.e2b_url));
+    await eventually('e to see python ready on f', () => {
+      return e.cluster.view.nodes.get('f')?.templates.python?.state === 'ready';
+    });
+  });
+
+  after(async () => {
+    for (const n of [e, f]) {
+      if (!n) continue;
+      for (const app of n.apps) await app.close();
+      await n.manager.shutdown();
+      await n.cluster.stop();
+    }
+  });
+
+  test('an alias maps onto the template any live node serves, and the create is made there', async () => {
+    for (const alias of ['base', 'code-interpreter-v1']) {
+      const res = await e2b(e, 'POST', '/v2/sandboxes', { body: { templateID: alias } });
+      assert.equal(res.status, 201, `${alias}: ${JSON.stringify(res.json)}`);
+      const answer = res.json as Made & { templateID: string; alias?: string };
+      assert.equal(f.manager.holds(answer.sandboxID), true, `${alias} is made on f`);
+      assert.equal(f.manager.describe(answer.sandboxID).template, 'python');
+      assert.deepEqual([answer.templateID, answer.alias], [alias, alias]);
+      assert.equal((await e2b(e, 'DELETE', `/sandboxes/${answer.sandboxID}`)).status, 204);
+    }
   });
 });

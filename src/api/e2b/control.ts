@@ -44,7 +44,9 @@ export interface E2bSandbox {
  * E2B's template names, onto hostd's templates (docs/e2b.md, Templates): `base` (E2B's default:
  * Python, bash, git, curl) and `code-interpreter-v1` (@e2b/code-interpreter's default: the data
  * stack) are both `python`, the template with git, curl and pandas/matplotlib. When hostd does
- * not serve the target, the alias is the default template (the first of SERVICE_TEMPLATES).
+ * not serve the target, the alias is the default template (the first of SERVICE_TEMPLATES). In
+ * cluster mode "served" means by any live node: an alias whose target only another node serves
+ * is created there.
  */
 export const TEMPLATE_ALIASES: Readonly<Record<string, string>> = {
   base: 'python',
@@ -75,6 +77,24 @@ export function sandboxAnswer(ctx: E2bContext, id: string, templateID: string): 
   };
 }
 
+/**
+ * Another node's acceptance of a create asked for what `templateID` resolved to, naming
+ * `templateID` as the client asked (and its alias, when it is one), as a local create does.
+ */
+function namedAs(a: Answer, templateID: string): Answer {
+  if (a.status !== 201) return a;
+  let body: Record<string, unknown>;
+  try {
+    body = JSON.parse(a.body.toString('utf8')) as Record<string, unknown>;
+  } catch {
+    return a; // Expected never: a node's E2B front answers JSON; passed on as it came.
+  }
+  body.templateID = templateID;
+  if (templateID in TEMPLATE_ALIASES) body.alias = templateID;
+  else delete body.alias;
+  return { ...a, body: Buffer.from(JSON.stringify(body)) };
+}
+
 /** What an E2B `templateID` means here: a hostd template, or a snapshot (by id or name). */
 type Source = { template: string } | { snapshot: string };
 
@@ -98,7 +118,8 @@ async function resolveForCreate(ctx: E2bContext, name: string): Promise<Source> 
 function knownSource(ctx: E2bContext, name: string): Source | null {
   const { manager } = ctx;
   if (name.startsWith('snap_')) return { snapshot: name };
-  const served = manager.listTemplates().map((t) => t.name);
+  // In cluster mode, the templates any live node serves (this node's first, in its order).
+  const served = ctx.cluster?.node.templateNames() ?? manager.listTemplates().map((t) => t.name);
   if (served.includes(name)) return { template: name };
   const alias = TEMPLATE_ALIASES[name];
   if (alias !== undefined) {
@@ -450,8 +471,21 @@ export function registerControlRoutes(app: FastifyInstance, ctx: E2bContext): vo
       return reply.code(201).send(answer);
     };
     // Cluster mode: placed as a native create is, and asked of the chosen node's E2B front
-    // (whose tokens the answer carries: that node checks the sandbox's traffic).
-    if (ctx.cluster) return ctx.cluster.create(req, reply, source, here, e2bTarget);
+    // (whose tokens the answer carries: that node checks the sandbox's traffic). That node is
+    // asked for what the name resolved to here (a snapshot's id, an alias's template): its own
+    // copy of the catalog may know a newer snapshot of the name, on a third node, or map an
+    // alias otherwise. Its answer then names what the client asked for, as `here` does.
+    if (ctx.cluster) {
+      const resolved = 'snapshot' in source ? source.snapshot : source.template;
+      const forward =
+        resolved === templateID
+          ? {}
+          : {
+              body: { ...b, templateID: resolved },
+              answer: (a: Answer): Answer => namedAs(a, templateID),
+            };
+      return ctx.cluster.create(req, reply, source, here, e2bTarget, forward);
+    }
     return here();
   };
   app.post('/v2/sandboxes', create);

@@ -453,11 +453,21 @@ export class ClusterNode {
       .map((e) => e.node)
       .sort()[0];
     if (down !== undefined) throw fail('nodeUnavailable', `template ${show(name)}`, down);
-    // This node's own first, in its order: with the same templates on every node (as
-    // docs/cluster.md asks), the very body a single hostd answers.
+    throw fail('templateNotFound', name, this.templateNames());
+  }
+
+  /**
+   * The templates the live nodes serve (in any state), this node's own first in its order, then
+   * the others' as their records list them: with the same templates on every node (as
+   * docs/cluster.md asks), what a single hostd lists. E2B's aliases map onto these.
+   */
+  templateNames(): string[] {
     const known = new Set(Object.keys(this.selfRecord().templates));
-    for (const n of nodes) for (const t of Object.keys(n.templates)) known.add(t);
-    throw fail('templateNotFound', name, [...known]);
+    const others = [...this.view.nodes.values()]
+      .filter((n) => n.id !== this.id)
+      .sort((a, b) => a.id.localeCompare(b.id));
+    for (const n of others) for (const t of Object.keys(n.templates)) known.add(t);
+    return [...known];
   }
 
   /**
