@@ -38,6 +38,16 @@ function sandboxParam(route: string): string | undefined {
   return SANDBOX_PARAM[route] ?? (route.startsWith('/v1/sandboxes/:id/') ? 'id' : undefined);
 }
 
+/** How `ClusterFront.create` asks another node, when not as the client asked this one. */
+export interface ForwardOptions {
+  /** The body the other node is asked with (the client's when absent). */
+  readonly body?: unknown;
+  /** What the other node's acceptance answers the client (its answer as it is when absent). */
+  readonly answer?: (a: Answer) => Answer;
+  /** Why a node `targetOf` gives no target for cannot be asked (`what` it holds). */
+  readonly noTarget?: (what: string, node: string) => HostdError;
+}
+
 export class ClusterFront {
   readonly forwarder: Forwarder;
 
@@ -139,7 +149,7 @@ export class ClusterFront {
     body: { template?: string; snapshot?: string },
     local: () => Promise<unknown>,
     targetOf: (node: NodeRecord) => Target | null = (node) => node,
-    forward: { body?: unknown; answer?: (a: Answer) => Answer } = {},
+    forward: ForwardOptions = {},
   ): Promise<unknown> {
     // Riding out an etcd member's loss (the watch moving to another member) or a short outage.
     await this.node.awaitConnected(CONNECT_WAIT_MS);
@@ -162,7 +172,8 @@ export class ClusterFront {
       if (target === null) {
         // A snapshot's holder is the only node that can restore it: say so, not "no node".
         if (body.snapshot !== undefined) {
-          refusal = fail('nodeUnavailable', `snapshot ${body.snapshot}`, node.id);
+          const what = `snapshot ${body.snapshot}`;
+          refusal = forward.noTarget?.(what, node.id) ?? fail('nodeUnavailable', what, node.id);
         }
         continue;
       }

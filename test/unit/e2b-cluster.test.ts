@@ -351,6 +351,32 @@ describe('the E2B front of a two-node cluster', () => {
         );
         assert.equal(res.status, 404, `via ${via.id}: ${JSON.stringify(res.json)}`);
       }
+      // When ids fail on two nodes, the answer is the first failing id's in request order, even
+      // where its node's part comes after the part of a node that holds an earlier id.
+      const ghost = `sbx_${'e'.repeat(32)}`; // b's in a's copy of the catalog; b holds no such
+      a.cluster.view.sandboxes.set(ghost, {
+        value: {
+          node: 'b',
+          state: 'paused',
+          template: 'python',
+          parent: null,
+          snapshot: null,
+          created_at: new Date().toISOString(),
+        },
+        modRevision: 1,
+      });
+      try {
+        const onAFirst = onA[0]!.id;
+        const res = await e2b(
+          a,
+          'GET',
+          `/sandboxes/metrics?sandbox_ids=${onAFirst},${ghost},${unknown}`,
+        );
+        assert.equal(res.status, 404, JSON.stringify(res.json));
+        assert.match((res.json as { message: string }).message, new RegExp(ghost));
+      } finally {
+        a.cluster.view.sandboxes.delete(ghost);
+      }
     } finally {
       for (const s of all) await e2b(a, 'DELETE', `/sandboxes/${s.id}`);
     }

@@ -51,6 +51,14 @@ export function e2bSubject(
   return null;
 }
 
+/**
+ * The error for `what` (`sandbox <id>`, `snapshot <id>`) held by `node`, whose record names no
+ * E2B front: it cannot be forwarded to. Written once, for every E2B route that forwards.
+ */
+export function noE2bFront(what: string, node: string): HostdError {
+  return fail('nodeUnavailable', what, `${node} (it serves no E2B front)`);
+}
+
 /** A node's E2B front as a forwarding target, or null when the node has none. */
 export function e2bTarget(node: NodeRecord): Target | null {
   return node.e2b_url ? { id: node.id, url: node.e2b_url } : null;
@@ -205,11 +213,7 @@ export function installE2bHop(
       if (route.local) return;
       target = e2bTarget(route.node);
       if (target === null) {
-        throw fail(
-          'nodeUnavailable',
-          `${subject.kind} ${subject.id}`,
-          `${route.node.id} (it serves no E2B front)`,
-        );
+        throw noE2bFront(`${subject.kind} ${subject.id}`, route.node.id);
       }
     } catch (err) {
       let e = toHostdError(err, req.id);

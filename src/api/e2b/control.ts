@@ -18,12 +18,13 @@ import {
   type SandboxMetric,
   type SnapshotInfo,
 } from '../../core/sandbox-manager.js';
+import type { NodeRecord } from '../../core/cluster/records.js';
 import { fail } from '../../errors.js';
 import { optionalEnv, optionalMetadata } from '../validate.js';
 import { AUTO_RESUME_LABEL, e2bState, type E2bContext } from './context.js';
 import { ClusterFront, relay } from '../cluster-front.js';
 import type { Answer } from '../forward.js';
-import { e2bTarget } from './cluster-hop.js';
+import { e2bTarget, noE2bFront } from './cluster-hop.js';
 
 type IdParams = { id: string };
 type Body = Record<string, unknown>;
@@ -380,9 +381,12 @@ function sendPage(reply: FastifyReply, page: unknown[], next: string | null): Fa
 
 /**
  * Cluster mode's batch metrics: each node's sandboxes asked of its E2B front (the hop header
- * on: it answers for its own), this node's answered by `latest`, merged in request order. The
- * first node's part that fails, in the order of the ids, is the answer (its status and body as
- * it wrote them): an id a single hostd would refuse fails the request as it would there.
+ * on: it answers for its own), this node's answered by `latest`, merged in request order. An id
+ * a single hostd would refuse fails the request as it would there, and as there the answer is
+ * that of the first failing id in the order asked: a node answers its own ids' first failure,
+ * so when several nodes' parts fail, the ids of failing parts are asked again one at a time, in
+ * request order, up to the first that fails (a node that did not answer at all fails at its
+ * first id). A rare path: only a request naming bad ids on two nodes takes it.
  */
 async function batchMetrics(
   front: ClusterFront,
@@ -392,29 +396,47 @@ async function batchMetrics(
   latest: (ids: readonly string[]) => Record<string, unknown>,
 ): Promise<unknown> {
   const groups = await front.holders(ids, `GET ${req.url}`);
-  const parts = await Promise.allSettled(
-    groups.map(async ({ node, ids: some }): Promise<Part> => {
-      if (node === null) return { found: latest(some) };
-      const target = e2bTarget(node);
-      if (target === null) {
-        throw fail('nodeUnavailable', `sandbox ${some[0]}`, `${node.id} (it serves no E2B front)`);
+  const ask = async (node: NodeRecord | null, some: readonly string[]): Promise<Part> => {
+    if (node === null) return { found: latest(some) };
+    const target = e2bTarget(node);
+    if (target === null) throw noE2bFront(`sandbox ${some[0]}`, node.id);
+    const url = `/sandboxes/metrics?sandbox_ids=${encodeURIComponent(some.join(','))}`;
+    const answer = await front.forwarder.ask(
+      { method: 'GET', url, headers: req.headers },
+      target,
+      undefined,
+      10_000,
+    );
+    if (answer.status !== 200) return { refused: answer };
+    const json = JSON.parse(answer.body.toString('utf8')) as { sandboxes: Part['found'] };
+    return { found: json.sandboxes };
+  };
+  const parts = await Promise.allSettled(groups.map((g) => ask(g.node, g.ids)));
+  const failedAt = parts.flatMap((p, i) => (p.status === 'rejected' || p.value.refused ? [i] : []));
+  const answerOf = (p: PromiseSettledResult<Part>): unknown => {
+    if (p.status === 'rejected') throw p.reason;
+    return relay(reply, p.value.refused!);
+  };
+  if (failedAt.length > 0) {
+    if (failedAt.length > 1) {
+      const groupOf = new Map<string, number>();
+      groups.forEach((g, i) => g.ids.forEach((id) => groupOf.set(id, i)));
+      for (const id of ids) {
+        const i = groupOf.get(id)!;
+        const part = parts[i]!;
+        if (!failedAt.includes(i)) continue;
+        if (part.status === 'rejected' && groups[i]!.node !== null) return answerOf(part);
+        const [alone] = await Promise.allSettled([ask(groups[i]!.node, [id])]);
+        if (alone!.status === 'rejected' || alone!.value.refused) return answerOf(alone!);
       }
-      const url = `/sandboxes/metrics?sandbox_ids=${encodeURIComponent(some.join(','))}`;
-      const answer = await front.forwarder.ask(
-        { method: 'GET', url, headers: req.headers },
-        target,
-        undefined,
-        10_000,
-      );
-      if (answer.status !== 200) return { refused: answer };
-      const json = JSON.parse(answer.body.toString('utf8')) as { sandboxes: Part['found'] };
-      return { found: json.sandboxes };
-    }),
-  );
+    }
+    // One failing part (its node's first failure is the first in request order), or the ids
+    // asked again no longer fail: the first failing part's answer.
+    return answerOf(parts[failedAt[0]!]!);
+  }
   const found = new Map<string, unknown>();
   for (const part of parts) {
-    if (part.status === 'rejected') throw part.reason;
-    if (part.value.refused) return relay(reply, part.value.refused);
+    if (part.status !== 'fulfilled') continue;
     for (const [id, metric] of Object.entries(part.value.found ?? {})) found.set(id, metric);
   }
   const sandboxes: Record<string, unknown> = {};
@@ -477,13 +499,15 @@ export function registerControlRoutes(app: FastifyInstance, ctx: E2bContext): vo
     // alias otherwise. Its answer then names what the client asked for, as `here` does.
     if (ctx.cluster) {
       const resolved = 'snapshot' in source ? source.snapshot : source.template;
-      const forward =
-        resolved === templateID
+      const forward = {
+        noTarget: noE2bFront,
+        ...(resolved === templateID
           ? {}
           : {
               body: { ...b, templateID: resolved },
               answer: (a: Answer): Answer => namedAs(a, templateID),
-            };
+            }),
+      };
       return ctx.cluster.create(req, reply, source, here, e2bTarget, forward);
     }
     return here();
