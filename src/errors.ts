@@ -242,6 +242,12 @@ export const Errors = {
     (id: string, node: string, why: string) => `sandbox ${id} was lost on node ${node}: ${why}`,
   ),
   nodeNotFound: def('node_not_found', 404, (id: string) => `node ${id} is not in the cluster`),
+  /** Forgetting a node that holds its lease (docs/cluster.md, A node gone for good). */
+  nodeAlive: def(
+    'cluster_conflict',
+    409,
+    (id: string) => `node ${id} is alive: only a node that is down can be forgotten`,
+  ),
   templateNotFound: def(
     'template_not_found',
     404,

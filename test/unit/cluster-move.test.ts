@@ -337,3 +337,51 @@ describe('hand-over of a snapshot to another node', () => {
     assert.equal((await snapshotEntry(c.store, lone.snapshot_id))?.node, loneAt);
   });
 });
+
+describe('a node gone for good', () => {
+  test('forgetting it removes the entries of its sandboxes and snapshots, and only those', async () => {
+    const store = new MemoryStore();
+    const a = await startClusterManager(store, 'a', log);
+    const b = await startClusterManager(store, 'b', log);
+    for (const n of [a, b]) {
+      n.cluster.url = `http://${n.cluster.id}`;
+      await n.cluster.start();
+    }
+    await untilNodesMeet([a.cluster, b.cluster], (r) => r.templates.python?.state === 'ready');
+    try {
+      const s = await b.manager.create({ template: 'python' });
+      const snap = await b.manager.snapshot(s.id);
+      await b.manager.pause(s.id);
+      const kept = await a.manager.create({ template: 'python' });
+      await b.cluster.writer.settle(5000);
+      // b stops answering for the cluster (its lease goes); its entries stay.
+      await b.cluster.stop();
+      await eventually('a to see b gone', () => !a.cluster.view.nodes.has('b'));
+      await assert.rejects(
+        a.cluster.locateSandbox(s.id),
+        (err: unknown) => toHostdError(err, 't').code === 'node_unavailable',
+      );
+      assert.deepEqual(await a.cluster.forgetNode('b'), { sandboxes: 1, snapshots: 1 });
+      assert.equal(await entry(store, s.id), null);
+      assert.equal(await snapshotEntry(store, snap.snapshot_id), null);
+      assert.equal((await entry(store, kept.id))?.node, 'a');
+      await eventually('a to know neither', () => !a.cluster.view.sandboxes.has(s.id));
+      assert.deepEqual(await a.cluster.locateSandbox(s.id), { local: true }); // answered: 404
+      // Forgetting it again: the catalog names no such node any more.
+      await assert.rejects(
+        a.cluster.forgetNode('b'),
+        (err: unknown) => toHostdError(err, 't').code === 'node_not_found',
+      );
+      // A live node is not forgotten.
+      await assert.rejects(
+        a.cluster.forgetNode('a'),
+        (err: unknown) => toHostdError(err, 't').code === 'cluster_conflict',
+      );
+    } finally {
+      for (const n of [a, b]) {
+        await n.manager.shutdown();
+        await n.cluster.stop().catch(() => undefined);
+      }
+    }
+  });
+});

@@ -129,6 +129,17 @@ describe('routes between nodes', () => {
     assert.equal((await a.api.request('DELETE', `/v1/snapshots/${snapshotId}`)).status, 204);
   });
 
+  test('forgetting a node is refused while it is alive (409), and 404 for a node the catalog never named', async () => {
+    const alive = await a.api.json<ErrorBody>('DELETE', `/v1/cluster/nodes/${b.id}`);
+    assert.equal(alive.status, 409, JSON.stringify(alive.body));
+    assert.equal(alive.body.code, 'cluster_conflict');
+    const self = await a.api.json<ErrorBody>('DELETE', `/v1/cluster/nodes/${a.id}`);
+    assert.equal(self.status, 409, JSON.stringify(self.body));
+    const unknown = await a.api.json<ErrorBody>('DELETE', '/v1/cluster/nodes/never-was');
+    assert.equal(unknown.status, 404, JSON.stringify(unknown.body));
+    assert.equal(unknown.body.code, 'node_not_found');
+  });
+
   test('the peer routes refuse a request without the cluster key, even with an API key', async () => {
     for (const [method, path, body] of [
       ['GET', '/v1/cluster/peer/files?path=paused%2Fpause-1%2Fmemory.delta', undefined],

@@ -36,6 +36,19 @@ describe('cluster routes on a single hostd', () => {
     assert.equal(errorBody(withBody).code, Errors.bodyNotAllowed.code);
   });
 
+  test('DELETE /v1/cluster/nodes/{id} (forget a node) is 409 not_clustered; a body is 400 first', async () => {
+    const res = await s.inject({ method: 'DELETE', url: '/v1/cluster/nodes/node-1' });
+    assert.equal(res.statusCode, 409);
+    assert.equal(errorBody(res).code, Errors.notClustered.code);
+    const withBody = await s.inject({
+      method: 'DELETE',
+      url: '/v1/cluster/nodes/node-1',
+      payload: { x: 1 },
+    });
+    assert.equal(withBody.statusCode, 400);
+    assert.equal(errorBody(withBody).code, Errors.bodyNotAllowed.code);
+  });
+
   test('the node-to-node routes of a hand-over are 409 not_clustered, whatever cluster key is sent', async () => {
     for (const headers of [{}, { 'x-hostd-cluster-key': 'anything' }]) {
       const file = await s.inject({ method: 'GET', url: '/v1/cluster/peer/files?path=x', headers });

@@ -43,6 +43,15 @@ export function registerClusterRoutes(
     return reply.code(202).send(self);
   });
 
+  // A node gone for good: its sandboxes and snapshots leave the catalog (docs/cluster.md).
+  app.delete<{ Params: { id: string } }>('/v1/cluster/nodes/:id', async (req) => {
+    parseNoBody(req.body, 'forget');
+    if (!cluster) throw fail('notClustered');
+    if (!NODE_ID.test(req.params.id)) throw fail('nodeNotFound', req.params.id);
+    const removed = await cluster.node.forgetNode(req.params.id);
+    return { node: req.params.id, forgotten: removed };
+  });
+
   const peer = cluster?.peer;
   const checkKey = (req: FastifyRequest): PeerRoutes => {
     if (!peer) throw fail('notClustered');

@@ -709,6 +709,41 @@ export class ClusterNode {
       .map((x) => x.n);
   }
 
+  /**
+   * Forgets node `id`, down for good (`DELETE /v1/cluster/nodes/{id}`): the catalog entries of
+   * the sandboxes and snapshots it held are removed, each by compare-and-set on what was read,
+   * so that they answer 404 everywhere instead of 503 node_unavailable or 410 sandbox_lost. Its
+   * files stay on its host; should it come back, it finds its entries gone and destroys its
+   * copies (fencing), as after any delete made while it was away. A node that holds its lease
+   * is refused (409): drain it instead. 404 when the catalog names no such node.
+   */
+  async forgetNode(id: string): Promise<{ sandboxes: number; snapshots: number }> {
+    this.ensureConnected();
+    if (id === this.id || this.view.nodes.has(id)) throw fail('nodeAlive', id);
+    const removed = { sandboxes: 0, snapshots: 0 };
+    try {
+      for (const kind of ['sandboxes', 'snapshots'] as const) {
+        const prefix = kind === 'sandboxes' ? KEYS.sandbox('') : KEYS.snapshot('');
+        for (const e of (await this.kv.list(prefix)).entries) {
+          const entry = parseValue<SandboxEntry | SnapshotEntry>(e.value);
+          if (entry?.node !== id) continue;
+          const res = await this.kv.txn(
+            [{ key: e.key, modRevision: e.modRevision }],
+            [{ delete: e.key }],
+          );
+          // One that changed meanwhile (its node back, a hand-over) is no longer the node's.
+          if (res.succeeded) removed[kind]++;
+        }
+      }
+    } catch (err) {
+      if (err instanceof HostdError) throw err;
+      throw fail('clusterUnavailable', `cannot forget node ${id}`);
+    }
+    if (removed.sandboxes + removed.snapshots === 0) throw fail('nodeNotFound', id);
+    this.options.log.warn({ node: id, ...removed }, 'node forgotten: its catalog entries removed');
+    return removed;
+  }
+
   /** The take-over of `id` did not happen (its files could not be fetched). */
   cancelTakeover(id: string): void {
     this.takeovers.delete(id);
