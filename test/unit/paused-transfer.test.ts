@@ -15,7 +15,9 @@ import type { ExportedFile, FileFetcher, PausedManifest } from '../../src/vm/mac
 import { VmError } from '../../src/vm/machine.js';
 import type { MachineSpec } from '../../src/vm/qemu/qemu-args.js';
 import type { QemuPaused } from '../../src/vm/qemu/qemu-paused.js';
+import type { QemuState } from '../../src/vm/qemu/qemu-state.js';
 import { StateStore } from '../../src/vm/qemu/state-store.js';
+import { STATE_FORMAT } from '../../src/vm/storage/state-format.js';
 
 const KEY = 'abcdef0123456789abcdef01';
 
@@ -79,6 +81,25 @@ async function pauseOne(store: StateStore): Promise<QemuPaused> {
   await writeFile(join(dir, 'disk.json'), JSON.stringify({ backing: layerId }));
   const disk = await store.disks.openPaused(dir);
   return store.addPaused(id, dir, origin.retain(), device, delta.length, disk);
+}
+
+/**
+ * A frozen state of `store` as a snapshot is: a fork point over a disk layer of its own on the
+ * template's layer (the template frozen first).
+ */
+async function freezeFork(store: StateStore): Promise<QemuState> {
+  const hex = randomBytes(8).toString('hex');
+  const layerId = `layer-${hex}`;
+  await writeFile(join(store.disks.dir, `${layerId}.qcow2`), randomBytes(6000));
+  await writeFile(
+    join(store.disks.dir, `${layerId}.json`),
+    JSON.stringify({ backing: `template-${KEY}` }),
+  );
+  const id = `fork-${hex}`;
+  await writeFile(join(store.imagesDir, `${id}.mem`), randomBytes(250_000));
+  await writeFile(join(store.imagesDir, `${id}.state`), randomBytes(2500));
+  await writeFile(join(store.imagesDir, `${id}.json`), JSON.stringify({ disk: layerId }));
+  return (await store.open({ format: STATE_FORMAT, id, spec })).retain();
 }
 
 /** Fetches from `source`'s exported files, counting what was asked. */
@@ -219,6 +240,44 @@ describe('export and import of a paused machine between data directories', () =>
     await other.discard();
     await imported.discard();
     await paused.discard();
+  });
+
+  it('carries a frozen state alone (a snapshot’s), and fetches none of it where a paused machine over it brought it', async () => {
+    const source = await newStore('src-state');
+    await freezeTemplate(source);
+    const state = await freezeFork(source);
+    const manifest = await source.transfer.exportState(state);
+    assert.deepEqual(
+      manifest.parts.map((p) => p.kind),
+      ['state', 'layer', 'state'],
+    );
+    assert.equal(manifest.state.id, state.id);
+    const target = await newStore('dst-state');
+    const asked: string[] = [];
+    const imported = await target.transfer.importState(manifest, fetcherOf(source, asked));
+    assert.equal(imported.id, state.id);
+    const files = manifest.parts.flatMap((p) => p.files);
+    assert.equal(asked.length, files.length);
+    for (const f of files)
+      await sameFile(join(source.dataDir, f.path), join(target.dataDir, f.path));
+    // A node that took a paused machine restored from that state has it whole: nothing travels.
+    const { id, dir } = await source.newPausedDir();
+    const device = randomBytes(1000);
+    await writeFile(join(dir, 'memory.delta'), randomBytes(5000));
+    await writeFile(join(dir, 'device.state'), device);
+    const paused = source.addPaused(id, dir, state.retain(), device, 5000, null);
+    const seeded = await newStore('dst-state-seeded');
+    const moved = await seeded.transfer.import(
+      await source.transfer.export(paused),
+      fetcherOf(source, []),
+    );
+    const asked2: string[] = [];
+    const again = await seeded.transfer.importState(manifest, fetcherOf(source, asked2));
+    assert.equal(again.id, state.id);
+    assert.deepEqual(asked2, []);
+    await moved.discard();
+    await paused.discard();
+    state.release();
   });
 
   it('refuses a file whose bytes differ from the export, and leaves nothing of it', async () => {
