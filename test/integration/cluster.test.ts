@@ -377,7 +377,7 @@ describe('a three-node cluster', () => {
       }
     }));
 
-  test('a drain hands its sandboxes to the others (REPL state kept, a paused one too); creates go elsewhere', () =>
+  test('a drain hands its sandboxes (REPL state kept, a paused one too) and its snapshot to the others; creates go elsewhere', () =>
     reported(async () => {
       const kept = sandboxes[0]!;
       const target = cluster.node(kept.node);
@@ -482,7 +482,7 @@ describe('a three-node cluster', () => {
       assert.equal(unknown.body.code, 'node_not_found');
     }));
 
-  test('a node stopped with SIGTERM hands its sandboxes over first; they serve meanwhile', () =>
+  test('a node stopped with SIGTERM hands its sandboxes and snapshot over first; they serve meanwhile', () =>
     reported(async () => {
       const kept = sandboxes[0]!;
       const node = cluster.node(kept.node);

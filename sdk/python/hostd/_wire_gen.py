@@ -449,9 +449,9 @@ class ClusterNode(TypedDict):
     id: str
     #: Where peers and the proxy reach it; null for a node that is down.
     url: Optional[str]
-    #: ``serving`` takes creates; ``draining`` takes none and hands its sandboxes to other nodes;
-    #: ``drained``: a drain moved all its sandboxes away; ``down``: its lease expired while
-    #: sandboxes still name it.
+    #: ``serving`` takes creates; ``draining`` takes none and hands its sandboxes and snapshots to
+    #: other nodes; ``drained``: a drain moved all its sandboxes and snapshots away; ``down``: its
+    #: lease expired while sandboxes still name it.
     state: Literal["serving", "draining", "drained", "down"]
     version: Optional[str]
     started_at: Optional[str]

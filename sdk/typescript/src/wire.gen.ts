@@ -419,7 +419,7 @@ export interface components {
       /** @description Where peers and the proxy reach it; null for a node that is down. */
       url: string | null;
       /**
-       * @description `serving` takes creates; `draining` takes none and hands its sandboxes to other nodes; `drained`: a drain moved all its sandboxes away; `down`: its lease expired while sandboxes still name it.
+       * @description `serving` takes creates; `draining` takes none and hands its sandboxes and snapshots to other nodes; `drained`: a drain moved all its sandboxes and snapshots away; `down`: its lease expired while sandboxes still name it.
        * @enum {string}
        */
       state: 'serving' | 'draining' | 'drained' | 'down';

@@ -20,7 +20,7 @@ export const ClusterNode = Type.Object(
     ),
     state: stringEnum(['serving', 'draining', 'drained', 'down'], {
       description:
-        '`serving` takes creates; `draining` takes none and hands its sandboxes to other nodes; `drained`: a drain moved all its sandboxes away; `down`: its lease expired while sandboxes still name it.',
+        '`serving` takes creates; `draining` takes none and hands its sandboxes and snapshots to other nodes; `drained`: a drain moved all its sandboxes and snapshots away; `down`: its lease expired while sandboxes still name it.',
     }),
     version: nullable(Type.String()),
     started_at: nullable(Type.String()),
