@@ -406,7 +406,7 @@ export class ClusterNode {
   /**
    * The nodes to ask for a create, in order (core/cluster/placement.ts). A create from a snapshot
    * goes to the node holding the snapshot's files, as a fork goes to its parent's: it is the
-   * only node that can restore it (snapshots are not copied between nodes), so a full holder
+   * only node that can restore it (snapshots move between nodes only at a drain), so a full holder
    * answers 429/503 and the create does not spill; a holder that is down is 503
    * node_unavailable. A snapshot the catalog does not know is this node's to answer (404).
    *
