@@ -39,7 +39,6 @@ import { Jail, jailView, type JailOptions, type VmJail } from './vm/host/vm-jail
 import { detectCgroups } from './vm/host/vm-cgroups.js';
 import { VmUidPool, accountsInRange } from './vm/host/vm-uids.js';
 import { readFileSync } from 'node:fs';
-import { EtcdKv } from './cluster/etcd-kv.js';
 import { HttpPeers } from './cluster/peer-http.js';
 import { Drainer } from './core/cluster/drain.js';
 import { HandOver } from './core/cluster/hand-over.js';
@@ -630,6 +629,9 @@ async function clusterNode(config: Config, log: Logger): Promise<ClusterNode> {
       await writeFile(file, `${id}\n`, { mode: 0o600 });
     }
   }
+  // Loaded here, not imported at the top: etcd's client (gRPC, protobufjs) takes a fifth of a
+  // second to load, which every start outside cluster mode would wait for for nothing.
+  const { EtcdKv } = await import('./cluster/etcd-kv.js');
   const kv = new EtcdKv({ endpoints: settings.etcd });
   log.info({ node: id, etcd: settings.etcd }, 'cluster mode');
   return new ClusterNode(kv, {
