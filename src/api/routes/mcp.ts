@@ -8,7 +8,7 @@
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
-import { McpHttpEndpoint, type SessionEndAction } from '../../../sdk/typescript/src/mcp/index.js';
+import type { McpHttpEndpoint, SessionEndAction } from '../../../sdk/typescript/src/mcp/index.js';
 import { bearerToken } from '../auth.js';
 
 export const MCP_ROUTE = '/mcp';
@@ -23,19 +23,33 @@ export interface McpRouteOptions {
 
 export function registerMcpRoutes(app: FastifyInstance, opts: McpRouteOptions): void {
   const log = opts.logger.child({ component: 'mcp' });
-  const endpoint = new McpHttpEndpoint({
-    sessionEnd: opts.sessionEnd,
-    idleTimeoutMs: opts.idleTimeoutS * 1000,
-    log: (level, message, fields) => log[level](fields ?? {}, message),
+  // The MCP SDK and zod take about half a second to load, which hostd's start would wait for
+  // before it serves anything: they load once hostd listens, in the background, or at the first
+  // request to /mcp if that comes first (an inject test, a client quicker than the load).
+  let loading: Promise<McpHttpEndpoint> | null = null;
+  const endpoint = (): Promise<McpHttpEndpoint> =>
+    (loading ??= import('../../../sdk/typescript/src/mcp/index.js').then(
+      ({ McpHttpEndpoint }) =>
+        new McpHttpEndpoint({
+          sessionEnd: opts.sessionEnd,
+          idleTimeoutMs: opts.idleTimeoutS * 1000,
+          log: (level, message, fields) => log[level](fields ?? {}, message),
+        }),
+    ));
+  app.addHook('onListen', async () => {
+    void endpoint().catch((err: unknown) => log.error({ err }, 'could not load the MCP server'));
   });
   // On shutdown, sessions close and their sandboxes stay: hostd pauses every sandbox then, and
   // they resume under the same ids after the restart.
-  app.addHook('onClose', async () => endpoint.close());
+  app.addHook('onClose', async () => {
+    if (loading) await (await loading.catch(() => null))?.close();
+  });
 
   app.route({
     method: ['GET', 'POST', 'DELETE'],
     url: MCP_ROUTE,
     handler: async (req, reply) => {
+      const mcp = await endpoint();
       const connection = {
         baseUrl: ownUrl(app),
         // The key the auth hook accepted, or none when auth is off ('' overrides the SDK's
@@ -44,7 +58,7 @@ export function registerMcpRoutes(app: FastifyInstance, opts: McpRouteOptions): 
       };
       // The MCP transport writes the response itself (an SSE stream or JSON).
       reply.hijack();
-      await endpoint.handle(req.raw, reply.raw, req.body, connection);
+      await mcp.handle(req.raw, reply.raw, req.body, connection);
     },
   });
 }
