@@ -24,8 +24,8 @@ export interface McpRouteOptions {
 export function registerMcpRoutes(app: FastifyInstance, opts: McpRouteOptions): void {
   const log = opts.logger.child({ component: 'mcp' });
   // The MCP SDK and zod take about half a second to load, which hostd's start would wait for
-  // before it serves anything: they load once hostd listens, in the background, or at the first
-  // request to /mcp if that comes first (an inject test, a client quicker than the load).
+  // before it serves anything: they load once hostd listens, in the background; a request to
+  // /mcp that comes before the load ends waits for it.
   let loading: Promise<McpHttpEndpoint> | null = null;
   const endpoint = (): Promise<McpHttpEndpoint> =>
     (loading ??= import('../../../sdk/typescript/src/mcp/index.js').then(
