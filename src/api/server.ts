@@ -35,6 +35,7 @@ import { registerSandboxRoutes } from './routes/sandboxes.js';
 import { registerServiceRoutes } from './routes/service.js';
 import { registerSnapshotRoutes } from './routes/snapshots.js';
 import { registerTemplateRoutes } from './routes/templates.js';
+import { lazySchemaCompilers } from './schema-compilers.js';
 
 export interface ServerOptions {
   manager: SandboxManager;
@@ -72,6 +73,7 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
   const { manager } = opts;
   const app = Fastify({
     loggerInstance: opts.logger as unknown as FastifyBaseLogger,
+    schemaController: lazySchemaCompilers,
     bodyLimit: opts.maxBodyBytes,
     // One log line per request would drown the sandbox lifecycle logs at exec rates.
     logController: new LogController({ disableRequestLogging: true }),

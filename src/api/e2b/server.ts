@@ -46,6 +46,7 @@ import { signedSandboxId } from './envd-files.js';
 import { classifyFrameworkError, isConnectPath, sendConnectError, sendE2bError } from './errors.js';
 import { registerHealthRoute } from './health.js';
 import { registerInterpreterRoutes } from './interpreter.js';
+import { lazySchemaCompilers } from '../schema-compilers.js';
 
 export interface E2bServerOptions {
   manager: SandboxManager;
@@ -119,6 +120,7 @@ export async function buildE2bServer(
   const { manager, tokens } = opts;
   const app = Fastify({
     loggerInstance: opts.logger.child({ front: 'e2b' }) as unknown as FastifyBaseLogger,
+    schemaController: lazySchemaCompilers,
     bodyLimit: opts.maxBodyBytes,
     logController: new LogController({ disableRequestLogging: true }),
     routerOptions: { maxParamLength: 200 },
