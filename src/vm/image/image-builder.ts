@@ -253,14 +253,14 @@ export async function findBuilt(
     const { stdout } = await run('bash', args, { env });
     return stdout.trim();
   };
-  const boot = await dirOf([join(image, 'build-boot.sh'), '--dir']);
-  const disk = await dirOf([join(image, 'build-disk.sh'), '--dir', String(spec.vm.diskMib)]);
-  const dir = join(
-    cache,
-    'templates',
-    spec.name,
-    templateKeyOf(spec, await rootfsKeyOf(spec, image), boot, disk),
-  );
+  // At once: each start looks its templates up before it serves, and the scripts' keys take
+  // most of that time waiting for bash.
+  const [boot, disk, rootfsKey] = await Promise.all([
+    dirOf([join(image, 'build-boot.sh'), '--dir']),
+    dirOf([join(image, 'build-disk.sh'), '--dir', String(spec.vm.diskMib)]),
+    rootfsKeyOf(spec, image),
+  ]);
+  const dir = join(cache, 'templates', spec.name, templateKeyOf(spec, rootfsKey, boot, disk));
   return (await exists(join(dir, 'manifest.json'))) ? loadImage(dir) : null;
 }
 
