@@ -21,7 +21,7 @@ import { chooseAccel, hostTscKhz, type AccelDecision } from './vm/qemu/accel.js'
 import { QemuHypervisor } from './vm/qemu/hypervisor.js';
 import { guestImageOf } from './vm/image/image.js';
 import { CachedTemplateImages } from './vm/image/template-images.js';
-import { BUILTIN_RECIPE_DIR, loadRecipes } from './core/recipe.js';
+import { BUILTIN_RECIPE_DIR, loadRecipes, RecipeError } from './core/recipe.js';
 import { planTemplates, UnknownRecipeError, type TemplatePlan } from './core/template-plan.js';
 import { capstoneStandIn } from './vm/host/capstone-stand-in.js';
 import { noHugePagesLauncher } from './vm/host/huge-pages.js';
@@ -66,6 +66,7 @@ async function main(): Promise<void> {
   log.info({ accel: accel.accel, reason: accel.reason }, 'accelerator chosen');
   const templates = await planTemplatesOrExit(config);
   const images = templateImages(config, vmUser, log);
+  images.lookAhead(templates.flatMap((t) => (t.recipe instanceof RecipeError ? [] : [t.recipe])));
   const sizing = sandboxSizing({
     configuredMax: config.maxSandboxes,
     memTotalMib: hostMemTotalMib(),

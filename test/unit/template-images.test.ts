@@ -61,3 +61,20 @@ test("a build's log, as clients read it, names the cache directory by its variab
     await rm(cacheDir, { recursive: true, force: true });
   }
 });
+
+test("a lookup started ahead is the next find's answer, its failure that find's", async () => {
+  const cacheDir = await mkdtemp(join(tmpdir(), 'hostd-look-ahead-'));
+  try {
+    const images = new CachedTemplateImages({ cacheDir });
+    const unbuilt = recipe('unbuilt');
+    // /recipes/missing does not exist: hashing the recipe's inputs fails.
+    const broken = recipe('broken', '[[files]]\nsrc = "missing"\ndest = "/opt/x"\n');
+    images.lookAhead([unbuilt, broken]);
+    assert.equal(await images.find(unbuilt), null);
+    await assert.rejects(images.find(broken), /files\[0\]\.src/);
+    // Taken once: the next find looks again.
+    assert.equal(await images.find(unbuilt), null);
+  } finally {
+    await rm(cacheDir, { recursive: true, force: true });
+  }
+});

@@ -45,10 +45,28 @@ export interface CacheOptions {
 
 /** The builder's cache as core's `TemplateImages`. */
 export class CachedTemplateImages implements TemplateImages {
+  /** Lookups started by `lookAhead`, each for the next `find` of its recipe. */
+  private readonly ahead = new Map<TemplateSpec, Promise<LoadedImage | null>>();
+
   constructor(private readonly opts: CacheOptions) {}
 
+  /**
+   * Starts looking these recipes up now, for the next `find` of each: hostd's start calls it
+   * before it builds its servers, so that the lookups (bash scripts computing keys, hashing)
+   * run meanwhile instead of after them, before hostd serves.
+   */
+  lookAhead(recipes: readonly TemplateSpec[]): void {
+    for (const recipe of recipes) {
+      const lookup = findBuilt(recipe, { cacheDir: this.opts.cacheDir });
+      lookup.catch(() => {}); // the `find` that takes it reports the failure
+      this.ahead.set(recipe, lookup);
+    }
+  }
+
   async find(recipe: TemplateSpec): Promise<BuiltImage | null> {
-    const loaded = await findBuilt(recipe, { cacheDir: this.opts.cacheDir });
+    const ahead = this.ahead.get(recipe);
+    this.ahead.delete(recipe);
+    const loaded = await (ahead ?? findBuilt(recipe, { cacheDir: this.opts.cacheDir }));
     if (!loaded) return null;
     this.opts.check?.(loaded);
     return new BuiltImage(loaded);
