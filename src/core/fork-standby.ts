@@ -24,6 +24,7 @@ interface Entry {
 export class ForkStandby {
   private readonly entries = new Map<FrozenState, Entry>();
   private closed = false;
+  private held = false;
 
   constructor(
     private readonly hypervisor: Hypervisor,
@@ -58,6 +59,21 @@ export class ForkStandby {
     return target;
   }
 
+  /**
+   * Makes no target until `resume`; registering goes on. hostd's start holds the standby while
+   * it collects what earlier runs left in the images folder: a spare copy being made then is
+   * no state anyone holds yet, and would be deleted under the copy.
+   */
+  hold(): void {
+    this.held = true;
+  }
+
+  /** Ends a `hold`: starts making the targets of every registered state. */
+  resume(): void {
+    this.held = false;
+    this.refill();
+  }
+
   /** Starts making the targets that forks took. */
   refill(): void {
     for (const base of this.entries.keys()) this.make(base);
@@ -85,7 +101,7 @@ export class ForkStandby {
 
   private make(base: FrozenState): void {
     const entry = this.entries.get(base);
-    if (!entry || this.closed || entry.ready) return;
+    if (!entry || this.closed || this.held || entry.ready) return;
     if (entry.making) {
       entry.again = true;
       return;

@@ -348,11 +348,14 @@ export class SandboxManager {
       this.log.error({ snapshot: id, why }, 'a snapshot could not be reopened; it is dropped');
     }
     await this.readmitSandboxes();
+    // Forks' spare copies start once the collection below is over: it would delete them.
+    this.standby.hold();
     await this.catalog.start();
     // Every state this run needs is open: what earlier runs left and nothing uses goes. Before
     // any build starts: a template booting meanwhile would have its fresh state collected.
     const removed = await this.hypervisor.collectGarbage();
     if (removed) this.log.info({ removed }, 'removed frozen states no record uses');
+    this.standby.resume();
     this.catalog.buildMissing();
     this.reaper.start();
     this.sampler.start();

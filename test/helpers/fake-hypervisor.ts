@@ -604,7 +604,11 @@ export class FakeHypervisor implements Hypervisor {
     return state;
   }
 
+  /** Fork targets made before each `collectGarbage`, which would have deleted their copies. */
+  readonly targetsAtCollection: number[] = [];
+
   async collectGarbage(): Promise<number> {
+    this.targetsAtCollection.push(this.targets.length);
     return 0;
   }
 

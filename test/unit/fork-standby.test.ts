@@ -19,3 +19,16 @@ test('a state two templates share gets one target, discarded at close', async ()
   assert.equal(hv.targets.length, 1);
   assert.ok(hv.targets.every((t) => t.discarded));
 });
+
+test('a held standby makes no target until it resumes', async () => {
+  const hv = new FakeHypervisor();
+  const standby = new ForkStandby(hv, 1, () => null);
+  standby.hold();
+  standby.register(new FakeState('template-python', new Map(), 'python'));
+  assert.equal(standby.filling, false);
+  assert.equal(hv.targets.length, 0);
+  standby.resume();
+  await eventually('the target to be made', () => !standby.filling && standby.vms === 1);
+  await standby.close();
+  assert.ok(hv.targets.every((t) => t.discarded));
+});

@@ -181,6 +181,14 @@ describe('exec', () => {
 });
 
 describe('fork', () => {
+  test("the start's first fork target is made after the collection of unused states", async () => {
+    // The collection deletes any image no state holds, a spare copy still being made included.
+    const { manager, hv } = await started();
+    assert.deepEqual(hv.targetsAtCollection, [0]);
+    await eventually('a fork target to be made', () => hv.targets.length > 0);
+    await manager.shutdown();
+  });
+
   test('children inherit the parent state and diverge independently', async () => {
     const { manager } = await started();
     const { id: parent } = await manager.create({ template: 'slim' });
