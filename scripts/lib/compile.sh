@@ -5,7 +5,7 @@
 #                        the TypeScript SDK's MCP tools, which hostd's /mcp serves)
 
 # TypeScript is compiled only when a source changed since the last build: a restart with nothing
-# changed then serves in about a second instead of waiting for tsc (40 s on a loaded 2-core host).
+# changed then serves in about 2 s instead of waiting for tsc (40 s on a loaded 2-core host).
 # dist/.sources lists what the last build compiled; a file added, removed or renamed since means a
 # clean build, so that no stale output (a deleted test) stays in dist/. tsc itself is incremental
 # (tsconfig.json's tsBuildInfoFile), so an edit to one file recompiles little.
