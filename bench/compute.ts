@@ -1,14 +1,13 @@
 /**
- * Issue 29's compute figures: a small chart, a 300x300 matrix product and the first use of
- * scikit-learn in the guest, each beside the same code run natively by the host's `python3` in
- * the same run (skipped, with the reason, when the host lacks a module: install Debian's
- * python3-matplotlib, python3-pandas and python3-sklearn to get them). docs/architecture.md,
- * "Compute under TCG", says what moves them.
+ * Issue 29's compute figures: a small chart, a 300x300 matrix product, the first use of
+ * scikit-learn and a DataFrame workload in the guest, each beside the same code run natively by
+ * Debian's python3 on the host in the same run (bench/native.ts; skipped, with the reason, when
+ * the host lacks a module). docs/architecture.md, "Compute under TCG", says what moves them.
  */
-import { spawnSync } from 'node:child_process';
 import type { Api } from '../testkit/hostd.js';
 import { createSandbox } from '../testkit/sandboxes.js';
-import { Skip } from './skip.js';
+import { nativeStack, runNative, runNativeLists, STACK_VERSIONS } from './native.js';
+import { guarded, Skip } from './skip.js';
 import { exec, now, pct, stdoutOf, type Results } from './util.js';
 
 /** One figure rendered to a PNG in memory, as an agent's plotting step does. */
@@ -64,6 +63,11 @@ export const COMPUTE_FIGURES = [
   'chart_warm_ratio',
   'matmul_300_ratio',
   'import_sklearn_first_ratio',
+  'compute_stack_guest',
+  'compute_stack_native',
+  'data_workload_ms',
+  'data_workload_native_ms',
+  'data_workload_ratio',
 ];
 
 const SANDBOXES = 3;
@@ -96,6 +100,7 @@ export async function computeFigures(c: Api): Promise<Results> {
       await c.request('DELETE', `/v1/sandboxes/${id}`);
     }
   }
+  const guestStack = await stackInGuest(c);
   const sklearn = await sklearnFirst(c);
   const native = nativeFigures();
   const sklearnNative = nativeSklearn();
@@ -119,7 +124,66 @@ export async function computeFigures(c: Api): Promise<Results> {
     matmul_300_ratio: ratio(matmul300, native.matmul),
     import_sklearn_first_ratio:
       typeof sklearn50 === 'string' ? sklearn50 : ratio(sklearn50, sklearnNative),
+    compute_stack_guest: guestStack,
+    compute_stack_native: nativeStack(),
+    ...(await guarded(['data_workload_ms', 'data_workload_native_ms', 'data_workload_ratio'], () =>
+      dataWorkload(c),
+    )),
   };
+}
+
+/** The guest's interpreter and data stack versions (STACK_VERSIONS), for compute_stack_guest. */
+async function stackInGuest(c: Api): Promise<string> {
+  const id = await createSandbox(c);
+  try {
+    return stdoutOf(await exec(c, id, STACK_VERSIONS)).trim();
+  } finally {
+    await c.request('DELETE', `/v1/sandboxes/${id}`);
+  }
+}
+
+/** Issue 12's realistic cell: a 1e6-row DataFrame, a group-by, describe, a histogram PNG. */
+const DATA_CELL = [
+  'import time, io',
+  'import numpy as np, pandas as pd',
+  'import matplotlib',
+  'matplotlib.use("Agg")',
+  'import matplotlib.pyplot as plt',
+  't = time.perf_counter()',
+  'df = pd.DataFrame({"k": np.random.randint(0, 100, 1_000_000), "v": np.random.rand(1_000_000)})',
+  'g = df.groupby("k")["v"].mean()',
+  'd = df.describe()',
+  'fig, ax = plt.subplots()',
+  'ax.hist(df["v"], bins=50)',
+  'buf = io.BytesIO()',
+  'fig.savefig(buf, format="png")',
+  'plt.close(fig)',
+  'print((time.perf_counter() - t) * 1000)',
+].join('\n');
+
+/** DATA_CELL as the first cell of a new sandbox, and in a fresh native interpreter. */
+async function dataWorkload(c: Api): Promise<Results> {
+  const id = await createSandbox(c);
+  try {
+    const res = await c.request('POST', `/v1/sandboxes/${id}/exec`, { code: DATA_CELL });
+    const text = await res.text();
+    if (text.includes('ModuleNotFoundError')) throw new Skip('no pandas in the template');
+    if (!text.includes('"type":"exit","data":0')) {
+      // 132 is 128 + SIGILL: the guest CPU model lacks an instruction a library chose.
+      throw new Error(`the cell failed: ${text.trim().split('\n').slice(-2).join(' ')}`);
+    }
+    const inVm = Math.round(Number(stdoutOf(text).trim()));
+    const native = runNative(DATA_CELL, 'python3-pandas python3-matplotlib');
+    const nativeMs = typeof native === 'string' ? native : Math.round(Number(native.stdout.trim()));
+    return {
+      data_workload_ms: inVm,
+      data_workload_native_ms: nativeMs,
+      data_workload_ratio:
+        typeof nativeMs === 'string' ? nativeMs : Math.round((inVm / nativeMs) * 10) / 10,
+    };
+  } finally {
+    await c.request('DELETE', `/v1/sandboxes/${id}`);
+  }
 }
 
 /**
@@ -160,7 +224,7 @@ const lastList = (out: string): number[] => {
 };
 
 /**
- * The same code in the host's python3: the first chart of a fresh interpreter that has
+ * The same code in Debian's python3 on the host: the first chart of a fresh interpreter that has
  * imported pyplot already (a sandbox has it preloaded), the next ones, and the products.
  */
 function nativeFigures(): {
@@ -179,7 +243,7 @@ function nativeFigures(): {
     `print(json.dumps([chart() for _ in range(${1 + WARM_CHARTS})]))`,
     MATMUL,
   ].join('\n');
-  const lists = runNative(script, 'python3-matplotlib');
+  const lists = runNativeLists(script, 'python3-matplotlib');
   if (typeof lists === 'string') return { chartFirst: lists, chartWarm: lists, matmul: lists };
   const [charts, products] = lists;
   return {
@@ -190,7 +254,7 @@ function nativeFigures(): {
 }
 
 /**
- * SKLEARN in a fresh host python3 that has imported what a sandbox starts with (numpy, and
+ * SKLEARN in a fresh native python3 that has imported what a sandbox starts with (numpy, and
  * pandas and pyplot when the host has them: not timed), as the guest figure's counterpart.
  */
 function nativeSklearn(): number | string {
@@ -206,27 +270,8 @@ function nativeSklearn(): number | string {
     SKLEARN,
     'print(json.dumps([(time.perf_counter() - t) * 1000]))',
   ].join('\n');
-  const lists = runNative(script, 'python3-sklearn');
+  const lists = runNativeLists(script, 'python3-sklearn');
   return typeof lists === 'string' ? lists : round2(lists[0]![0]!);
 }
 
 const round2 = (n: number): number => Math.round(n * 100) / 100;
-
-/**
- * The JSON lists `script` prints in the host's python3, or why it could not run (`debian`: the
- * package that provides what the script needs).
- */
-function runNative(script: string, debian: string): number[][] | string {
-  const r = spawnSync('python3', ['-c', script], { encoding: 'utf8', timeout: 120_000 });
-  if (r.status !== 0) {
-    const why = /ModuleNotFoundError: No module named '([^']+)'/.exec(r.stderr)?.[1];
-    return why
-      ? `skipped: no ${why} in the host python3 (Debian: ${debian})`
-      : `skipped: host python3 failed (${(r.error?.message ?? r.stderr.trim().split('\n').pop() ?? '').slice(0, 120)})`;
-  }
-  return r.stdout
-    .trim()
-    .split('\n')
-    .filter((l) => l.startsWith('['))
-    .map((l) => JSON.parse(l) as number[]);
-}

@@ -3,7 +3,6 @@
  * 14 (snapshots, pause), measured through the HTTP API of docs/api.md. Each group reports
  * `skipped: …` while hostd does not serve its routes yet (bench/skip.ts).
  */
-import { spawnSync } from 'node:child_process';
 import type { Api, Hostd } from '../testkit/hostd.js';
 import { createSandbox } from '../testkit/sandboxes.js';
 import { filesFigures, displayFigures, egressFigures } from './files-net.js';
@@ -16,9 +15,6 @@ export async function featureFigures(c: Api, hostd: Hostd | null): Promise<Resul
     ...(await guarded(['templates_listed', 'template_build_s'], () => templateCatalog(c))),
     ...(await guarded(['import_pandas_new_sandbox_p50_ms', 'import_pandas_not_preloaded_ms'], () =>
       importFigures(c),
-    )),
-    ...(await guarded(['data_workload_ms', 'data_workload_native_ms', 'data_workload_ratio'], () =>
-      dataWorkload(c),
     )),
     ...(await guarded(['sandbox_free_ram_pct'], () => freeRam(c))),
     ...(await filesFigures(c, hostd)),
@@ -85,48 +81,6 @@ async function importFigures(c: Api): Promise<Results> {
     import_pandas_new_sandbox_p50_ms: pct(times, 50),
     import_pandas_not_preloaded_ms: notPreloaded,
   };
-}
-
-/** Issue 12's realistic cell: a 1e6-row DataFrame, a group-by, describe, a histogram PNG. */
-const DATA_CELL = [
-  'import time, io',
-  'import numpy as np, pandas as pd',
-  'import matplotlib',
-  'matplotlib.use("Agg")',
-  'import matplotlib.pyplot as plt',
-  't = time.perf_counter()',
-  'df = pd.DataFrame({"k": np.random.randint(0, 100, 1_000_000), "v": np.random.rand(1_000_000)})',
-  'g = df.groupby("k")["v"].mean()',
-  'd = df.describe()',
-  'fig, ax = plt.subplots()',
-  'ax.hist(df["v"], bins=50)',
-  'buf = io.BytesIO()',
-  'fig.savefig(buf, format="png")',
-  'plt.close(fig)',
-  'print((time.perf_counter() - t) * 1000)',
-].join('\n');
-
-async function dataWorkload(c: Api): Promise<Results> {
-  const id = await createSandbox(c);
-  try {
-    const res = await c.request('POST', `/v1/sandboxes/${id}/exec`, { code: DATA_CELL });
-    const text = await res.text();
-    if (text.includes('ModuleNotFoundError')) throw new Skip('no pandas in the template');
-    if (!text.includes('"type":"exit","data":0')) {
-      // 132 is 128 + SIGILL: the guest CPU model lacks an instruction a library chose.
-      throw new Error(`the cell failed: ${text.trim().split('\n').slice(-2).join(' ')}`);
-    }
-    const inVm = Math.round(Number(stdoutOf(text).trim()));
-    const native = spawnSync('python3', ['-c', DATA_CELL], { encoding: 'utf8' });
-    const nativeMs = native.status === 0 ? Math.round(Number(native.stdout.trim())) : null;
-    return {
-      data_workload_ms: inVm,
-      data_workload_native_ms: nativeMs ?? 'skipped: no pandas in the host python3',
-      data_workload_ratio: nativeMs ? Math.round((inVm / nativeMs) * 10) / 10 : null,
-    };
-  } finally {
-    await c.request('DELETE', `/v1/sandboxes/${id}`);
-  }
 }
 
 /** Free guest RAM (MemAvailable / MemTotal) in a fresh sandbox of the default template. */

@@ -9,7 +9,8 @@
  * (fork.ts), density (density.ts, `BENCH_DENSITY_N` sandboxes, 100), features (files, rich
  * outputs, network, templates, snapshots, pause, restarts: features.ts, files-net.ts, state.ts;
  * each prints `skipped: <why>` while hostd does not serve its routes), compute (compute.ts: a
- * chart and a matrix product in the guest beside the host's python3), e2b (e2b.ts: E2B's SDKs'
+ * chart, a matrix product, sklearn's first import and a DataFrame workload in the guest beside
+ * Debian's python3 on the host, bench/native.ts), e2b (e2b.ts: E2B's SDKs'
  * runCode and commands.run beside the native exec), soak (soak.ts), isolation
  * (isolation.ts: a noisy neighbour's effect on another sandbox, and the per-VM jail's cost, on
  * two hostds of its own started after the main one has stopped), cluster (cluster.ts: creates
