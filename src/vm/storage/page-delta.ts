@@ -8,7 +8,7 @@
  * than of the whole RAM (QEMU's own migration copies all of it, at about 100 MB/s under TCG).
  */
 import { closeSync, fstatSync, fsyncSync, openSync, readSync, writeSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import { VmError } from '../vm-error.js';
 
@@ -22,15 +22,23 @@ const SLICE_BYTES = 8 * 1024 * 1024;
 /** Bytes read from guest RAM at a time (and so the most a sink gets in one call). */
 const CHUNK_BYTES = 4 * 1024 * 1024;
 
-/** Start address of the mapping of `path` of exactly `bytes` in process `pid`. */
+/**
+ * Start address of the mapping of `path` of exactly `bytes` in process `pid`. Matched by the
+ * file (device and inode), not its name: a jailed QEMU mapped it by its view's name
+ * (vm/host/vm-view.ts), gone since.
+ */
 export async function findMapping(pid: number, path: string, bytes: number): Promise<bigint> {
-  const maps = await readFile(`/proc/${pid}/maps`, 'utf8');
+  const [maps, file] = await Promise.all([readFile(`/proc/${pid}/maps`, 'utf8'), stat(path)]);
+  // The device as maps prints it: the kernel's major and minor numbers in hex.
+  const d = BigInt(file.dev);
+  const major = ((d >> 8n) & 0xfffn) | ((d >> 32n) & ~0xfffn);
+  const minor = (d & 0xffn) | ((d >> 12n) & ~0xffn);
+  const dev = `${major.toString(16).padStart(2, '0')}:${minor.toString(16).padStart(2, '0')}`;
   for (const line of maps.split('\n')) {
-    const m = /^([0-9a-f]+)-([0-9a-f]+) \S+ \S+ \S+ \S+\s+(.*)$/.exec(line);
-    if (!m) continue;
-    const name = m[3]!.replace(/ \(deleted\)$/, '');
+    const m = /^([0-9a-f]+)-([0-9a-f]+) \S+ \S+ (\S+) (\d+)/.exec(line);
+    if (!m || m[3] !== dev || Number(m[4]) !== file.ino) continue;
     const start = BigInt(`0x${m[1]}`);
-    if (name === path && BigInt(`0x${m[2]}`) - start === BigInt(bytes)) return start;
+    if (BigInt(`0x${m[2]}`) - start === BigInt(bytes)) return start;
   }
   throw new VmError('hypervisor', `no ${bytes}-byte mapping of ${path} in process ${pid}`);
 }
