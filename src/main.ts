@@ -284,7 +284,8 @@ async function startHypervisor(
     const view = jailView({
       vmsDir: join(config.stateDir, 'vms'),
       dataDir: config.dataDir,
-      tablePath: join(config.stateDir, 'jail-hidden.fstab'),
+      cacheDir: config.cacheDir,
+      keep: standIn.dir !== null ? [standIn.dir] : [],
       qemuBinary: config.qemuBinary,
       needed: [
         config.stateDir,
@@ -294,8 +295,11 @@ async function startHypervisor(
         ...(standIn.dir !== null ? [standIn.dir] : []),
       ],
     });
-    log.info({ hidden: view.hide }, "each jailed QEMU's mount namespace hides these folders");
-    jail = makeJail({ vmsDir: view.vmsDir, table: view.table });
+    log.info(
+      { hidden: view.hide, narrowed: [view.vmsDir, view.dataDir, ...view.narrowed] },
+      "each jailed QEMU's mount namespace hides these folders, and narrows these to its own files",
+    );
+    jail = makeJail(view);
   }
   const tscKhz = hostTscKhz();
   const hypervisor = new QemuHypervisor(

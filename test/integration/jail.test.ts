@@ -2,9 +2,10 @@
  * The jail of each VM (docs/operations.md, Security), tested the way an attacker would use it:
  * the test plays a guest that has taken over its QEMU. It starts a process as sandbox A's uid,
  * in A's QEMU's namespaces and cgroup leaf, with no capabilities and no_new_privs (what A's
- * QEMU has), and shows what it cannot reach: sandbox B's sockets, overlay and process, A's own
- * frozen layers for writing, the folders where the names of other sandboxes' files are, and
- * hostd's API. Real hostd, real VMs; needs root (hostd jails VMs only as root).
+ * QEMU has), and shows what it cannot reach: sandbox B's sockets, overlay, images and process,
+ * A's own frozen layers for writing, anything of the data directory or of other templates'
+ * images by any name, and hostd's API. Real hostd, real VMs; needs root (hostd jails VMs only
+ * as root).
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -31,6 +32,7 @@ import { createSandbox, reportFailure, withSandboxes } from '../../testkit/sandb
 
 const asRoot = process.getuid?.() === 0;
 const TEMPLATE = 'python-slim';
+const CACHE_DIR = process.env.SERVICE_CACHE_DIR ?? '/var/cache/hostd';
 
 /** A uid range of its own: its start-up sweep must not meet other hostds' leaves on this host. */
 const UIDS = { first: 240000, last: 249999 };
@@ -62,6 +64,8 @@ interface JailOf {
   vmDir: string;
   /** Its overlay (the one disk file it writes) and the record naming the layer under it. */
   top: string;
+  /** Its view of the data directory (vm/host/vm-view.ts). */
+  view: string;
   cgroupProcs: string[];
 }
 
@@ -77,6 +81,7 @@ async function jailOf(id: string): Promise<JailOf> {
     uid,
     vmDir,
     top: join(hostd.dataDir, 'disks', `${record.running.disk}.qcow2`),
+    view: join(hostd.dataDir, 'views', record.vm),
     cgroupProcs: await cgroupProcsOf(pid),
   };
 }
@@ -102,12 +107,15 @@ async function cgroupProcsOf(pid: number): Promise<string[]> {
 /**
  * Runs the Python `script` as a compromised QEMU of `jail` would: in its cgroup leaf, its
  * mount, PID, network, IPC, UTS and cgroup namespaces, as its uid with its group, no
- * capabilities and no_new_privs. The script prints one JSON object; returns it.
+ * capabilities and no_new_privs. The script prints one JSON object; returns it. `hostMounts`:
+ * in the host's mount namespace instead, to show what the files' own permissions refuse, for
+ * the moment one is linked into the VM's view.
  */
 function asCompromisedQemu(
   jail: JailOf,
   script: string,
   args: Record<string, unknown>,
+  hostMounts = false,
 ): Record<string, string> {
   const r = spawnSync(
     '/bin/sh',
@@ -119,7 +127,7 @@ function asCompromisedQemu(
       '--',
       'nsenter',
       `--target=${jail.pid}`,
-      '--mount',
+      ...(hostMounts ? [] : ['--mount']),
       '--pid',
       '--net',
       '--ipc',
@@ -221,16 +229,24 @@ for sock in ('qmp.sock', 'agent.sock', 'files.sock'):
     attempt('connect B ' + sock, connect)
 attempt('read B overlay', lambda: open(args['bTop'], 'rb').read(1))
 attempt('write B overlay', lambda: open(args['bTop'], 'r+b'))
+attempt('read B view', lambda: os.listdir(args['bView']))
+attempt('read B RAM image', lambda: open(args['bImage'], 'rb'))
 attempt('read B memory', lambda: open('/proc/%d/mem' % args['bPid'], 'rb'))
 attempt('signal B', lambda: os.kill(args['bPid'], signal.SIGKILL))
-for d in ('vms', 'disks', 'images', 'templates', 'paused'):
-    base = args['stateDir'] if d == 'vms' else args['dataDir']
-    attempt('list ' + d, lambda p=os.path.join(base, d): os.listdir(p))
+attempt('list vms', lambda: os.listdir(os.path.join(args['stateDir'], 'vms')))
+attempt('list data dir', lambda: os.listdir(args['dataDir']))
+for d in ('disks', 'images', 'templates', 'paused', 'sandboxes'):
+    attempt('enter ' + d, lambda p=os.path.join(args['dataDir'], d): os.stat(p))
 # Its mount namespace: its own folder, nobody else's; no records, no scratch space of the host.
 results['own folder holds its QMP socket'] = str('qmp.sock' in os.listdir(args['aDir']))
+results['own view holds'] = str(os.listdir(args['aView']))
+attempt('read own overlay by its host name', lambda: open(args['aTop'], 'rb'))
 attempt('read B record', lambda: open(os.path.join(args['dataDir'], 'sandboxes', args['b'] + '.json')))
 attempt('read host tmp file', lambda: open(args['hostTmpFile']))
-results['sandboxes holds'] = str(os.listdir(os.path.join(args['dataDir'], 'sandboxes')))
+# The template cache: only its own image's folder.
+attempt('list cache', lambda: os.listdir(args['cacheDir']))
+attempt('read own image', lambda: open(args['ownImage'], 'rb').read(1))
+attempt('enter other template images', lambda: os.stat(args['otherImages']))
 results['tmp holds'] = str(os.listdir('/tmp'))
 results['run holds'] = str(os.listdir('/run'))
 attempt('write tmp', lambda: open('/tmp/planted', 'w'))
@@ -242,10 +258,17 @@ done()
 `,
           {
             aDir: ja.vmDir,
+            aView: ja.view,
+            aTop: ja.top,
             b,
             bDir: jb.vmDir,
             bTop: jb.top,
+            bView: jb.view,
+            bImage: await ramImageOf(jb.pid),
             bPid: jb.pid,
+            cacheDir: CACHE_DIR,
+            ownImage: await rootfsOf(ja.pid),
+            otherImages: join(CACHE_DIR, 'templates', 'python'),
             stateDir: hostd.stateDir,
             dataDir: hostd.dataDir,
             hostTmpFile,
@@ -256,20 +279,30 @@ done()
           'connect B qmp.sock': 'ENOENT',
           'connect B agent.sock': 'ENOENT',
           'connect B files.sock': 'ENOENT',
-          'read B overlay': 'EACCES',
-          'write B overlay': 'EACCES',
+          // Nor is anything of the data directory but A's own view: B's files are not there
+          // to open, by any name.
+          'read B overlay': 'ENOENT',
+          'write B overlay': 'ENOENT',
+          'read B view': 'ENOENT',
+          'read B RAM image': 'ENOENT',
           // B's QEMU is not in A's PID namespace: its pid names nothing there.
           'read B memory': 'ENOENT',
           'signal B': 'ESRCH',
           'list vms': 'EACCES',
-          'list disks': 'EACCES',
-          'list images': 'EACCES',
-          'list templates': 'EACCES',
-          'list paused': 'EACCES',
+          'list data dir': 'EACCES',
+          'enter disks': 'ENOENT',
+          'enter images': 'ENOENT',
+          'enter templates': 'ENOENT',
+          'enter paused': 'ENOENT',
+          'enter sandboxes': 'ENOENT',
           'own folder holds its QMP socket': 'True',
-          // hostd's records: an empty folder in its view.
-          'sandboxes holds': '[]',
+          // Its own files were linked into its view only until QEMU had them open.
+          'own view holds': '[]',
+          'read own overlay by its host name': 'ENOENT',
           'read B record': 'ENOENT',
+          'list cache': 'EACCES',
+          'read own image': 'ok',
+          'enter other template images': 'ENOENT',
           'read host tmp file': 'ENOENT',
           'tmp holds': '[]',
           'run holds': '[]',
@@ -311,7 +344,6 @@ done()
         ja,
         `
 attempt('write own frozen layer', lambda: open(args['layer'], 'r+b'))
-attempt('read own frozen layer', lambda: open(args['layer'], 'rb').read(1))
 for i, t in enumerate(args['templateLayers']):
     attempt('write template layer %d' % i, lambda t=t: open(t, 'r+b'))
 def api():
@@ -322,13 +354,31 @@ done()
 `,
         { layer, templateLayers, port },
       );
-      assert.equal(results['write own frozen layer'], 'EACCES');
+      // Not in its mount namespace at all...
+      assert.equal(results['write own frozen layer'], 'ENOENT');
+      templateLayers.forEach((_, i) =>
+        assert.equal(results[`write template layer ${i}`], 'ENOENT'),
+      );
+      // ...and read-only by their own permissions, for the moment one is linked into its view.
+      const byPermissions = asCompromisedQemu(
+        ja,
+        `
+attempt('write own frozen layer', lambda: open(args['layer'], 'r+b'))
+attempt('read own frozen layer', lambda: open(args['layer'], 'rb').read(1))
+for i, t in enumerate(args['templateLayers']):
+    attempt('write template layer %d' % i, lambda t=t: open(t, 'r+b'))
+done()
+`,
+        { layer, templateLayers },
+        true,
+      );
+      assert.equal(byPermissions['write own frozen layer'], 'EACCES');
+      assert.equal(byPermissions['read own frozen layer'], 'ok');
+      templateLayers.forEach((_, i) =>
+        assert.equal(byPermissions[`write template layer ${i}`], 'EACCES'),
+      );
       // Nor can A's QEMU itself: it reopened the layer it froze read-only.
       assert.deepEqual(await openModes(ja.pid, layer), ['O_RDONLY']);
-      assert.equal(results['read own frozen layer'], 'ok');
-      templateLayers.forEach((_, i) =>
-        assert.equal(results[`write template layer ${i}`], 'EACCES'),
-      );
       assert.notEqual(results['reach hostd API'], 'ok');
       assert.equal(results.interfaces, 'lo');
       // The host itself reaches hostd: the refusal above is the jail's.
@@ -373,15 +423,36 @@ done()
   });
 });
 
-/** How process `pid` holds `path` open: the access mode of each descriptor on it. */
+/**
+ * How process `pid` holds the file at `path` open: the access mode of each descriptor on it.
+ * Matched by inode: a jailed QEMU opened it by a name in its view that is gone since.
+ */
 async function openModes(pid: number, path: string): Promise<string[]> {
+  const file = await stat(path);
   const modes: string[] = [];
   for (const fd of await readdir(`/proc/${pid}/fd`)) {
-    const target = await readlink(`/proc/${pid}/fd/${fd}`).catch(() => '');
-    if (target !== path) continue;
+    const target = await stat(`/proc/${pid}/fd/${fd}`).catch(() => null);
+    if (!target || target.ino !== file.ino || target.dev !== file.dev) continue;
     const info = await readFile(`/proc/${pid}/fdinfo/${fd}`, 'utf8');
     const flags = parseInt(/^flags:\s+(\d+)$/m.exec(info)![1]!, 8);
     modes.push(['O_RDONLY', 'O_WRONLY', 'O_RDWR'][flags & 3]!);
   }
   return modes;
+}
+
+/** The file process `pid` maps as guest RAM (a jailed QEMU's: by its view's name, now gone). */
+async function ramImageOf(pid: number): Promise<string> {
+  const maps = await readFile(`/proc/${pid}/maps`, 'utf8');
+  const line = maps.split('\n').find((l) => /\.(mem|img)( \(deleted\))?$/.test(l));
+  assert.ok(line, 'QEMU maps a RAM image');
+  // The view's name spells the file's path in the data directory, '/' as '%'.
+  const name = line.split(/\s+/)[5]!.split('/').at(-1)!.replaceAll('%', '/');
+  return join(hostd.dataDir, name);
+}
+
+/** The root filesystem image process `pid` was started with. */
+async function rootfsOf(pid: number): Promise<string> {
+  const args = (await readFile(`/proc/${pid}/cmdline`, 'utf8')).split('\0');
+  const blockdev = args.find((a) => a.includes('node-name=rootfs-file'))!;
+  return /filename=([^,]+)/.exec(blockdev)![1]!;
 }

@@ -1,5 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { basename, dirname, join } from 'node:path';
 import {
   VmUidPool,
   accountsInRange,
@@ -91,27 +94,47 @@ test('a jailed QEMU joins its cgroup leaf, then new namespaces, then drops to it
   assert.equal(jail.forks, true);
 });
 
-test("a jail with a view narrows vms/ to the VM's folder and hides the rest, before dropping to its uid", async () => {
-  const { Jail } = await import('../../src/vm/host/vm-jail.js');
-  const jail = new Jail(new VmUidPool(range, () => new Set()), 995, {
-    namespaces: true,
-    cgroups: null,
-    view: { vmsDir: '/s/vms', table: '/s/jail.fstab' },
-  });
-  const argv = await jail.enter(
-    jail.allocate(),
-    { memoryBytes: 1, pids: 1, cpuWeight: 100 },
-    '/s/vms/vm1',
-  );
-  const view = argv.indexOf('hostd-jail-view');
-  assert.ok(argv.indexOf('unshare') < view && view < argv.indexOf('setpriv'));
-  assert.deepEqual(argv.slice(view + 1, view + 5), ['/s/vms', '/s/vms/vm1', '/s/jail.fstab', '--']);
+test("a jail with a view narrows vms/, the data directory and the cache to the VM's own, before dropping to its uid", async () => {
+  const { Jail, viewTable } = await import('../../src/vm/host/vm-jail.js');
+  const vmDir = await mkdtemp(join(tmpdir(), 'vm1-'));
+  try {
+    const jail = new Jail(new VmUidPool(range, () => new Set()), 995, {
+      namespaces: true,
+      cgroups: null,
+      view: {
+        vmsDir: dirname(vmDir),
+        dataDir: '/d',
+        viewsDir: '/d/views',
+        narrowed: ['/c'],
+        keep: ['/c/libs/1'],
+        hide: ['/tmp'],
+      },
+    });
+    const argv = await jail.enter(
+      jail.allocate(),
+      { memoryBytes: 1, pids: 1, cpuWeight: 100 },
+      vmDir,
+      ['/c/templates/t/1', '/usr/share/qemu'],
+    );
+    const view = argv.indexOf('hostd-jail-view');
+    assert.ok(argv.indexOf('unshare') < view && view < argv.indexOf('setpriv'));
+    const table = join(vmDir, 'jail.fstab');
+    // Its own folder, its view, and the cache's folders it opens; the rest is not covered.
+    const binds = [vmDir, `/d/views/${basename(vmDir)}`, '/c/libs/1', '/c/templates/t/1'];
+    assert.deepEqual(argv.slice(view + 1, view + 7), [table, ...binds, '--']);
+    assert.equal(
+      await readFile(table, 'utf8'),
+      viewTable([dirname(vmDir), '/d', '/c'], binds, ['/tmp']),
+    );
+  } finally {
+    await rm(vmDir, { recursive: true, force: true });
+  }
   // Without namespaces (SERVICE_VM_JAIL=uid) there is no mount namespace to build a view in.
   const uidOnly = new Jail(new VmUidPool(range, () => new Set()), 995, {
     namespaces: false,
     cgroups: null,
-    view: { vmsDir: '/s/vms', table: null },
   });
+  assert.equal(uidOnly.viewDir('vm2'), null);
   const plain = await uidOnly.enter(
     uidOnly.allocate(),
     { memoryBytes: 1, pids: 1, cpuWeight: 100 },
@@ -132,12 +155,17 @@ test('a jail hides no folder that holds what QEMU opens', async () => {
   );
 });
 
-test('the hidden folders are one mount table, its fields escaped as fstab wants', async () => {
-  const { hideTable } = await import('../../src/vm/host/vm-jail.js');
+test("a VM's view is one mount table: covers outer first, binds from descriptors, hidden folders, then covers read-only; fields escaped as fstab wants", async () => {
+  const { viewTable } = await import('../../src/vm/host/vm-jail.js');
+  const cover = 'mode=0711,size=64k,nosuid,nodev,noexec';
   assert.equal(
-    hideTable(['/tmp', '/data dir/sandboxes']),
-    'hostd-jail /tmp tmpfs ro,mode=0555,size=4k,nosuid,nodev,noexec 0 0\n' +
-      'hostd-jail /data\\040dir/sandboxes tmpfs ro,mode=0555,size=4k,nosuid,nodev,noexec 0 0\n',
+    viewTable(['/s/vms', '/data dir'], ['/s/vms/vm1', '/data dir/views/vm1'], ['/tmp']),
+    `hostd-jail /s/vms tmpfs ${cover},X-mount.mkdir 0 0\n` +
+      `hostd-jail /data\\040dir tmpfs ${cover},X-mount.mkdir 0 0\n` +
+      '/proc/self/fd/3 /s/vms/vm1 none bind,X-mount.mkdir 0 0\n' +
+      '/proc/self/fd/4 /data\\040dir/views/vm1 none bind,X-mount.mkdir 0 0\n' +
+      'hostd-jail /tmp tmpfs ro,mode=0555,size=4k,nosuid,nodev,noexec 0 0\n' +
+      `hostd-jail-ro /s/vms tmpfs remount,ro,${cover} 0 0\n` +
+      `hostd-jail-ro /data\\040dir tmpfs remount,ro,${cover} 0 0\n`,
   );
-  assert.equal(hideTable([]), '');
 });

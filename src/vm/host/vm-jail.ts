@@ -6,15 +6,19 @@
  * - its own mount, PID, network (no interface but a down loopback), IPC, UTS and cgroup
  *   namespaces, with a /proc that shows only its own PID namespace (unshare): it sees no
  *   other process, so no other VM's command line, files or memory;
- * - in that mount namespace, a view of the state directory's `vms/` that holds its own folder
- *   only, and empty read-only folders over the host's places it never needs (`mountView`);
+ * - in that mount namespace, a view of the host built at each start (`viewTable`): the state
+ *   directory's `vms/` holds its own folder only; the data directory holds only its view
+ *   (`viewDir`), a folder of hard links to the images and layers it was given (vm/host/vm-view.ts);
+ *   the template cache holds only the image folder it boots from; and empty read-only folders
+ *   lie over the host's places it never needs;
  * - a cgroup leaf with memory, pids and CPU-weight limits (vm/host/vm-cgroups.ts), when the host
  *   has the controllers;
  * - and QEMU's own seccomp filter (`-sandbox on`, vm/qemu/qemu-args.ts).
  * hostd makes every file; QEMU only opens what it is told, so a guest that takes over its QEMU
  * owns that VM's folder and overlay and nothing else.
  */
-import { chmodSync, mkdirSync, realpathSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, realpathSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { findCommand } from './command-path.js';
 import type { VmCgroups, VmLimits } from './vm-cgroups.js';
@@ -35,15 +39,21 @@ export interface VmJail {
   readonly forks: boolean;
   /** A uid (and gid of the same number) for a new VM. */
   allocate(): number;
+  /**
+   * The folder of VM `id`'s QEMU that is all it sees of the data directory (made by the caller,
+   * filled through vm/host/vm-view.ts); null when the jail has no mount namespace to narrow.
+   */
+  viewDir(id: string): string | null;
   /** Marks the uid of a VM re-adopted after a restart as held; false when it is not a VM's. */
   claim(uid: number): boolean;
   /** Gives back a uid whose VM's process and files are gone. */
   release(uid: number): Promise<void>;
   /**
-   * Sets up VM `uid`'s jail, whose QEMU keeps `vmDir` (its folder); returns the argv prefix that
-   * runs the rest of the command in it.
+   * Sets up VM `uid`'s jail, whose QEMU keeps `vmDir` (its folder) and opens files in the
+   * folders `reads` outside the data directory (its image's); returns the argv prefix that runs
+   * the rest of the command in it.
    */
-  enter(uid: number, limits: VmLimits, vmDir: string): Promise<string[]>;
+  enter(uid: number, limits: VmLimits, vmDir: string, reads?: readonly string[]): Promise<string[]>;
   /**
    * Removes what jails of VMs that are gone left behind (their empty cgroup leaves, older than
    * `minAgeMs`), once the VMs this hostd re-adopted are claimed; returns how many leaves went.
@@ -56,11 +66,26 @@ export interface JailOptions {
   readonly namespaces: boolean;
   /** Cgroup leaves per VM; null: none (the host has no usable controllers). */
   readonly cgroups: VmCgroups | null;
+  /** What each VM's mount namespace narrows and hides (with `namespaces` only): `jailView`'s. */
+  readonly view?: JailView;
+}
+
+/** The host as every jailed QEMU's mount namespace shows it (see `viewTable`). */
+export interface JailView {
+  /** The state directory's `vms/`: only the VM's own folder shows in it. */
+  readonly vmsDir: string;
+  /** The data directory: only the VM's view folder (`<viewsDir>/<id>`) shows in it. */
+  readonly dataDir: string;
+  readonly viewsDir: string;
   /**
-   * What the mount namespace hides (with `namespaces` only): every VM folder but its own under
-   * `vmsDir`, and the folders of the mount table `table` (hideTable's; null: none).
+   * Folders only the folders a VM opens files in show in (the template cache: the VM's image
+   * folder), besides `keep`.
    */
-  readonly view?: { readonly vmsDir: string; readonly table: string | null };
+  readonly narrowed: readonly string[];
+  /** Folders inside `narrowed` every VM keeps (QEMU's stand-in library's). */
+  readonly keep: readonly string[];
+  /** Host folders shown empty and read-only (`hiddenPaths`'s). */
+  readonly hide: readonly string[];
 }
 
 export class Jail implements VmJail {
@@ -78,6 +103,11 @@ export class Jail implements VmJail {
     return this.uids.allocate();
   }
 
+  viewDir(id: string): string | null {
+    const { namespaces: ns, view } = this.options;
+    return ns && view ? join(view.viewsDir, id) : null;
+  }
+
   claim(uid: number): boolean {
     return this.uids.claim(uid);
   }
@@ -92,13 +122,32 @@ export class Jail implements VmJail {
     return this.options.cgroups?.sweep(this.uids.range, held, minAgeMs) ?? 0;
   }
 
-  async enter(uid: number, limits: VmLimits, vmDir: string): Promise<string[]> {
+  async enter(
+    uid: number,
+    limits: VmLimits,
+    vmDir: string,
+    reads: readonly string[] = [],
+  ): Promise<string[]> {
     const procs = (await this.options.cgroups?.prepare(uid, limits)) ?? [];
     const { namespaces: ns, view } = this.options;
+    let mounts: string[] = [];
+    if (ns && view) {
+      const within = (p: string, d: string): boolean => p === d || p.startsWith(`${d}/`);
+      const binds = [
+        vmDir,
+        join(view.viewsDir, vmDir.slice(vmDir.lastIndexOf('/') + 1)),
+        ...new Set([...view.keep, ...reads]),
+      ].filter((d, i) => i < 2 || view.narrowed.some((n) => within(d, n)));
+      const covers = [view.vmsDir, view.dataDir, ...view.narrowed];
+      // In the VM's own folder: read once, as root, before QEMU runs; it goes with the folder.
+      const table = join(vmDir, 'jail.fstab');
+      await writeFile(table, viewTable(covers, binds, view.hide), { mode: 0o600 });
+      mounts = mountView(table, binds);
+    }
     return [
       ...joinCgroups(procs),
       ...(ns ? namespaces() : []),
-      ...(ns && view ? mountView(view.vmsDir, vmDir, view.table) : []),
+      ...mounts,
       ...dropPrivileges(uid, this.group),
     ];
   }
@@ -169,20 +218,21 @@ export function hiddenPaths(candidates: readonly string[], needed: readonly stri
 }
 
 /**
- * The view of jailed QEMUs on this host: `vmsDir` narrowed to each VM's folder, and hidden
- * the places of HIDDEN_HOST_PATHS that exist and hold nothing of `needed` (the state, data and
- * cache directories, the template directory, the folder of QEMU's libcapstone stand-in), nor
- * QEMU's binary, plus hostd's records in `dataDir` (sandboxes, snapshots; made here if new, as
- * the records would make them).
+ * The view of jailed QEMUs on this host: `vmsDir` narrowed to each VM's folder, `dataDir` to
+ * each VM's view under `viewsDir` (made here, root's only: a QEMU reaches its view through its
+ * mount namespace, never through the host's folders), `cacheDir` to the image folders each VM
+ * opens and `keep`; and hidden the places of HIDDEN_HOST_PATHS that exist and hold nothing of
+ * `needed` (the state, data and cache directories, the template directory, the folder of QEMU's
+ * libcapstone stand-in), nor QEMU's binary.
  */
 export function jailView(opts: {
   readonly vmsDir: string;
   readonly dataDir: string;
-  /** Where the mount table goes: a file of root's, mode 0600. */
-  readonly tablePath: string;
+  readonly cacheDir: string;
+  readonly keep: readonly string[];
   readonly qemuBinary: string;
   readonly needed: readonly string[];
-}): { vmsDir: string; table: string | null; hide: string[] } {
+}): JailView {
   const real = (p: string): string | null => {
     try {
       return realpathSync(p);
@@ -196,56 +246,73 @@ export function jailView(opts: {
     .map(real)
     .filter((p): p is string => p !== null);
   const candidates = HIDDEN_HOST_PATHS.map(real).filter((p): p is string => p !== null);
-  const records = ['sandboxes', 'snapshots'].map((d) => join(opts.dataDir, d));
-  for (const r of records) mkdirSync(r, { recursive: true, mode: 0o700 });
-  const hide = [...new Set(hiddenPaths(candidates, needed)), ...records];
-  writeFileSync(opts.tablePath, hideTable(hide), { mode: 0o600 });
-  chmodSync(opts.tablePath, 0o600);
-  return { vmsDir: opts.vmsDir, table: opts.tablePath, hide };
+  const viewsDir = join(opts.dataDir, 'views');
+  mkdirSync(viewsDir, { recursive: true, mode: 0o700 });
+  chmodSync(viewsDir, 0o700);
+  return {
+    vmsDir: opts.vmsDir,
+    dataDir: opts.dataDir,
+    viewsDir,
+    narrowed: [opts.cacheDir],
+    keep: opts.keep,
+    hide: [...new Set(hiddenPaths(candidates, needed))],
+  };
 }
 
+/** fstab's escapes for the characters that would split a field or a line. */
+const fstabPath = (p: string): string =>
+  p.replace(/[\\ \t\n]/g, (c) => `\\${c.charCodeAt(0).toString(8).padStart(3, '0')}`);
+
+const COVER = 'mode=0711,size=64k,nosuid,nodev,noexec';
+
 /**
- * The mount table (fstab format) of the hidden folders: an empty read-only tmpfs over each, so
- * that one `mount -a` sets them all up (a `mount` process per folder cost ~10 ms each).
+ * The mount table (fstab format) of one VM's view, so that one `mount -a` builds it all (a
+ * `mount` process per folder cost ~10 ms each): an empty tmpfs over each of `covers`, outer
+ * first; each of `binds` bound back into them from descriptor 3, 4, ... (`mountView` opens them
+ * before anything covers them), its mount point made as needed; an empty read-only tmpfs over
+ * each of `hide`; then the covers made read-only. Nothing of a covered folder shows but what is
+ * bound back: other VMs' folders, views and images are not there at all.
  */
-export function hideTable(hide: readonly string[]): string {
-  // fstab's escapes for the characters that would split a field or a line.
-  const esc = (p: string): string =>
-    p.replace(/[\\ \t\n]/g, (c) => `\\${c.charCodeAt(0).toString(8).padStart(3, '0')}`);
-  return hide
-    .map((p) => `hostd-jail ${esc(p)} tmpfs ro,mode=0555,size=4k,nosuid,nodev,noexec 0 0\n`)
+export function viewTable(
+  covers: readonly string[],
+  binds: readonly string[],
+  hide: readonly string[],
+): string {
+  const outerFirst = [...new Set(covers)].sort((x, y) => x.length - y.length);
+  return [
+    ...outerFirst.map((c) => `hostd-jail ${fstabPath(c)} tmpfs ${COVER},X-mount.mkdir 0 0`),
+    ...binds.map((b, i) => `/proc/self/fd/${i + 3} ${fstabPath(b)} none bind,X-mount.mkdir 0 0`),
+    ...hide.map(
+      (h) => `hostd-jail ${fstabPath(h)} tmpfs ro,mode=0555,size=4k,nosuid,nodev,noexec 0 0`,
+    ),
+    ...outerFirst.map((c) => `hostd-jail-ro ${fstabPath(c)} tmpfs remount,ro,${COVER} 0 0`),
+  ]
+    .map((line) => `${line}\n`)
     .join('');
 }
 
 /**
  * A shell step, run as root inside the new mount namespace (private: nothing propagates to the
- * host), that builds the VM's view and execs the rest: an empty tmpfs over `vmsDir` (root's,
- * mode 0711, read-only once set up) with only `vmDir` bound back into it, so the names and
- * sockets of other VMs are not there at all; then the mounts of `table` (hideTable's, a file
- * only root reads), if any. `vmDir` is bound through a descriptor opened before the tmpfs
- * covers it. Any step that fails fails the start (`mount -a` exits non-zero when any of its
- * mounts fails): the VM never runs with a partial view.
+ * host), that builds the VM's view (`viewTable`'s `table`) and execs the rest. `binds` are
+ * opened as descriptors 3, 4, ... first, since the table's covers hide their paths, and closed
+ * before the rest runs. Any step that fails fails the start (`mount -a` exits non-zero when
+ * any of its mounts fails): the VM never runs with a partial view.
  */
-export function mountView(vmsDir: string, vmDir: string, table: string | null): string[] {
+export function mountView(table: string, binds: readonly string[]): string[] {
   return [
     '/bin/sh',
     '-c',
     [
       'set -e',
-      'vms=$1; own=$2; table=$3; shift 4',
-      'exec 3< "$own"',
-      'mount -t tmpfs -o mode=0711,size=64k,nosuid,nodev,noexec hostd-jail "$vms"',
-      'mkdir -m 0700 "$own"',
-      'mount --no-canonicalize --bind /proc/self/fd/3 "$own"',
-      'exec 3<&-',
-      'mount -o remount,ro "$vms"',
-      'if [ -n "$table" ]; then mount -a -T "$table"; fi',
+      'table=$1; shift',
+      'fd=3; while [ "$1" != -- ]; do eval "exec $fd<\\"\\$1\\""; fd=$((fd + 1)); shift; done; shift',
+      'mount -a --no-canonicalize -T "$table"',
+      'while [ $fd -gt 3 ]; do fd=$((fd - 1)); eval "exec $fd<&-"; done',
       'exec "$@"',
     ].join('\n'),
     'hostd-jail-view',
-    vmsDir,
-    vmDir,
-    table ?? '',
+    table,
+    ...binds,
     '--',
   ];
 }

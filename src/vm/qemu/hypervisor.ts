@@ -53,7 +53,7 @@ export class QemuHypervisor implements Hypervisor {
     ) => MachineSpec,
     readonly machineOverheadMib: number,
   ) {
-    this.ctx = { host, store: new StateStore(dataDir, host.jail?.group) };
+    this.ctx = { host: { ...host, dataDir }, store: new StateStore(dataDir, host.jail?.group) };
     // A frozen state restores only into the QEMU that made it (device-state formats change).
     // The binary's identity stands for its version: running `--version` costs half a second.
     this.qemuVersion = binaryIdentity(host.qemuBinary);
@@ -187,6 +187,13 @@ export class QemuHypervisor implements Hypervisor {
     }
     for (const name of await readdir(vmsDir)) {
       if (!keep(name)) await rm(join(vmsDir, name), { recursive: true, force: true });
+    }
+    // The views of jailed VMs (vm/host/vm-view.ts) that are gone.
+    const viewsDir = this.ctx.host.jail?.viewDir('')?.replace(/\/$/, '');
+    if (viewsDir && existsSync(viewsDir)) {
+      for (const name of await readdir(viewsDir)) {
+        if (!keep(name)) await rm(join(viewsDir, name), { recursive: true, force: true });
+      }
     }
     if (this.ctx.host.jail) {
       // A leaf empties only once the killed QEMUs are gone; one still busy after that is

@@ -5,9 +5,9 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { chmod, chown, mkdir, open, readFile, rm, stat, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { QmpClient } from './qmp.js';
 import {
   qemuArgs,
@@ -22,6 +22,7 @@ import { connectWithRetry, sendAll } from '../channels/unix-socket.js';
 import { VmError } from '../vm-error.js';
 import { toVmError } from './as-vm-error.js';
 import type { VmJail } from '../host/vm-jail.js';
+import { HOST_VIEW, VmView, type FileView } from '../host/vm-view.js';
 import { vmLimits } from '../host/vm-cgroups.js';
 
 /** Where and how QEMU processes run on this host. */
@@ -38,6 +39,8 @@ export interface QemuHost {
   readonly jail?: VmJail;
   /** Added to QEMU's environment (LD_LIBRARY_PATH for vm/host/capstone-stand-in.ts). */
   readonly env?: Readonly<Record<string, string>>;
+  /** The data directory, whose files a jailed QEMU opens through its view (vm/host/vm-view.ts). */
+  readonly dataDir?: string;
 }
 
 /** Device states are ~8 KB; anything near this is a broken or hostile QEMU. */
@@ -73,6 +76,8 @@ export class QemuProcess extends EventEmitter {
   private qmpClient: QmpClient | null = null;
   /** The jailed VM's own uid (and gid), given back once its process and folder are gone. */
   private jailUid: number | undefined;
+  /** How QEMU names the data directory's files: through its view when its jail has one. */
+  private fileView: FileView = HOST_VIEW;
   /** The console log hostd writes (vm/qemu/console-log.ts). */
   private consoleLog: ConsoleLog | null = null;
   /** A QEMU of an earlier hostd version writes the log itself: it is truncated every 10 s. */
@@ -153,6 +158,12 @@ export class QemuProcess extends EventEmitter {
       // The folder's owner is the uid this VM was given by the hostd that started it.
       const { uid } = await stat(p.dir);
       if (host.jail.claim(uid)) p.jailUid = uid;
+      // A QEMU started by a hostd from before views sees the host's data directory. Its view
+      // is empty at rest: the folder is all it takes.
+      const viewDir = host.jail.viewDir(p.id);
+      if (viewDir && host.dataDir && existsSync(viewDir)) {
+        p.fileView = new VmView(viewDir, host.dataDir);
+      }
     }
     await p.connectConsole(deadline, true);
     p.qmpClient = await QmpClient.connect(p.paths.qmpSocket, deadline);
@@ -163,6 +174,11 @@ export class QemuProcess extends EventEmitter {
   /** The uid a jailed QEMU runs as; undefined when QEMU runs as hostd's own user. */
   get uid(): number | undefined {
     return this.jailUid;
+  }
+
+  /** The names this QEMU opens files by (its view's, when jailed with one). */
+  get view(): FileView {
+    return this.fileView;
   }
 
   get pid(): number | undefined {
@@ -225,6 +241,9 @@ export class QemuProcess extends EventEmitter {
     await this.exitPromise;
     await this.consoleLog?.close();
     await rm(this.dir, { recursive: true, force: true });
+    if (this.fileView instanceof VmView) {
+      await rm(this.fileView.dir, { recursive: true, force: true });
+    }
     if (this.jailUid !== undefined) {
       const uid = this.jailUid;
       this.jailUid = undefined;
@@ -298,6 +317,14 @@ export class QemuProcess extends EventEmitter {
     const uid = (this.jailUid = host.jail?.allocate());
     if (host.jail && uid !== undefined) {
       await chown(this.dir, uid, uid);
+      const viewDir = host.jail.viewDir(this.id);
+      if (viewDir && host.dataDir) {
+        // Root's, entered by this VM's own group only: it lists the names of its own files.
+        await mkdir(viewDir, { mode: 0o750 });
+        await chown(viewDir, 0, uid);
+        await chmod(viewDir, 0o750);
+        this.fileView = new VmView(viewDir, host.dataDir);
+      }
       // The one disk file this VM writes; every layer under it stays root's.
       if (disk) {
         await chown(disk.top, uid, uid);
@@ -313,13 +340,23 @@ export class QemuProcess extends EventEmitter {
       }
     }
     this.consoleLog = await ConsoleLog.open(this.consoleLogPath);
-    const log = await open(join(this.dir, 'qemu.log'), 'w');
+    const { image } = spec;
+    const reads = [image.kernel, image.initrd, image.rootfs, ...(image.disk ? [image.disk] : [])];
     const jail =
-      host.jail && uid !== undefined ? await host.jail.enter(uid, vmLimits(spec), this.dir) : [];
+      host.jail && uid !== undefined
+        ? await host.jail.enter(uid, vmLimits(spec), this.dir, [...new Set(reads.map(dirname))])
+        : [];
     const [cmd, ...pre] = [...host.launcher, ...jail, host.qemuBinary];
-    const paths = disk ? { ...this.paths, writableDisk: disk } : this.paths;
+    const view = this.fileView;
+    const seen = disk && {
+      top: await view.expose(disk.top),
+      layers: await Promise.all(disk.layers.map((l) => view.expose(l))),
+    };
+    const paths = seen ? { ...this.paths, writableDisk: seen } : this.paths;
+    const seenRam = { ...ram, memPath: await view.expose(ram.memPath) };
+    const log = await open(join(this.dir, 'qemu.log'), 'w');
     try {
-      this.proc = spawn(cmd!, [...pre, ...qemuArgs(spec, paths, ram)], {
+      this.proc = spawn(cmd!, [...pre, ...qemuArgs(spec, paths, seenRam)], {
         stdio: ['ignore', 'ignore', log.fd],
         env: host.env ? { ...QEMU_ENV, ...host.env } : QEMU_ENV,
         // Its own session: a Ctrl-C in the terminal that runs hostd must not reach the VMs
@@ -350,6 +387,10 @@ export class QemuProcess extends EventEmitter {
       exitedEarly,
     ]);
     this.qmpClient.on('close', () => undefined);
+    // QEMU has opened every file of its command line by the time it answers QMP.
+    for (const f of [seenRam.memPath, ...(seen ? [seen.top, ...seen.layers] : [])]) {
+      await view.withdraw(f);
+    }
     // QEMU answers QMP, so a jail's keeper has forked it by now.
     if (host.jail?.forks) this.jailedPid = onlyChild(this.proc.pid);
     // For operators, tests and re-adoption after a crash: which process is this VM.

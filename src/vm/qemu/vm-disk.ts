@@ -15,8 +15,19 @@ import { link, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { DiskLayer } from '../storage/disk-layer.js';
 import type { DiskStore } from '../storage/disk-store.js';
+import type { FileView } from '../host/vm-view.js';
 import { DISK_TOP_NODE, diskLayerNode, type DiskChain } from './qemu-args.js';
 import type { QmpClient } from './qmp.js';
+
+/**
+ * The QEMU a disk is attached to: its QMP, the uid a jailed one runs as, and the names it opens
+ * files by (its view: every file a `blockdev-add` names is exposed there first).
+ */
+export interface DiskQemu {
+  readonly qmp: QmpClient;
+  readonly uid: number | undefined;
+  readonly view: FileView;
+}
 
 /** A capture's new overlay, added to QEMU but not yet over the old one. */
 export interface PendingOverlay {
@@ -145,18 +156,24 @@ export class VmDisk {
    * Gives an unattached overlay (an incoming QEMU, not yet running) the backing `layer`, whose
    * reference it takes over. The guest has not run, so it sees the chain from its first read.
    */
-  async attach(qmp: QmpClient, layer: DiskLayer | null): Promise<void> {
+  async attach(qemu: DiskQemu, layer: DiskLayer | null): Promise<void> {
     if (this.attached) throw new Error('disk attached twice');
+    const { qmp } = qemu;
     const paths = this.layerPaths(layer);
     try {
-      for (const [i, filename] of paths.entries()) {
-        await qmp.execute('blockdev-add', {
-          driver: 'qcow2',
-          'node-name': diskLayerNode(i),
-          'read-only': true,
-          file: { driver: 'file', filename },
-          ...(i > 0 ? { backing: diskLayerNode(i - 1) } : {}),
-        });
+      for (const [i, path] of paths.entries()) {
+        const filename = await qemu.view.expose(path);
+        try {
+          await qmp.execute('blockdev-add', {
+            driver: 'qcow2',
+            'node-name': diskLayerNode(i),
+            'read-only': true,
+            file: { driver: 'file', filename },
+            ...(i > 0 ? { backing: diskLayerNode(i - 1) } : {}),
+          });
+        } finally {
+          await qemu.view.withdraw(filename);
+        }
       }
       await qmp.execute('blockdev-reopen', {
         options: [
@@ -185,8 +202,9 @@ export class VmDisk {
    * Adds a fresh overlay to QEMU for a capture (see `PendingOverlay`); the guest may run. A
    * jailed QEMU gets it owned by its `uid`.
    */
-  async prepareCapture(qmp: QmpClient, uid?: number): Promise<PendingOverlay> {
+  async prepareCapture(qemu: DiskQemu): Promise<PendingOverlay> {
     const { disks } = this;
+    const { qmp, uid } = qemu;
     const node = `disk-t${this.nextNode++}`;
     // Named after its node: the name QEMU knows its file by, once it is renamed to the top's
     // (`reopenReadOnly` needs it).
@@ -203,7 +221,12 @@ export class VmDisk {
       await disks.removeFile(path);
     };
     try {
-      await qmp.execute('blockdev-add', { driver: 'file', 'node-name': fileNode, filename: path });
+      const filename = await qemu.view.expose(path);
+      try {
+        await qmp.execute('blockdev-add', { driver: 'file', 'node-name': fileNode, filename });
+      } finally {
+        await qemu.view.withdraw(filename);
+      }
       added.push(fileNode);
       await qmp.execute('blockdev-add', {
         driver: 'qcow2',
@@ -241,29 +264,25 @@ export class VmDisk {
    * Has QEMU reopen the overlay it no longer writes (a capture stacked a new one over it)
    * read-only, before it is renamed into a layer: otherwise QEMU keeps the read-write descriptor
    * it opened it with, and a QEMU taken over by its guest could change the disk of the children
-   * that read that layer. QEMU reopens by the file's name, so this must come before the rename.
-   * Not done for an adopted VM, whose chain's node names are not known: it keeps the
-   * descriptor (docs/operations.md, Security).
+   * that read that layer. QEMU reopens by the name it first opened the file by (asked of it: a
+   * view's name, or for a QEMU from before views a host name that a capture's overlay may no
+   * longer have), so the overlay is linked there for the reopen. Not done for an adopted VM
+   * whose chain QEMU did not tell (`adopt`): it keeps the descriptor.
    */
   private async reopenReadOnly(qmp: QmpClient): Promise<void> {
     if (!this.chainKnown) return;
     const top = this.disks.topPath(this.topId);
-    const known = this.fileOfNode(this.topNode);
-    // A capture's overlay was renamed to the top's name: QEMU reopens it by its first name.
+    const fileNode = fileNodeOf(this.topNode);
+    const known = await fileNameOf(qmp, fileNode);
     if (known !== top) await link(top, known);
     try {
       await qmp.execute('blockdev-reopen', {
         options: [
-          {
-            driver: 'file',
-            'node-name': fileNodeOf(this.topNode),
-            filename: known,
-            'read-only': true,
-          },
+          { driver: 'file', 'node-name': fileNode, filename: known, 'read-only': true },
           {
             driver: 'qcow2',
             'node-name': this.topNode,
-            file: fileNodeOf(this.topNode),
+            file: fileNode,
             backing: this.layerNodes[0] ?? diskLayerNode(0),
             'read-only': true,
           },
@@ -288,19 +307,25 @@ export class VmDisk {
    * (`blockdev-reopen`: same data, so the guest cannot tell). Returns it, retained by this VM;
    * the old chain is freed when no one else reads it. Keeps the old chain on failure.
    */
-  async flatten(qmp: QmpClient): Promise<DiskLayer | null> {
+  async flatten(qemu: DiskQemu): Promise<DiskLayer | null> {
     const old = this.backing;
     if (!old) return null;
+    const { qmp } = qemu;
     const flat = (await this.disks.flatten(old, this.base)).retain();
     const node = `disk-m${this.nextNode++}`;
     try {
-      await qmp.execute('blockdev-add', {
-        driver: 'qcow2',
-        'node-name': node,
-        'read-only': true,
-        file: { driver: 'file', filename: flat.path },
-        backing: diskLayerNode(0),
-      });
+      const filename = await qemu.view.expose(flat.path);
+      try {
+        await qmp.execute('blockdev-add', {
+          driver: 'qcow2',
+          'node-name': node,
+          'read-only': true,
+          file: { driver: 'file', filename },
+          backing: diskLayerNode(0),
+        });
+      } finally {
+        await qemu.view.withdraw(filename);
+      }
       await qmp.execute('blockdev-reopen', {
         options: [
           {
@@ -380,4 +405,16 @@ export class VmDisk {
  */
 function fileNodeOf(node: string): string {
   return node === DISK_TOP_NODE ? 'disk-file' : `${node}-file`;
+}
+
+/** The file name QEMU opened file node `node` by. */
+async function fileNameOf(qmp: QmpClient, node: string): Promise<string> {
+  const nodes = (await qmp.execute('query-named-block-nodes', { flat: true })) as {
+    'node-name'?: string;
+    drv?: string;
+    file?: string;
+  }[];
+  const file = nodes.find((n) => n['node-name'] === node && n.drv === 'file')?.file;
+  if (file === undefined) throw new Error(`QEMU has no file node ${node}`);
+  return file;
 }

@@ -317,7 +317,7 @@ export class Vm implements Machine {
     this.base = state.image;
     try {
       if (this.disk && !this.disk.isAttached) {
-        await this.disk.attach(this.process.qmp, state.layer?.retain() ?? null);
+        await this.disk.attach(this.process, state.layer?.retain() ?? null);
       }
       await this.process.loadDeviceState(deviceState, Date.now() + RESTORE_TIMEOUT_MS);
       await this.hello(HELLO_TIMEOUT_MS, copy);
@@ -586,11 +586,10 @@ export class Vm implements Machine {
       incoming = [];
       await MemImage.copy(base.path, path, host.jail?.group);
     }
-    const qmp = this.process.qmp;
     let overlay: PendingOverlay | null = null;
     try {
       // Made while the guest runs; only putting it over the current overlay needs the pause.
-      overlay = this.disk ? await this.disk.prepareCapture(qmp, this.process.uid) : null;
+      overlay = this.disk ? await this.disk.prepareCapture(this.process) : null;
       const pending = overlay;
       const deviceState = await whileStopped(this.runState(), 'always', async () => {
         const saved = await this.process.saveDeviceState();
@@ -603,7 +602,7 @@ export class Vm implements Machine {
       if (this.disk && this.disk.depth > MAX_DISK_CHAIN) {
         // Expected: a flattening that fails (disk space, QEMU refusing the reopen) keeps the
         // old chain (VmDisk.flatten); only a cost, never a failure: it is just as correct.
-        layer = (await this.disk.flatten(qmp).catch(() => null)) ?? layer;
+        layer = (await this.disk.flatten(this.process).catch(() => null)) ?? layer;
       }
       return (await store.addFork(path, this.spec, deviceState, layer, incoming)).retain();
     } catch (err) {
