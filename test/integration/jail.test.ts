@@ -410,6 +410,21 @@ done()
         stale.every((leaf) => !existsSync(leaf)),
       );
       assert.deepEqual(after.cgroupProcs, before.cgroupProcs, "the re-adopted VM's leaf stays");
+      // A capture of the re-adopted VM freezes its overlay: QEMU reopens it read-only, as for
+      // a VM this hostd started.
+      const fork = await hostd.json<{ children: { id: string }[] }>(
+        'POST',
+        `/v1/sandboxes/${ids[0]!}/fork`,
+        { n: 1 },
+      );
+      assert.equal(fork.status, 200, JSON.stringify(fork.body));
+      ids.push(...fork.body.children.map((c) => c.id));
+      const frozen = JSON.parse(await readFile(after.top.replace(/\.qcow2$/, '.json'), 'utf8')) as {
+        backing: string;
+      };
+      const layer = join(hostd.dataDir, 'disks', `${frozen.backing}.qcow2`);
+      assert.deepEqual(await openModes(after.pid, layer), ['O_RDONLY']);
+      assert.deepEqual(await readdir(after.view), [], 'its view is empty at rest');
       ids.push(await createSandbox(hostd, { template: TEMPLATE }));
       assert.notEqual((await jailOf(ids[1]!)).uid, before.uid);
     } catch (err) {

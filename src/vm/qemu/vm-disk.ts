@@ -109,7 +109,11 @@ export class VmDisk {
     return new VmDisk(disks, base, topId, backing, true);
   }
 
-  /** The disk of a VM an earlier hostd started (re-adoption after a crash). */
+  /**
+   * The disk of a VM an earlier hostd started (re-adoption after a crash). Its chain's node
+   * names are read from QEMU's block graph, so that a later capture can reopen the overlay it
+   * freezes read-only and a flattening can close the old layers, as for a VM this hostd started.
+   */
   static async adopt(
     disks: DiskStore,
     base: string,
@@ -124,7 +128,10 @@ export class VmDisk {
     const disk = new VmDisk(disks, base, topId, backing, true, top ?? DISK_TOP_NODE);
     // Node names this hostd adds must not collide with the earlier run's.
     disk.nextNode = 1000;
-    disk.chainKnown = false;
+    const chain = top === undefined ? null : await backingChain(qmp, top);
+    // The template's empty disk, at the bottom, keeps its name (flatten puts layers on it).
+    if (chain && chain.at(-1) === diskLayerNode(0)) disk.layerNodes = chain.slice(0, -1);
+    else disk.chainKnown = false;
     return disk;
   }
 
@@ -417,4 +424,29 @@ async function fileNameOf(qmp: QmpClient, node: string): Promise<string> {
   const file = nodes.find((n) => n['node-name'] === node && n.drv === 'file')?.file;
   if (file === undefined) throw new Error(`QEMU has no file node ${node}`);
   return file;
+}
+
+/**
+ * The qcow2 nodes of the chain under node `top`, nearest first, from QEMU's block graph; null
+ * when the graph is not a plain chain.
+ */
+async function backingChain(qmp: QmpClient, top: string): Promise<string[] | null> {
+  const graph = (await qmp.execute('x-debug-query-block-graph')) as {
+    nodes: { id: number; name: string }[];
+    edges: { parent: number; child: number; name: string }[];
+  };
+  const byName = new Map(graph.nodes.map((n) => [n.name, n.id]));
+  const names = new Map(graph.nodes.map((n) => [n.id, n.name]));
+  const chain: string[] = [];
+  let id = byName.get(top);
+  while (id !== undefined) {
+    const parent = id;
+    const next = graph.edges.find((e) => e.parent === parent && e.name === 'backing')?.child;
+    if (next === undefined) break;
+    const name = names.get(next);
+    if (name === undefined || chain.includes(name)) return null;
+    chain.push(name);
+    id = next;
+  }
+  return chain;
 }
