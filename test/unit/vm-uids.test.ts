@@ -155,7 +155,7 @@ test('a jail hides no folder that holds what QEMU opens', async () => {
   );
 });
 
-test("a VM's view is one mount table: covers outer first, binds from descriptors, hidden folders, then covers read-only; fields escaped as fstab wants", async () => {
+test("a VM's view is one mount table: covers outer first, binds from descriptors, covers read-only, then hidden folders; fields escaped as fstab wants", async () => {
   const { viewTable } = await import('../../src/vm/host/vm-jail.js');
   const cover = 'mode=0711,size=64k,nosuid,nodev,noexec';
   assert.equal(
@@ -164,8 +164,8 @@ test("a VM's view is one mount table: covers outer first, binds from descriptors
       `hostd-jail /data\\040dir tmpfs ${cover},X-mount.mkdir 0 0\n` +
       '/proc/self/fd/3 /s/vms/vm1 none bind,X-mount.mkdir 0 0\n' +
       '/proc/self/fd/4 /data\\040dir/views/vm1 none bind,X-mount.mkdir 0 0\n' +
-      'hostd-jail /tmp tmpfs ro,mode=0555,size=4k,nosuid,nodev,noexec 0 0\n' +
       `hostd-jail-ro /s/vms tmpfs remount,ro,${cover} 0 0\n` +
-      `hostd-jail-ro /data\\040dir tmpfs remount,ro,${cover} 0 0\n`,
+      `hostd-jail-ro /data\\040dir tmpfs remount,ro,${cover} 0 0\n` +
+      'hostd-jail /tmp tmpfs ro,mode=0555,size=4k,nosuid,nodev,noexec 0 0\n',
   );
 });

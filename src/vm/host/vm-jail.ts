@@ -269,8 +269,8 @@ const COVER = 'mode=0711,size=64k,nosuid,nodev,noexec';
  * The mount table (fstab format) of one VM's view, so that one `mount -a` builds it all (a
  * `mount` process per folder cost ~10 ms each): an empty tmpfs over each of `covers`, outer
  * first; each of `binds` bound back into them from descriptor 3, 4, ... (`mountView` opens them
- * before anything covers them), its mount point made as needed; an empty read-only tmpfs over
- * each of `hide`; then the covers made read-only. Nothing of a covered folder shows but what is
+ * before anything covers them), its mount point made as needed; the covers made read-only;
+ * then an empty read-only tmpfs over each of `hide` (which never holds a cover: `hiddenPaths`). Nothing of a covered folder shows but what is
  * bound back: other VMs' folders, views and images are not there at all.
  */
 export function viewTable(
@@ -282,10 +282,10 @@ export function viewTable(
   return [
     ...outerFirst.map((c) => `hostd-jail ${fstabPath(c)} tmpfs ${COVER},X-mount.mkdir 0 0`),
     ...binds.map((b, i) => `/proc/self/fd/${i + 3} ${fstabPath(b)} none bind,X-mount.mkdir 0 0`),
+    ...outerFirst.map((c) => `hostd-jail-ro ${fstabPath(c)} tmpfs remount,ro,${COVER} 0 0`),
     ...hide.map(
       (h) => `hostd-jail ${fstabPath(h)} tmpfs ro,mode=0555,size=4k,nosuid,nodev,noexec 0 0`,
     ),
-    ...outerFirst.map((c) => `hostd-jail-ro ${fstabPath(c)} tmpfs remount,ro,${COVER} 0 0`),
   ]
     .map((line) => `${line}\n`)
     .join('');
