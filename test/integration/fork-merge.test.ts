@@ -245,10 +245,13 @@ describe('fork', () => {
 
 const settledStandby = (): Promise<number> => forkStandbySettled(hostd);
 
-/** QEMUs waiting for a fork: started on a spare image copy, not (yet) any sandbox's. */
+/**
+ * QEMUs waiting for a fork: started on a spare image copy, not (yet) any sandbox's. A jailed
+ * QEMU names it by its view's name, the image's path with '/' spelt '%' (vm/host/vm-view.ts).
+ */
 async function standbyPids(): Promise<number[]> {
   const qemus = await qemuProcesses(hostd.stateDir);
-  return qemus.filter((p) => p.cmd.includes('/images/spare-')).map((p) => p.pid);
+  return qemus.filter((p) => /\/images[/%]spare-/.test(p.cmd)).map((p) => p.pid);
 }
 
 /**
