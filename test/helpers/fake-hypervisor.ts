@@ -43,6 +43,7 @@ import type {
   NetStats,
   NetworkPolicy,
   ExportedRead,
+  ExportedFile,
   FileFetcher,
   PausedDescriptor,
   PausedMachine,
@@ -487,10 +488,8 @@ export class FakeHypervisor implements Hypervisor {
     return { size: body.length, stream: Readable.from([body.subarray(offset)]) };
   }
 
-  async importPaused(manifest: PausedManifest, fetch: FileFetcher): Promise<PausedMachine> {
-    const part = manifest.parts.find((x) => x.kind === 'paused');
-    const file = part?.files[0];
-    if (!part || !file) throw new VmError('state_corrupt', 'no paused part');
+  /** A part's file fetched whole and checked against its checksum, as the real imports do. */
+  private async fetchChecked(fetch: FileFetcher, file: ExportedFile): Promise<Buffer> {
     const chunks: Buffer[] = [];
     for await (const c of await fetch(file, 0)) chunks.push(Buffer.from(c));
     const body = Buffer.concat(chunks);
@@ -498,6 +497,14 @@ export class FakeHypervisor implements Hypervisor {
       throw new VmError('state_corrupt', `${file.path} arrived with another checksum`);
     }
     this.fetched.push(file.path);
+    return body;
+  }
+
+  async importPaused(manifest: PausedManifest, fetch: FileFetcher): Promise<PausedMachine> {
+    const part = manifest.parts.find((x) => x.kind === 'paused');
+    const file = part?.files[0];
+    if (!part || !file) throw new VmError('state_corrupt', 'no paused part');
+    const body = await this.fetchChecked(fetch, file);
     const data = JSON.parse(body.toString('utf8')) as {
       memory: [string, string][];
       origin: string;
@@ -534,13 +541,7 @@ export class FakeHypervisor implements Hypervisor {
     if (known) return known;
     const file = manifest.parts.find((x) => x.kind === 'state')?.files[0];
     if (!file) throw new VmError('state_corrupt', 'no state part');
-    const chunks: Buffer[] = [];
-    for await (const c of await fetch(file, 0)) chunks.push(Buffer.from(c));
-    const body = Buffer.concat(chunks);
-    if (createHash('sha256').update(body).digest('hex') !== file.sha256) {
-      throw new VmError('state_corrupt', `${file.path} arrived with another checksum`);
-    }
-    this.fetched.push(file.path);
+    const body = await this.fetchChecked(fetch, file);
     const data = JSON.parse(body.toString('utf8')) as {
       memory: [string, string][];
       template: string;
