@@ -24,6 +24,7 @@ import { CachedTemplateImages } from './vm/image/template-images.js';
 import { BUILTIN_RECIPE_DIR, loadRecipes, RecipeError } from './core/recipe.js';
 import { planTemplates, UnknownRecipeError, type TemplatePlan } from './core/template-plan.js';
 import { capstoneStandIn } from './vm/host/capstone-stand-in.js';
+import { ramOpenShim } from './vm/host/ram-open-shim.js';
 import { noHugePagesLauncher } from './vm/host/huge-pages.js';
 import { enableKsm } from './vm/host/ksm.js';
 import {
@@ -47,7 +48,7 @@ import type { RecordStore, SnapshotRecord } from './core/journal.js';
 import { randomBytes } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import { networkInterfaces } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 
 const HOSTD_VERSION = '0.1.0';
 
@@ -280,19 +281,27 @@ async function startHypervisor(
     : capstoneStandIn(config.cacheDir, config.qemuBinary);
   log.info(standIn, "QEMU's stand-in for libcapstone (SERVICE_QEMU_CAPSTONE)");
   let jail: VmJail | undefined;
+  // Jailed QEMUs map RAM images they cannot write (vm/host/ram-open-shim.ts): without the shim
+  // QEMU 7.2 could not open them, so a jail without it does not start.
+  const shim = makeJail ? ramOpenShim(config.cacheDir, config.qemuBinary) : null;
+  if (shim && shim.path === null) return refuse(`cannot build QEMU's RAM image shim: ${shim.why}`);
+  const libs = [
+    ...(standIn.dir !== null ? [standIn.dir] : []),
+    ...(shim?.path ? [dirname(shim.path)] : []),
+  ];
   if (makeJail) {
     const view = jailView({
       vmsDir: join(config.stateDir, 'vms'),
       dataDir: config.dataDir,
       cacheDir: config.cacheDir,
-      keep: standIn.dir !== null ? [standIn.dir] : [],
+      keep: libs,
       qemuBinary: config.qemuBinary,
       needed: [
         config.stateDir,
         config.dataDir,
         config.cacheDir,
         ...(config.templateDir ? [config.templateDir] : []),
-        ...(standIn.dir !== null ? [standIn.dir] : []),
+        ...libs,
       ],
     });
     log.info(
@@ -308,7 +317,10 @@ async function startHypervisor(
       vmsDir: join(config.stateDir, 'vms'),
       launcher: [...(accel === 'tcg' && !config.tcgHugePages ? noHugePagesLauncher() : [])],
       ...(jail ? { jail } : {}),
-      ...(standIn.dir !== null ? { env: { LD_LIBRARY_PATH: standIn.dir } } : {}),
+      env: {
+        ...(standIn.dir !== null ? { LD_LIBRARY_PATH: standIn.dir } : {}),
+        ...(shim?.path ? { LD_PRELOAD: shim.path } : {}),
+      },
     },
     config.dataDir,
     (_template, shape, image) => ({

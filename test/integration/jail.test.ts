@@ -319,7 +319,7 @@ done()
     }
   });
 
-  test('cannot write the layers its disk sits on, nor reach hostd over the network', async () => {
+  test('cannot write the layers its disk sits on, nor its RAM image, nor reach hostd over the network', async () => {
     await withSandboxes(hostd, async ({ create, track }) => {
       const a = await create({ template: TEMPLATE });
       await run(hostd, a, 'open("/tmp/x", "w").write("parent")');
@@ -340,6 +340,8 @@ done()
         .filter((k) => !k.startsWith('.'))
         .map((k) => join(hostd.dataDir, 'templates', k, 'disk.qcow2'));
       const port = Number(new URL(hostd.url).port);
+      // The image its RAM maps copy-on-write, shared with every VM restored from it.
+      const ramImage = await ramImageOf(ja.pid);
       const results = asCompromisedQemu(
         ja,
         `
@@ -367,9 +369,11 @@ attempt('write own frozen layer', lambda: open(args['layer'], 'r+b'))
 attempt('read own frozen layer', lambda: open(args['layer'], 'rb').read(1))
 for i, t in enumerate(args['templateLayers']):
     attempt('write template layer %d' % i, lambda t=t: open(t, 'r+b'))
+attempt('write own RAM image', lambda: open(args['ramImage'], 'r+b'))
+attempt('read own RAM image', lambda: open(args['ramImage'], 'rb').read(1))
 done()
 `,
-        { layer, templateLayers },
+        { layer, templateLayers, ramImage },
         true,
       );
       assert.equal(byPermissions['write own frozen layer'], 'EACCES');
@@ -377,8 +381,12 @@ done()
       templateLayers.forEach((_, i) =>
         assert.equal(byPermissions[`write template layer ${i}`], 'EACCES'),
       );
-      // Nor can A's QEMU itself: it reopened the layer it froze read-only.
+      assert.equal(byPermissions['write own RAM image'], 'EACCES');
+      assert.equal(byPermissions['read own RAM image'], 'ok');
+      // Nor can A's QEMU itself: it reopened the layer it froze read-only, and holds its RAM
+      // image read-only (vm/host/ram-open-shim.ts).
       assert.deepEqual(await openModes(ja.pid, layer), ['O_RDONLY']);
+      assert.deepEqual(await openModes(ja.pid, ramImage), ['O_RDONLY']);
       assert.notEqual(results['reach hostd API'], 'ok');
       assert.equal(results.interfaces, 'lo');
       // The host itself reaches hostd: the refusal above is the jail's.

@@ -10,10 +10,8 @@
  * It is compiled on this host with `cc` (a C library is what the dynamic linker loads) into the
  * cache, once per source, and given to QEMU through LD_LIBRARY_PATH.
  */
-import { spawnSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname } from 'node:path';
+import { qemuLib } from './qemu-lib.js';
 
 const SONAME = 'libcapstone.so.4';
 
@@ -80,48 +78,17 @@ export type StandIn = { dir: string } | { dir: null; why: string };
 
 /**
  * The directory holding the stand-in, built into `cacheDir` if it is not there yet, and only
- * kept if `qemuBinary -version` starts with it. Builds of concurrent hostds race harmlessly: each
- * renames a complete file into place.
+ * kept if `qemuBinary -version` starts with it.
  */
 export function capstoneStandIn(cacheDir: string, qemuBinary: string, cc = 'cc'): StandIn {
-  const key = createHash('sha256')
-    .update(`${SOURCE}\0${CC_FLAGS.join(' ')}`)
-    .digest('hex')
-    .slice(0, 16);
-  const libs = join(cacheDir, 'qemu-libs');
-  const dir = join(libs, key);
-  const lib = join(dir, SONAME);
-  if (existsSync(lib)) return { dir };
-  // Built beside, so that a failed build leaves nothing; QEMU's account must read the result,
-  // whatever hostd's umask
-  mkdirSync(libs, { recursive: true });
-  chmodSync(libs, 0o755);
-  const tmp = join(libs, `.build-${key}-${process.pid}`);
-  mkdirSync(tmp, { recursive: true });
-  try {
-    writeFileSync(join(tmp, 'stand-in.c'), SOURCE);
-    const built = spawnSync(cc, [...CC_FLAGS, '-o', join(tmp, SONAME), join(tmp, 'stand-in.c')], {
-      encoding: 'utf8',
-    });
-    if (built.error || built.status !== 0) {
-      return { dir: null, why: `${cc} failed: ${built.error?.message ?? built.stderr.trim()}` };
-    }
-    const qemu = spawnSync(qemuBinary, ['-version'], {
-      encoding: 'utf8',
-      env: { PATH: process.env.PATH, LD_LIBRARY_PATH: tmp },
-    });
-    if (qemu.error || qemu.status !== 0) {
-      return {
-        dir: null,
-        why: `QEMU does not start with it: ${qemu.error?.message ?? (qemu.stderr.trim() || `exit code ${qemu.status}`)}`,
-      };
-    }
-    chmodSync(join(tmp, SONAME), 0o644);
-    mkdirSync(dir, { recursive: true });
-    chmodSync(dir, 0o755);
-    renameSync(join(tmp, SONAME), lib);
-    return { dir };
-  } finally {
-    rmSync(tmp, { recursive: true, force: true });
-  }
+  const built = qemuLib({
+    cacheDir,
+    qemuBinary,
+    cc,
+    file: SONAME,
+    source: SOURCE,
+    flags: CC_FLAGS,
+    env: (lib) => ({ LD_LIBRARY_PATH: dirname(lib) }),
+  });
+  return built.path !== null ? { dir: dirname(built.path) } : { dir: null, why: built.why };
 }

@@ -28,8 +28,8 @@ import type { VmUidPool } from './vm-uids.js';
 export interface VmJail {
   /**
    * The group every jailed QEMU is in (hostd-vm's): images and frozen layers are root's and
-   * readable (RAM images: writable, QEMU 7.2 maps them only from a read-write descriptor)
-   * through it; the folders holding them can be entered, not listed.
+   * readable through it (RAM images too: vm/host/ram-open-shim.ts); the folders holding them can
+   * be entered, not listed.
    */
   readonly group: number;
   /**

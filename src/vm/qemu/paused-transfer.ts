@@ -386,8 +386,8 @@ export class PausedTransfer {
     await syncFile(to);
     if (shared && this.group !== undefined) {
       await chown(to, 0, this.group);
-      // QEMU maps a RAM file only from a read-write descriptor (vm/storage/mem-image.ts).
-      await chmod(to, to.endsWith('.mem.part') || to.endsWith('memory.img') ? 0o660 : 0o640);
+      // RAM images too: QEMUs map them copy-on-write (vm/storage/mem-image.ts, RAM_IMAGE_MODE).
+      await chmod(to, 0o640);
     } else if (shared) {
       await chmod(to, 0o640);
     }

@@ -23,7 +23,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { PausedDescriptor, StateDescriptor } from '../machine.js';
 import { checkImageBuild } from '../image/image.js';
-import { MemImage } from '../storage/mem-image.js';
+import { closeRamImages, MemImage, RAM_IMAGE_MODE } from '../storage/mem-image.js';
 import type { MachineSpec } from './qemu-args.js';
 import { readBounded, syncFile, writeDurably } from '../storage/safe-files.js';
 import { QemuPaused } from './qemu-paused.js';
@@ -77,6 +77,7 @@ export class StateStore {
       }
     }
     await this.disks.init();
+    if (this.group !== undefined) await closeRamImages(this.templatesDir, this.imagesDir);
   }
 
   /** A frozen template for `key` cached by an earlier run, or null. */
@@ -122,6 +123,8 @@ export class StateStore {
     }
     // Zero pages become holes: that halves a fresh guest's image, and forks copy less.
     await run('fallocate', ['--dig-holes', image]);
+    // Written by the template's boot, read by every VM restored from it from now on.
+    if (this.group !== undefined) await chmod(image, RAM_IMAGE_MODE);
     await writeDurably(join(workDir, 'device.state'), deviceState);
     await syncFile(image);
     if (spec.image.disk) await syncFile(join(workDir, 'disk.qcow2'));

@@ -6,26 +6,52 @@
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmod, lchown, rm } from 'node:fs/promises';
+import { chmod, lchown, lstat, readdir, rm } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { SharedFile } from './shared-file.js';
 
 const run = promisify(execFile);
 
+/**
+ * A RAM image's mode once made, with jailed QEMUs: root's, readable by their group, writable by
+ * none of them. QEMUs map it copy-on-write, which needs only read access; QEMU 7.2's read-write
+ * open of it is retried read-only by vm/host/ram-open-shim.ts.
+ */
+export const RAM_IMAGE_MODE = 0o640;
+
+/** The RAM images of a data directory's `templates/` and `images/` (older ones were 0660). */
+export async function closeRamImages(templatesDir: string, imagesDir: string): Promise<number> {
+  const paths = [
+    ...(await readdir(templatesDir).catch(() => [])).map((k) =>
+      join(templatesDir, k, 'memory.img'),
+    ),
+    ...(await readdir(imagesDir).catch(() => []))
+      .filter((f) => f.endsWith('.mem'))
+      .map((f) => join(imagesDir, f)),
+  ];
+  let closed = 0;
+  for (const path of paths) {
+    const st = await lstat(path).catch(() => null);
+    if (!st?.isFile() || (st.mode & 0o022) === 0) continue;
+    await chmod(path, st.mode & 0o7755 & ~0o022);
+    closed++;
+  }
+  return closed;
+}
+
 export class MemImage extends SharedFile {
   /**
    * Copies `from` to `to`, keeping holes (zero pages cost nothing) and sharing blocks where the
    * filesystem can (reflinks on XFS or btrfs make the copy instant). With jailed QEMUs, the copy
-   * is root's and read-write for their `group`: QEMU 7.2 maps a RAM file only from a read-write
-   * descriptor, even a private copy-on-write mapping.
+   * is root's and readable by their `group` (RAM_IMAGE_MODE).
    */
   static async copy(from: string, to: string, group?: number): Promise<void> {
     try {
       await run('cp', ['--sparse=always', '--reflink=auto', from, to]);
       if (group !== undefined) {
         await lchown(to, 0, group);
-        await chmod(to, 0o660);
+        await chmod(to, RAM_IMAGE_MODE);
       }
     } catch (err) {
       await rm(to, { force: true });
