@@ -384,11 +384,9 @@ export class PausedTransfer {
       );
     }
     await syncFile(to);
-    if (shared && this.group !== undefined) {
-      await chown(to, 0, this.group);
+    if (shared) {
+      if (this.group !== undefined) await chown(to, 0, this.group);
       // RAM images too: QEMUs map them copy-on-write (vm/storage/mem-image.ts, RAM_IMAGE_MODE).
-      await chmod(to, 0o640);
-    } else if (shared) {
       await chmod(to, 0o640);
     }
   }

@@ -34,7 +34,7 @@ export async function closeRamImages(templatesDir: string, imagesDir: string): P
   for (const path of paths) {
     const st = await lstat(path).catch(() => null);
     if (!st?.isFile() || (st.mode & 0o022) === 0) continue;
-    await chmod(path, st.mode & 0o7755 & ~0o022);
+    await chmod(path, st.mode & 0o7755);
     closed++;
   }
   return closed;
