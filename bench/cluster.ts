@@ -135,6 +135,10 @@ export async function clusterFigures(): Promise<Results> {
       rolling_restart_3_nodes_lost_sandboxes: lost,
       node_loss_to_lost_s: Math.round(lostS * 10) / 10,
     };
+  } catch (err) {
+    // The figures only say what timed out: the nodes' logs say why.
+    process.stderr.write(`cluster part failed; cluster log tail:\n${cluster.logTail(120)}\n`);
+    throw err;
   } finally {
     for (const id of made) {
       const live = cluster.nodes.find((n) => n.hostd);
