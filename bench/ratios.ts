@@ -13,6 +13,8 @@ export const CONTROL_PLANE_FIGURES = [
   'create_pool_hit_p50_ms',
   'exec_print_p50_ms',
   'exec_print_p99_ms',
+  'exec_print_qemu_cpu_ms',
+  'exec_print_hostd_cpu_ms',
   'exec_print_p50_ms_100_idle',
   'exec_print_p99_ms_100_idle',
   'fork_n8_ms',

@@ -61,7 +61,8 @@ import { guarded } from './skip.js';
 import { ISOLATION_FIGURES, isolationFigures } from './isolation.js';
 import { CLUSTER_FIGURES, clusterFigures } from './cluster.js';
 import { DEFAULT_TCG_TB_MIB } from '../src/config.js';
-import { loadAverage, machineInfo } from './proc-stats.js';
+import { hostWakeBaselines } from './host-wake.js';
+import { cpuMs, loadAverage, machineInfo } from './proc-stats.js';
 import { baselineRatios } from './ratios.js';
 import { exec, execHttp, now, pct, type Results } from './util.js';
 
@@ -244,6 +245,12 @@ async function mainParts(client: Api, hostd: Hostd | null, results: Results): Pr
     const keepAlive = new Agent({ keepAlive: true, maxSockets: 1 });
     const execs: number[] = [];
     const fetched: number[] = [];
+    // CPU per exec of the sandbox's QEMU (the guest's work, emulated) and of hostd: unlike the
+    // round trip, little moved by other tenants' load (docs/architecture.md, "Exec latency on
+    // a slow TCG host").
+    const qemuPid = hostd ? await sandboxQemuPid(hostd, id) : null;
+    const hostdPid = hostd?.proc.pid ?? null;
+    const cpuBefore = [qemuPid, hostdPid].map((p) => (p === null ? 0 : cpuMs(p)));
     for (let i = 0; i < 300; i++) {
       let t = now();
       await execHttp(client, keepAlive, id, 'print(1)');
@@ -253,9 +260,14 @@ async function mainParts(client: Api, hostd: Hostd | null, results: Results): Pr
       if (i >= 20) fetched.push(now() - t);
     }
     keepAlive.destroy();
+    const [qemuCpu, hostdCpu] = [qemuPid, hostdPid].map((p, k) =>
+      p === null ? null : Math.round(((cpuMs(p) - cpuBefore[k]!) / 600) * 100) / 100,
+    );
     results.exec_print_p50_ms = pct(execs, 50);
     results.exec_print_p99_ms = pct(execs, 99);
     results.exec_print_fetch_p50_ms = pct(fetched, 50);
+    results.exec_print_qemu_cpu_ms = qemuCpu ?? null;
+    results.exec_print_hostd_cpu_ms = hostdCpu ?? null;
     results.baseline_local_repl_exec_p50_ms = await baselineLocalRepl(300);
     Object.assign(results, await streamingFigures(client, id));
     await del(client, id);
@@ -297,6 +309,7 @@ async function main(): Promise<void> {
   const results: Results = {};
   Object.assign(results, machineInfo());
   results.baseline_no_vm_ms = baselineNoVm();
+  Object.assign(results, hostWakeBaselines());
   // The isolation part starts hostds of its own, once the main one is gone.
   if ([...parts].some((p) => p !== 'isolation' && p !== 'cluster')) {
     let hostd: Hostd | null = null;
