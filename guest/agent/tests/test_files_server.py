@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 import unittest
+import unittest.mock
 
 from files_host import Done, FilesHost, files_ops, files_server
 from port_frames import DATA, END, HEADER, JSON, MAX_PAYLOAD, SYNC, frame
@@ -549,6 +550,71 @@ class HostileTars(FilesTestCase):
 
 
 @unittest.skipUnless(os.geteuid() == 0, "mounting a small tmpfs needs root")
+class MountTable(FilesTestCase):
+    """What filesystem a file is on is read from the mount table once, not per operation."""
+
+    def setUp(self):
+        super().setUp()
+        if files_ops._mounts_watch is not None:
+            files_ops._mounts_watch[0].close()
+        files_ops._mounts_watch = None     # with the cache emptied, the table is read again
+        files_ops._fs_types.clear()
+        reads = []
+        mounted = files_ops._mounted
+
+        def counted():
+            reads.append(1)
+            return mounted()
+        self.reads = reads
+        patcher = unittest.mock.patch.object(files_ops, "_mounted", counted)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def test_a_device_no_mount_shows_is_remembered_as_unknown(self):
+        # The writable layer's upper directory, where a sandbox's own files are, is such a device
+        unknown = os.makedev(4095, 4095)
+        files_ops.filesystem_type(os.stat(self.dir).st_dev)
+        before = len(self.reads)
+        for _ in range(10):
+            self.assertIsNone(files_ops.filesystem_type(unknown))
+            self.assertEqual(files_ops.filesystem_of("/proc/self/mem"), "proc")
+        # Read again only when the table changed: other programs on this host may mount meanwhile
+        self.assertLess(len(self.reads) - before, 5)
+
+    def test_a_filesystem_mounted_later_is_seen(self):
+        files_ops.filesystem_type(os.makedev(4095, 4095))
+        mnt = self.path("mnt")
+        os.mkdir(mnt)
+        mount = ["mount", "-t", "tmpfs", "tmpfs", mnt]
+        if subprocess.run(mount, stderr=subprocess.DEVNULL).returncode:
+            self.skipTest("cannot mount a tmpfs here")
+        self.addCleanup(subprocess.run, ["umount", mnt])
+        self.assertEqual(files_ops.filesystem_of(mnt), "tmpfs")
+
+
+class TemporaryFiles(FilesTestCase):
+    def test_a_filesystem_that_refuses_o_tmpfile_is_asked_once(self):
+        tries = []
+        real_open = os.open
+
+        def no_tmpfile(path, flags, *args, **kwargs):
+            if flags & os.O_TMPFILE == os.O_TMPFILE:
+                tries.append(path)
+                raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP), path)
+            return real_open(path, flags, *args, **kwargs)
+        self.addCleanup(files_ops._no_tmpfile.discard, os.stat(self.dir).st_dev)
+        with unittest.mock.patch.object(files_ops.os, "open", no_tmpfile):
+            for i in range(3):
+                with files_ops.AtomicFile(self.path("f"), 0o640) as f:
+                    f.write(b"v%d" % i)
+                    f.commit()
+        self.assertEqual(len(tries), 1)
+        with open(self.path("f"), "rb") as f:
+            self.assertEqual(f.read(), b"v2")
+        self.assertEqual(stat.S_IMODE(os.stat(self.path("f")).st_mode), 0o640)
+        self.assertEqual(os.listdir(self.dir), ["f"], "no temporary name is left")
+
+
 class DiskFull(FilesTestCase):
     def setUp(self):
         super().setUp()
