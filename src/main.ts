@@ -335,6 +335,7 @@ async function startHypervisor(
       tscKhz,
     }),
     perVmMib,
+    config.cacheDir,
   );
   await hypervisor.init();
   return hypervisor;

@@ -443,8 +443,11 @@ export interface Hypervisor {
   /**
    * Makes the paused machine `manifest` describes exist here, fetching through `fetch` only the
    * parts this node lacks (each file checked against its size and sha256 before it is put in
-   * place), and opens it. Rejects with `state_corrupt` for a file whose checksum differs or a
-   * state made for another template build than this node's, and leaves nothing half-imported.
+   * place), and opens it. A template build the machine runs on that this node lacks (its own
+   * build of the template differs, or it has none) is fetched too and kept for as long as a
+   * state here uses it (`ExportedBuild`). Rejects with `state_corrupt` for a file whose checksum
+   * differs, or a state whose build this node has not and the export does not carry, and
+   * leaves nothing half-imported.
    */
   importPaused(manifest: PausedManifest, fetch: FileFetcher): Promise<PausedMachine>;
   /**
@@ -478,12 +481,35 @@ export interface ExportedPart {
   readonly files: readonly ExportedFile[];
 }
 
+/**
+ * The template build an exported state runs on (its boot image, root filesystem and empty
+ * disk, as the exporting node's image cache holds them): a target whose own build of the
+ * template differs, or that has none, fetches these files and restores onto them, since a
+ * state's memory holds the page cache of its own build's root filesystem. Identified by its
+ * key and its files' sha256, never by its key alone: the same key built on two hosts at
+ * different times can hold other package versions.
+ */
+export interface ExportedBuild {
+  /** The template it is a build of (its manifest's `name`). */
+  readonly template: string;
+  /** The build's key (the image key the state's spec names). */
+  readonly key: string;
+  /** Its files, named relative to the exporting node's image cache (`cache/...`). */
+  readonly files: readonly ExportedFile[];
+}
+
 /** What `exportPaused` gives and `importPaused` takes: plain JSON, sent between nodes. */
 export interface PausedManifest {
   readonly format: number;
   readonly paused: PausedDescriptor;
   /** In the order an import puts them in place: what a part reads comes before it. */
   readonly parts: readonly ExportedPart[];
+  /**
+   * The template build the machine runs on; absent from the exports of older nodes and of
+   * states whose build is not in the exporting node's image cache (the target must then hold
+   * that very build where the state names it).
+   */
+  readonly build?: ExportedBuild;
 }
 
 /** What `exportState` gives and `importState` takes: plain JSON, sent between nodes. */
@@ -492,6 +518,8 @@ export interface StateManifest {
   readonly state: StateDescriptor;
   /** In the order an import puts them in place; no part is of kind `paused`. */
   readonly parts: readonly ExportedPart[];
+  /** The template build the state runs on, as in `PausedManifest`. */
+  readonly build?: ExportedBuild;
 }
 
 /** An exported file being read: its whole size, and its bytes from the offset asked. */

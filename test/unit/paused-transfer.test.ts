@@ -2,14 +2,17 @@
  * A paused machine exported by one node's state store and imported by another's, with real
  * files on disk (no QEMU: the files are stand-ins of the right names and sizes). What a
  * hand-over between nodes relies on: the target fetches only the parts it lacks, reuses by id
- * what it has, checks every file's sha256 before it is put in place, resumes a broken fetch,
- * and refuses a state made for another template build before fetching anything.
+ * what it has, checks every file's sha256 before it is put in place, resumes a broken fetch;
+ * and restores onto the template build the state was made on, fetched from the source into its
+ * image cache when its own differs, kept while a state uses it and collected after.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { cp, mkdir, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { ExportedFile, FileFetcher, PausedManifest } from '../../src/vm/machine.js';
 import { VmError } from '../../src/vm/machine.js';
@@ -18,22 +21,41 @@ import type { QemuPaused } from '../../src/vm/qemu/qemu-paused.js';
 import type { QemuState } from '../../src/vm/qemu/qemu-state.js';
 import { StateStore } from '../../src/vm/qemu/state-store.js';
 import { STATE_FORMAT } from '../../src/vm/storage/state-format.js';
+import { eventually } from '../../testkit/eventually.js';
 
+/** The frozen template's key (in the data directory). */
 const KEY = 'abcdef0123456789abcdef01';
+/** The template build's key (in the image cache) the source's states run on. */
+const BUILD = '0123456789abcdef';
 
 let root: string;
 let spec: MachineSpec;
 
-/** A template build on disk (its manifest names its key) and the spec of a machine of it. */
-async function buildImage(key: string): Promise<MachineSpec> {
-  const dir = join(root, 'cache', key);
+/**
+ * A template build of `python` in image cache `cache` as the builder leaves one (its files and
+ * a manifest with their sizes and sha256), and the spec of a machine of it. `seed` makes other
+ * bytes under the same key: a build of the same recipe made elsewhere at another time.
+ */
+async function buildImage(cache: string, key: string, seed = 'a'): Promise<MachineSpec> {
+  const dir = join(cache, 'templates', 'python', key);
   await mkdir(dir, { recursive: true });
-  await writeFile(join(dir, 'manifest.json'), JSON.stringify({ key }));
-  await writeFile(join(dir, 'rootfs.erofs'), 'rootfs');
+  const files: Record<string, { size_bytes: number; sha256: string }> = {};
+  for (const [name, size] of [
+    ['vmlinux', 40_000],
+    ['initrd.cpio', 20_000],
+    ['rootfs.erofs', 300_000],
+    ['disk.qcow2', 3_000],
+  ] as const) {
+    const body = Buffer.alloc(size, `${seed}${name}${key}`);
+    await writeFile(join(dir, name), body);
+    files[name] = { size_bytes: size, sha256: createHash('sha256').update(body).digest('hex') };
+  }
+  const manifest = { format: 2, name: 'python', key, built_at: `${seed}`, files };
+  await writeFile(join(dir, 'manifest.json'), JSON.stringify(manifest));
   return {
     image: {
       kernel: join(dir, 'vmlinux'),
-      initrd: join(dir, 'initrd'),
+      initrd: join(dir, 'initrd.cpio'),
       rootfs: join(dir, 'rootfs.erofs'),
       cmdline: '',
       key,
@@ -46,8 +68,9 @@ async function buildImage(key: string): Promise<MachineSpec> {
   };
 }
 
-async function newStore(name: string): Promise<StateStore> {
-  const store = new StateStore(join(root, name));
+/** A node's state store: its data directory `name`, its image cache (one shared by default). */
+async function newStore(name: string, cache = join(root, 'cache')): Promise<StateStore> {
+  const store = new StateStore(join(root, name), undefined, cache);
   await store.init();
   return store;
 }
@@ -63,8 +86,8 @@ async function freezeTemplate(store: StateStore): Promise<void> {
 }
 
 /** A machine paused in `store` over a layer of its own on the template's layer. */
-async function pauseOne(store: StateStore): Promise<QemuPaused> {
-  const origin = await store.cachedTemplate(KEY, spec);
+async function pauseOne(store: StateStore, on: MachineSpec = spec): Promise<QemuPaused> {
+  const origin = await store.cachedTemplate(KEY, on);
   assert.ok(origin);
   const layerId = `layer-${randomBytes(8).toString('hex')}`;
   await writeFile(join(store.disks.dir, `${layerId}.qcow2`), randomBytes(9000));
@@ -87,7 +110,7 @@ async function pauseOne(store: StateStore): Promise<QemuPaused> {
  * A frozen state of `store` as a snapshot is: a fork point over a disk layer of its own on the
  * template's layer (the template frozen first).
  */
-async function freezeFork(store: StateStore): Promise<QemuState> {
+async function freezeFork(store: StateStore, on: MachineSpec = spec): Promise<QemuState> {
   const hex = randomBytes(8).toString('hex');
   const layerId = `layer-${hex}`;
   await writeFile(join(store.disks.dir, `${layerId}.qcow2`), randomBytes(6000));
@@ -99,7 +122,7 @@ async function freezeFork(store: StateStore): Promise<QemuState> {
   await writeFile(join(store.imagesDir, `${id}.mem`), randomBytes(250_000));
   await writeFile(join(store.imagesDir, `${id}.state`), randomBytes(2500));
   await writeFile(join(store.imagesDir, `${id}.json`), JSON.stringify({ disk: layerId }));
-  return (await store.open({ format: STATE_FORMAT, id, spec })).retain();
+  return (await store.open({ format: STATE_FORMAT, id, spec: on })).retain();
 }
 
 /** Fetches from `source`'s exported files, counting what was asked. */
@@ -125,7 +148,7 @@ async function sameFile(a: string, b: string): Promise<void> {
 describe('export and import of a paused machine between data directories', () => {
   before(async () => {
     root = await mkdtemp(join(tmpdir(), 'hostd-transfer-'));
-    spec = await buildImage(KEY);
+    spec = await buildImage(join(root, 'cache'), BUILD);
   });
   after(async () => {
     await rm(root, { recursive: true, force: true });
@@ -334,32 +357,292 @@ describe('export and import of a paused machine between data directories', () =>
     await paused.discard();
   });
 
-  it('refuses a state made for another template build before fetching anything', async () => {
-    const source = await newStore('src-build');
-    await freezeTemplate(source);
-    const paused = await pauseOne(source);
-    const manifest = await source.transfer.export(paused);
-    const otherSpec = { ...spec, image: { ...spec.image, key: 'another-build' } };
-    const forged: PausedManifest = {
-      ...manifest,
-      paused: { ...manifest.paused, origin: { ...manifest.paused.origin, spec: otherSpec } },
-    };
-    const target = await newStore('dst-build');
-    const asked: string[] = [];
-    await assert.rejects(
-      target.transfer.import(forged, fetcherOf(source, asked)),
-      (err: unknown) => err instanceof VmError && err.kind === 'state_corrupt',
-    );
-    assert.deepEqual(asked, []);
-    await paused.discard();
-  });
-
   it('serves only files of the exported kinds', async () => {
     const source = await newStore('src-serve');
     for (const path of ['../etc/passwd', 'sandboxes/x.json', 'paused/pause-0/../../node-id']) {
       await assert.rejects(
         source.transfer.read(path, 0),
         (err: unknown) => err instanceof VmError && err.kind === 'unsupported',
+      );
+    }
+  });
+});
+
+describe('a state whose template build the target lacks', () => {
+  let cacheA: string;
+  /** The target's image cache, one per test. */
+  let cacheB: string;
+  /** The source's build (`BUILD`, in cache A): the one its states run on. */
+  let specA: MachineSpec;
+
+  before(async () => {
+    root = await mkdtemp(join(tmpdir(), 'hostd-build-copy-'));
+    cacheA = join(root, 'cache-a');
+    specA = await buildImage(cacheA, BUILD);
+    spec = specA;
+  });
+  after(async () => {
+    await rm(root, { recursive: true, force: true });
+  });
+
+  /** A source on cache A with the template frozen, and a target on a cache of its own. */
+  async function nodes(name: string): Promise<{ source: StateStore; target: StateStore }> {
+    cacheB = join(root, `cache-${name}`);
+    const source = await newStore(`src-${name}`, cacheA);
+    await freezeTemplate(source);
+    const target = await newStore(`dst-${name}`, cacheB);
+    return { source, target };
+  }
+
+  const buildFiles = (asked: string[]): string[] => asked.filter((a) => a.startsWith('cache/'));
+  const copiesOf = async (store: StateStore): Promise<string[]> =>
+    readdir(join(store.builds!.area, 'python')).catch(() => []);
+
+  it('fetches the source’s build where the target’s own build differs, restores onto it, and never fetches it again', async () => {
+    const { source, target } = await nodes('other-key');
+    const own = await buildImage(cacheB, 'fedcba9876543210'); // the target's own build
+    const paused = await pauseOne(source, specA);
+    const manifest = await source.transfer.export(paused);
+    assert.equal(manifest.build?.key, BUILD);
+    assert.equal(manifest.build?.template, 'python');
+    const asked: string[] = [];
+    const imported = await target.transfer.import(manifest, fetcherOf(source, asked));
+    // The build came first, whole: its four files and its manifest, each once from byte 0.
+    assert.deepEqual(
+      buildFiles(asked).map((a) => a.replace(/^.*\//, '')),
+      ['vmlinux@0', 'initrd.cpio@0', 'rootfs.erofs@0', 'disk.qcow2@0', 'manifest.json@0'],
+    );
+    assert.ok(asked[0]!.startsWith('cache/'), asked.join(' '));
+    // The machine runs on the copy, in the target's image cache under the build's key.
+    const dir = dirname(imported.origin.spec.image.rootfs);
+    assert.ok(dir.startsWith(`${join(cacheB, 'copies')}/`), dir);
+    assert.match(dir, new RegExp(`/python/${BUILD}-[0-9a-f]{16}$`));
+    assert.equal(imported.origin.spec.image.key, BUILD);
+    for (const name of ['vmlinux', 'initrd.cpio', 'rootfs.erofs', 'disk.qcow2', 'manifest.json'])
+      await sameFile(join(dirname(specA.image.rootfs), name), join(dir, name));
+    assert.equal(imported.origin.spec.image.disk, join(dir, 'disk.qcow2'));
+    // Its record reopens it there (after a restart too), and the target's own build is untouched.
+    assert.deepEqual(imported.describe().origin.spec, imported.origin.spec);
+    const ownManifest = await readFile(join(dirname(own.image.rootfs), 'manifest.json'), 'utf8');
+    assert.equal((JSON.parse(ownManifest) as { key: string }).key, 'fedcba9876543210');
+    // A second machine of that build: found by key and content, not fetched again.
+    const other = await pauseOne(source, specA);
+    const asked2: string[] = [];
+    const i2 = await target.transfer.import(
+      await source.transfer.export(other),
+      fetcherOf(source, asked2),
+    );
+    assert.deepEqual(buildFiles(asked2), []);
+    assert.equal(dirname(i2.origin.spec.image.rootfs), dir);
+    await i2.discard();
+    await other.discard();
+    await imported.discard();
+    await paused.discard();
+  });
+
+  it('copies a build of the same key whose files differ (built elsewhere at another time), apart from its own', async () => {
+    const { source, target } = await nodes('same-key');
+    const own = await buildImage(cacheB, BUILD, 'b'); // same key, other bytes
+    const paused = await pauseOne(source, specA);
+    const asked: string[] = [];
+    const imported = await target.transfer.import(
+      await source.transfer.export(paused),
+      fetcherOf(source, asked),
+    );
+    assert.equal(buildFiles(asked).length, 5);
+    const dir = dirname(imported.origin.spec.image.rootfs);
+    assert.notEqual(dir, dirname(own.image.rootfs));
+    await sameFile(specA.image.rootfs, join(dir, 'rootfs.erofs'));
+    assert.deepEqual(
+      await readFile(own.image.rootfs),
+      Buffer.alloc(300_000, `brootfs.erofs${BUILD}`),
+    );
+    await imported.discard();
+    await paused.discard();
+  });
+
+  it('uses its own build when its files are the source’s, wherever its image cache is', async () => {
+    const { source, target } = await nodes('same-build');
+    const own = await buildImage(cacheB, BUILD); // the same bytes, in another cache folder
+    const paused = await pauseOne(source, specA);
+    const asked: string[] = [];
+    const imported = await target.transfer.import(
+      await source.transfer.export(paused),
+      fetcherOf(source, asked),
+    );
+    assert.deepEqual(buildFiles(asked), []);
+    assert.equal(imported.origin.spec.image.rootfs, own.image.rootfs);
+    assert.deepEqual(await copiesOf(target), []);
+    await imported.discard();
+    await paused.discard();
+  });
+
+  it('carries a snapshot’s state onto the source’s build too', async () => {
+    const { source, target } = await nodes('state');
+    await buildImage(cacheB, 'fedcba9876543210');
+    const state = await freezeFork(source, specA);
+    const asked: string[] = [];
+    const imported = await target.transfer.importState(
+      await source.transfer.exportState(state),
+      fetcherOf(source, asked),
+    );
+    assert.equal(buildFiles(asked).length, 5);
+    assert.ok(imported.spec.image.rootfs.startsWith(join(cacheB, 'copies')));
+    assert.deepEqual(target.describe(imported).spec, imported.spec);
+    imported.release();
+    state.release();
+  });
+
+  it('refuses a build file whose bytes differ from the export, and keeps no copy of it', async () => {
+    const { source, target } = await nodes('tampered');
+    const paused = await pauseOne(source, specA);
+    const manifest = await source.transfer.export(paused);
+    const flip = (file: ExportedFile, c: Buffer): Buffer => {
+      if (!file.path.endsWith('rootfs.erofs')) return c;
+      const copy = Buffer.from(c);
+      copy[10] = copy[10]! ^ 0xff;
+      return copy;
+    };
+    const asked: string[] = [];
+    await assert.rejects(
+      target.transfer.import(manifest, fetcherOf(source, asked, flip)),
+      (err: unknown) => err instanceof VmError && err.kind === 'state_corrupt',
+    );
+    // Nothing but the build was fetched, and nothing of it is usable.
+    assert.ok(
+      asked.every((a) => a.startsWith('cache/')),
+      asked.join(' '),
+    );
+    assert.deepEqual(
+      (await copiesOf(target)).filter((n) => !n.startsWith('.in-')),
+      [],
+    );
+    for (const n of await copiesOf(target)) {
+      const left = await readdir(join(target.builds!.area, 'python', n));
+      assert.ok(!left.includes('rootfs.erofs'), left.join(' '));
+    }
+    assert.ok(!(await readdir(target.pausedDir)).includes(paused.id));
+    await paused.discard();
+  });
+
+  it('refuses an export whose build is not the one its state names, before fetching anything', async () => {
+    const { source, target } = await nodes('forged');
+    const paused = await pauseOne(source, specA);
+    const manifest = await source.transfer.export(paused);
+    const forged: PausedManifest = {
+      ...manifest,
+      build: { ...manifest.build!, key: 'ffffffffffffffff' },
+    };
+    const asked: string[] = [];
+    await assert.rejects(
+      target.transfer.import(forged, fetcherOf(source, asked)),
+      (err: unknown) => err instanceof VmError && err.kind === 'state_corrupt',
+    );
+    // An older node's export carries no build: the target must have it where the state says
+    // (the source's image cache, on another host: not here).
+    const bare: PausedManifest = { ...manifest };
+    delete (bare as { build?: unknown }).build;
+    const elsewhere = { ...specA.image, rootfs: join(root, 'host-a', 'rootfs.erofs') };
+    const old: PausedManifest = {
+      ...bare,
+      paused: {
+        ...bare.paused,
+        origin: { ...bare.paused.origin, spec: { ...specA, image: elsewhere } },
+      },
+    };
+    await assert.rejects(
+      target.transfer.import(old, fetcherOf(source, asked)),
+      (err: unknown) => err instanceof VmError && err.kind === 'state_corrupt',
+    );
+    assert.deepEqual(asked, []);
+    await paused.discard();
+  });
+
+  it('resumes a build file whose fetch broke off, within an import and in the next one', async () => {
+    const { source, target } = await nodes('resume');
+    const paused = await pauseOne(source, specA);
+    const manifest = await source.transfer.export(paused);
+    const asked: string[] = [];
+    const inner = fetcherOf(source, asked);
+    let breaks = 0;
+    // The root filesystem breaks off after 64 KiB three times (an import's every try), then
+    // once more: the next import resumes from what the first left.
+    const fetch: FileFetcher = async (file, offset) => {
+      const body = await inner(file, offset);
+      if (breaks >= 4 || !file.path.endsWith('rootfs.erofs')) return body;
+      breaks++;
+      return (async function* () {
+        let n = 0;
+        for await (const c of body) {
+          yield c;
+          n += c.length;
+          if (n >= 65536) throw new Error('connection reset');
+        }
+      })();
+    };
+    await assert.rejects(target.transfer.import(manifest, fetch), /connection reset/);
+    const imported = await target.transfer.import(manifest, fetch);
+    const tries = asked.filter((a) => a.includes('/rootfs.erofs@'));
+    assert.equal(tries.length, 5, tries.join(' '));
+    const offsets = tries.map((a) => Number(a.split('@')[1]));
+    assert.equal(offsets[0], 0);
+    for (let i = 1; i < offsets.length; i++)
+      assert.ok(offsets[i]! > offsets[i - 1]!, tries.join(' '));
+    await sameFile(specA.image.rootfs, imported.origin.spec.image.rootfs);
+    await imported.discard();
+    await paused.discard();
+  });
+
+  it('keeps a copied build while a state uses it and collects it after, never the node’s own', async () => {
+    const { source, target } = await nodes('collect');
+    const own = await buildImage(cacheB, 'fedcba9876543210');
+    const paused = await pauseOne(source, specA);
+    const manifest = await source.transfer.export(paused);
+    const imported = await target.transfer.import(manifest, fetcherOf(source, []));
+    const dir = dirname(imported.origin.spec.image.rootfs);
+    const desc = imported.describe();
+    // A restart: a new process reopens the paused machine from its record, then collects.
+    const restarted = await newStore('dst-collect', cacheB);
+    const reopened = await restarted.openPaused(desc);
+    await restarted.collectGarbage();
+    assert.ok(existsSync(join(dir, 'manifest.json')));
+    // A half-fetched build another import left is collected with what nothing uses.
+    await mkdir(join(dirname(dir), '.in-1111111111111111-2222222222222222'), { recursive: true });
+    // The machine resumed elsewhere or deleted: its build goes once no state uses it.
+    await reopened.discard();
+    await eventually('the copied build collected', () => !existsSync(dir));
+    assert.ok(existsSync(own.image.rootfs));
+    await restarted.collectGarbage();
+    assert.deepEqual(await copiesOf(restarted), []);
+    // And at a start that reopens nothing, the copy the first process made goes too.
+    const again = await newStore('dst-collect-2', cacheB);
+    const m2 = await source.transfer.export(paused);
+    const i2 = await again.transfer.import(m2, fetcherOf(source, []));
+    const dir2 = dirname(i2.origin.spec.image.rootfs);
+    const fresh = await newStore('dst-collect-2', cacheB);
+    assert.equal(await fresh.builds!.collect(() => false), 1);
+    assert.ok(!existsSync(dir2));
+    assert.ok(existsSync(own.image.rootfs));
+    await paused.discard();
+  });
+
+  it('serves a build’s files from the image cache, and nothing else of it', async () => {
+    const source = await newStore('src-serve-build', cacheA);
+    const path = `cache/templates/python/${BUILD}/rootfs.erofs`;
+    const { size, stream } = await source.transfer.read(path, 0);
+    stream.destroy();
+    assert.equal(size, 300_000);
+    for (const bad of [
+      `cache/templates/python/${BUILD}/../../../etc/passwd`,
+      `cache/templates/python/${BUILD}`,
+      'cache/templates/python/build.log',
+      'cache/debian/0123456789abcdef/rootfs.tar',
+      `cache/templates/python/${BUILD}/rootfs.json`,
+    ]) {
+      await assert.rejects(
+        source.transfer.read(bad, 0),
+        (err: unknown) => err instanceof VmError && err.kind === 'unsupported',
+        bad,
       );
     }
   });

@@ -52,8 +52,16 @@ export class QemuHypervisor implements Hypervisor {
       image: LoadedImage,
     ) => MachineSpec,
     readonly machineOverheadMib: number,
+    /**
+     * The template image cache: builds of other nodes' paused sandboxes and snapshots taken over
+     * here are copied into it (vm/image/build-copies.ts). Without it none are.
+     */
+    cacheDir?: string,
   ) {
-    this.ctx = { host: { ...host, dataDir }, store: new StateStore(dataDir, host.jail?.group) };
+    this.ctx = {
+      host: { ...host, dataDir },
+      store: new StateStore(dataDir, host.jail?.group, cacheDir),
+    };
     // A frozen state restores only into the QEMU that made it (device-state formats change).
     // The binary's identity stands for its version: running `--version` costs half a second.
     this.qemuVersion = binaryIdentity(host.qemuBinary);

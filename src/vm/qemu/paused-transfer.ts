@@ -7,8 +7,10 @@
  * boot, `templates/<key>/`, or a fork point, `images/<id>.*`) and the disk layers under its
  * overlay (`disks/layer-<id>.*`, down to a template's `disk.qcow2`). Every id is random or a hash
  * of what shapes the state, so a part found here by id is the same part: it is reused, never
- * fetched again. A state made for another template build is refused before anything is fetched
- * (its memory holds the page cache of that build's root filesystem).
+ * fetched again. The template build the state runs on (its memory holds the page cache of that
+ * build's root filesystem) is the node's own when its files are the source's; otherwise the
+ * source's build is fetched into the image cache and the state restored onto it
+ * (vm/image/build-copies.ts), before any other part.
  *
  * Files are fetched to `<name>.part` beside where they go (or into a staging folder, for the
  * folders of a template and of the paused machine), checked against their size and sha256, and
@@ -22,6 +24,7 @@ import { chmod, chown, mkdir, open, readFile, rename, rm, stat, writeFile } from
 import { basename, dirname, join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type {
+  ExportedBuild,
   ExportedFile,
   ExportedPart,
   ExportedRead,
@@ -30,7 +33,8 @@ import type {
   StateDescriptor,
   StateManifest,
 } from '../machine.js';
-import { checkImageBuild } from '../image/image.js';
+import { BUILD_FILES, fileName, type BuildCopies } from '../image/build-copies.js';
+import { checkImageBuild, type GuestImage } from '../image/image.js';
 import { STATE_FORMAT } from '../storage/state-format.js';
 import { syncFile } from '../storage/safe-files.js';
 import type { DiskLayer } from '../storage/disk-layer.js';
@@ -58,6 +62,13 @@ export function isExportable(path: string): boolean {
   return EXPORTABLE.some((re) => re.test(path));
 }
 
+/** A template build's folder as the build copies know it, and whether it is one of them. */
+interface BuildAt {
+  readonly dir: string;
+  /** Held until the state restored onto it is open (`BuildCopies.unpin`). */
+  readonly pinned: boolean;
+}
+
 export class PausedTransfer {
   /** Parts being imported now, by id: a second import of one waits for the first. */
   private readonly importing = new Map<string, Promise<void>>();
@@ -66,6 +77,8 @@ export class PausedTransfer {
     private readonly store: StateStore,
     /** The jailed QEMUs' group, when they run jailed: they read states and layers through it. */
     private readonly group?: number,
+    /** The image cache's copied builds; without it builds are neither served nor fetched. */
+    private readonly builds?: BuildCopies,
   ) {}
 
   async export(paused: QemuPaused): Promise<PausedManifest> {
@@ -79,13 +92,57 @@ export class PausedTransfer {
     for (const name of own)
       files.push(await this.describeFile(`paused/${paused.id}/${name}`, false));
     parts.push({ kind: 'paused', id: paused.id, files });
-    return { format: STATE_FORMAT, paused: paused.describe(), parts };
+    const build = await this.exportBuild(paused.origin.spec.image);
+    return { format: STATE_FORMAT, paused: paused.describe(), parts, ...(build ? { build } : {}) };
   }
 
   /** A frozen state alone (a snapshot's): its own files and its disk layer chain. */
   async exportState(state: QemuState): Promise<StateManifest> {
     const parts = await this.stateParts(state, null);
-    return { format: STATE_FORMAT, state: this.store.describe(state), parts };
+    const build = await this.exportBuild(state.spec.image);
+    return {
+      format: STATE_FORMAT,
+      state: this.store.describe(state),
+      parts,
+      ...(build ? { build } : {}),
+    };
+  }
+
+  /**
+   * The template build `image` names, for a target whose own differs: its files with the sizes
+   * and sha256 its manifest records (the builder hashed them; an import checks what arrives).
+   * None when it is not in this node's image cache under the builder's names, or no longer
+   * the build the state was made on: the target must then have that build itself.
+   */
+  private async exportBuild(image: GuestImage): Promise<ExportedBuild | undefined> {
+    const builds = this.builds;
+    if (!builds) return undefined;
+    const dir = dirname(image.rootfs);
+    const names = [image.kernel, image.initrd, image.rootfs, ...(image.disk ? [image.disk] : [])];
+    if (names.some((p) => dirname(p) !== dir || !BUILD_FILES.some((n) => basename(p) === n))) {
+      return undefined;
+    }
+    let manifest: { name?: unknown; key?: unknown; files?: Record<string, unknown> };
+    try {
+      manifest = JSON.parse(await readFile(join(dir, 'manifest.json'), 'utf8')) as typeof manifest;
+    } catch {
+      return undefined; // Expected: a build gone, or not from the builder.
+    }
+    if (manifest.key !== image.key || typeof manifest.name !== 'string') return undefined;
+    const files: ExportedFile[] = [];
+    for (const name of [...names.map((p) => basename(p)), 'manifest.json']) {
+      const path = builds.exportName(dir, name);
+      if (!path) return undefined;
+      const known = manifest.files?.[name] as
+        { size_bytes?: unknown; sha256?: unknown } | undefined;
+      const size = (await stat(join(dir, name))).size;
+      if (known && known.size_bytes === size && typeof known.sha256 === 'string') {
+        files.push({ path, size, sha256: known.sha256 });
+      } else {
+        files.push({ path, size, sha256: await hashFile(join(dir, name)) });
+      }
+    }
+    return { template: manifest.name, key: image.key, files };
   }
 
   /**
@@ -133,11 +190,11 @@ export class PausedTransfer {
   }
 
   async read(path: string, offset: number): Promise<ExportedRead> {
-    if (!isExportable(path)) throw new VmError('unsupported', `not an exported file: ${path}`);
-    const fh = await open(
-      join(this.store.dataDir, path),
-      constants.O_RDONLY | constants.O_NOFOLLOW,
-    );
+    const full = isExportable(path)
+      ? join(this.store.dataDir, path)
+      : (this.builds?.exportedPath(path) ?? null);
+    if (full === null) throw new VmError('unsupported', `not an exported file: ${path}`);
+    const fh = await open(full, constants.O_RDONLY | constants.O_NOFOLLOW);
     try {
       const st = await fh.stat();
       if (!st.isFile()) throw new VmError('unsupported', `not a regular file: ${path}`);
@@ -156,9 +213,17 @@ export class PausedTransfer {
       throw new VmError('state_corrupt', `the export lacks paused machine ${manifest.paused.id}`);
     }
     const origin = manifest.paused.origin;
-    const renamed = await this.importParts(manifest.format, origin, manifest.parts, fetch);
-    const originAs = renamed.get(origin.id)?.state ?? origin.id;
-    return this.store.openPaused({ ...manifest.paused, origin: { ...origin, id: originAs } });
+    const { renamed, build } = await this.importParts(manifest, origin, fetch);
+    try {
+      const originAs = renamed.get(origin.id)?.state ?? origin.id;
+      const spec = onBuild(origin.spec as MachineSpec, build?.dir);
+      return await this.store.openPaused({
+        ...manifest.paused,
+        origin: { ...origin, id: originAs, spec },
+      });
+    } finally {
+      if (build?.pinned) this.store.unpinBuild(build.dir);
+    }
   }
 
   /** A frozen state alone (a snapshot's), opened once its parts are here. */
@@ -167,8 +232,42 @@ export class PausedTransfer {
       throw new VmError('state_corrupt', 'the export of a state names a paused machine');
     }
     const state = manifest.state;
-    const renamed = await this.importParts(manifest.format, state, manifest.parts, fetch);
-    return this.store.open({ ...state, id: renamed.get(state.id)?.state ?? state.id });
+    const { renamed, build } = await this.importParts(manifest, state, fetch);
+    try {
+      const spec = onBuild(state.spec as MachineSpec, build?.dir);
+      return await this.store.open({
+        ...state,
+        id: renamed.get(state.id)?.state ?? state.id,
+        spec,
+      });
+    } finally {
+      if (build?.pinned) this.store.unpinBuild(build.dir);
+    }
+  }
+
+  /**
+   * Where the template build the exported state runs on is on this node, fetched first when
+   * this node lacks it (`BuildCopies.obtain`): null when the state keeps the paths it names
+   * (an export without its build, from an older node: that very build must be there).
+   */
+  private async placeBuild(
+    image: GuestImage,
+    build: ExportedBuild | undefined,
+    fetch: FileFetcher,
+  ): Promise<BuildAt | null> {
+    if (build && this.builds) {
+      checkBuild(build, image);
+      const dir = await this.builds.obtain(build, (file, to) =>
+        this.fetchFile(file, to, false, fetch),
+      );
+      return { dir, pinned: true };
+    }
+    try {
+      await checkImageBuild(image);
+    } catch (err) {
+      throw new VmError('state_corrupt', (err as Error).message, { cause: err });
+    }
+    return null;
   }
 
   /**
@@ -176,21 +275,33 @@ export class PausedTransfer {
    * the templates taken in as fork points of their own (see below), by their exported ids.
    */
   private async importParts(
-    format: number,
+    manifest: PausedManifest | StateManifest,
     origin: StateDescriptor,
-    parts: readonly ExportedPart[],
     fetch: FileFetcher,
-  ): Promise<Map<string, { state: string; layer: string }>> {
+  ): Promise<{ renamed: Map<string, { state: string; layer: string }>; build: BuildAt | null }> {
+    const { format, parts } = manifest;
     if (format !== STATE_FORMAT) {
       throw new VmError('state_corrupt', `export format ${format}; this reads ${STATE_FORMAT}`);
     }
     for (const part of parts) checkPart(part);
-    // Never restore onto another build: refused before a byte is fetched.
+    // Never restore onto another build: the state's own is here, or fetched before any part.
+    const build = await this.placeBuild((origin.spec as MachineSpec).image, manifest.build, fetch);
     try {
-      await checkImageBuild((origin.spec as MachineSpec).image);
+      return { renamed: await this.putParts(parts, fetch), build };
     } catch (err) {
-      throw new VmError('state_corrupt', (err as Error).message, { cause: err });
+      if (build?.pinned) this.store.unpinBuild(build.dir);
+      throw err;
     }
+  }
+
+  /**
+   * Puts in place the parts this node lacks; returns the templates taken in as fork points of
+   * their own (see below), by their exported ids.
+   */
+  private async putParts(
+    parts: readonly ExportedPart[],
+    fetch: FileFetcher,
+  ): Promise<Map<string, { state: string; layer: string }>> {
     // A template frozen here under the same key is another boot of it (another memory image):
     // the source's comes as a fork point and a disk layer of their own, named after its content
     // so that the next import from it finds them, and the records naming it are rewritten.
@@ -402,6 +513,54 @@ export class PausedTransfer {
     if (immutable) digests.set(full, { key, sha256 });
     return { path, size: st.size, sha256 };
   }
+}
+
+/**
+ * Refuses an exported build that is not the one the state names, or whose files are not a
+ * build's, before anything is fetched.
+ */
+function checkBuild(build: ExportedBuild, image: GuestImage): void {
+  const ok =
+    typeof build.template === 'string' &&
+    /^[a-z0-9-]{1,63}$/.test(build.template) &&
+    build.key === image.key &&
+    Array.isArray(build.files) &&
+    build.files.every(
+      (f) =>
+        typeof f.path === 'string' &&
+        f.path.startsWith('cache/') &&
+        !f.path.includes('/../') &&
+        Number.isSafeInteger(f.size) &&
+        f.size >= 0 &&
+        /^[0-9a-f]{64}$/.test(f.sha256) &&
+        [...BUILD_FILES, 'manifest.json'].some((n) => n === fileName(f)),
+    );
+  if (!ok) {
+    throw new VmError(
+      'state_corrupt',
+      `the export's template build is not build ${image.key} the state was made on`,
+    );
+  }
+}
+
+/**
+ * `spec` with its image's files in build folder `dir` (where this node keeps that build), or
+ * as it is when `dir` is not given.
+ */
+function onBuild(spec: MachineSpec, dir: string | undefined): MachineSpec {
+  if (dir === undefined || dirname(spec.image.rootfs) === dir) return spec;
+  const at = (p: string): string => join(dir, basename(p));
+  const { image } = spec;
+  return {
+    ...spec,
+    image: {
+      ...image,
+      kernel: at(image.kernel),
+      initrd: at(image.initrd),
+      rootfs: at(image.rootfs),
+      ...(image.disk ? { disk: at(image.disk) } : {}),
+    },
+  };
 }
 
 /** Refuses a part whose files are not where a part of its kind and id keeps them. */

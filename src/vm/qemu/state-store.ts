@@ -10,6 +10,9 @@
  *     disk.qcow2, disk.json
  *   disks/                                      writable disks (vm/storage/disk-store.ts)
  *
+ * Template builds copied from other nodes for the states they took over live in the image
+ * cache (vm/image/build-copies.ts) and go once no open state runs on them.
+ *
  * A state is described to core by a `StateDescriptor` (plain JSON, stored in core's records) and
  * reopened from it after a restart. Every state open in this process is in `live`, once per id,
  * with a reference count; files of fork points nobody holds any more are deleted at once, and
@@ -19,9 +22,10 @@ import { createHash, randomBytes } from 'node:crypto';
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { chmod, chown, mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import type { PausedDescriptor, StateDescriptor } from '../machine.js';
+import { BuildCopies } from '../image/build-copies.js';
 import { checkImageBuild } from '../image/image.js';
 import { closeRamImages, MemImage, RAM_IMAGE_MODE } from '../storage/mem-image.js';
 import type { MachineSpec } from './qemu-args.js';
@@ -51,6 +55,8 @@ export class StateStore {
   readonly pausedDir: string;
   readonly disks: DiskStore;
   readonly transfer: PausedTransfer;
+  /** Builds copied from other nodes (none without an image cache: nothing is copied then). */
+  readonly builds: BuildCopies | null;
   private readonly live = new Map<string, QemuState>();
   private readonly livePaused = new Set<string>();
 
@@ -58,12 +64,27 @@ export class StateStore {
     readonly dataDir: string,
     /** The jailed QEMUs' group, when they run jailed: it must read (and map) images. */
     private readonly group?: number,
+    /** The template image cache (SERVICE_CACHE_DIR), where builds copied from peers go. */
+    cacheDir?: string,
   ) {
     this.templatesDir = join(dataDir, 'templates');
     this.imagesDir = join(dataDir, 'images');
     this.pausedDir = join(dataDir, 'paused');
     this.disks = new DiskStore(dataDir, this.templatesDir, group);
-    this.transfer = new PausedTransfer(this, group);
+    this.builds = cacheDir === undefined ? null : new BuildCopies(cacheDir, dataDir);
+    this.transfer = new PausedTransfer(this, group, this.builds ?? undefined);
+  }
+
+  /** Whether an open state runs on the template build in folder `dir`. */
+  buildInUse(dir: string): boolean {
+    for (const state of this.live.values())
+      if (dirname(state.spec.image.rootfs) === dir) return true;
+    return false;
+  }
+
+  /** An import's state is open on build folder `dir` (or failed): its pin goes. */
+  unpinBuild(dir: string): void {
+    this.builds?.unpin(dir, (d) => this.buildInUse(d));
   }
 
   async init(): Promise<void> {
@@ -270,6 +291,7 @@ export class StateStore {
       await rm(join(this.pausedDir, name), { recursive: true, force: true });
       removed++;
     }
+    removed += (await this.builds?.collect((dir) => this.buildInUse(dir))) ?? 0;
     return removed + (await this.disks.collectGarbage());
   }
 
@@ -289,6 +311,7 @@ export class StateStore {
       onFree: () => {
         this.live.delete(id);
         layer?.release();
+        this.builds?.released(dirname(spec.image.rootfs), (dir) => this.buildInUse(dir));
       },
     });
     const state = new QemuState(id, spec, image, deviceState, layer, incoming);
