@@ -42,6 +42,7 @@ import type {
   MachineShape,
   NetStats,
   NetworkPolicy,
+  ExportedBuild,
   ExportedRead,
   ExportedFile,
   FileFetcher,
@@ -64,6 +65,8 @@ export class FakeState implements FrozenState {
     readonly id: string,
     readonly memory: ReadonlyMap<string, string>,
     readonly template: string,
+    /** The template build (image key) it runs on. */
+    readonly build = `key-${template}`,
   ) {}
 
   retain(): this {
@@ -301,7 +304,8 @@ export class FakeMachine implements Machine {
     if (!this.alive) throw new VmError('died', `cannot capture: ${this.deathReason}`);
     this.hv.captures.push({ machine: this.id, children, target: target !== null });
     if (target) await target.discard();
-    return new FakeState(`fork-${++ids}`, new Map(this.memory), this.origin.template).retain();
+    const { template, build } = this.origin;
+    return new FakeState(`fork-${++ids}`, new Map(this.memory), template, build).retain();
   }
 
   captureCostMib(): number {
@@ -424,7 +428,8 @@ export class FakeHypervisor implements Hypervisor {
       throw new VmError('start_failed', 'the VM failed to boot (fake)', { operation: 'boot' });
     }
     this.boots.push({ template, key: image.key });
-    return new FakeState(`template-${template}`, new Map(), template).retain();
+    this.builds.add(image.key);
+    return new FakeState(`template-${template}`, new Map(), template, image.key).retain();
   }
 
   async restore(state: FrozenState): Promise<FakeMachine> {
@@ -461,6 +466,47 @@ export class FakeHypervisor implements Hypervisor {
   readonly exported = new Map<string, Buffer>();
   /** Parts every import fetched (the other node's files it lacked). */
   readonly fetched: string[] = [];
+  /** Template builds (image keys) this fake has: its own booted, and those copied. */
+  readonly builds = new Set<string>();
+  /** Builds an import copied from another node, in order. */
+  readonly copiedBuilds: string[] = [];
+
+  /** The build `state` runs on, as an export names it (one file standing for its files). */
+  private exportBuild(state: FakeState): ExportedBuild {
+    const path = `cache/templates/${state.template}/${state.build}/rootfs.erofs`;
+    const body = Buffer.from(`the root filesystem of ${state.build}`);
+    this.exported.set(path, body);
+    const sha256 = createHash('sha256').update(body).digest('hex');
+    return {
+      template: state.template,
+      key: state.build,
+      files: [{ path, size: body.length, sha256 }],
+    };
+  }
+
+  /**
+   * Makes sure this fake has build `key`, fetching it as the real import does when it lacks it
+   * (its own differs); refuses a state whose build it lacks and the export does not carry.
+   */
+  private async ensureBuild(
+    key: string,
+    build: ExportedBuild | undefined,
+    fetch: FileFetcher,
+  ): Promise<void> {
+    if (this.builds.has(key)) return;
+    if (!build || build.key !== key) {
+      throw new VmError('state_corrupt', `made on template build ${key}, which is not here`);
+    }
+    for (const file of build.files) await this.fetchChecked(fetch, file);
+    this.builds.add(key);
+    this.copiedBuilds.push(key);
+  }
+
+  /** The state `id` of build `build` this fake has, or null (one of its own build differs). */
+  private known(id: string, build: string): FakeState | null {
+    const state = this.disk.get(id);
+    return state && state.build === build ? state : null;
+  }
 
   async exportPaused(paused: PausedMachine): Promise<PausedManifest> {
     const p = paused as FakePaused;
@@ -470,6 +516,7 @@ export class FakeHypervisor implements Hypervisor {
         origin: p.origin.id,
         originMemory: [...p.origin.memory],
         template: p.origin.template,
+        build: p.origin.build,
       }),
     );
     const path = `paused/${p.id}/memory.delta`;
@@ -479,6 +526,7 @@ export class FakeHypervisor implements Hypervisor {
       format: 1,
       paused: p.describe(),
       parts: [{ kind: 'paused', id: p.id, files: [{ path, size: body.length, sha256 }] }],
+      build: this.exportBuild(p.origin),
     };
   }
 
@@ -510,13 +558,16 @@ export class FakeHypervisor implements Hypervisor {
       origin: string;
       originMemory: [string, string][];
       template: string;
+      build: string;
     };
-    // An origin this fake has by id is reused, as the real import reuses a part it has; a new
-    // one is kept by id too (a snapshot of it handed over next finds it here).
-    let origin = this.disk.get(data.origin);
+    // The build first, as the real import fetches it before any part.
+    await this.ensureBuild(data.build, manifest.build, fetch);
+    // An origin this fake has by id (of that build) is reused, as the real import reuses a
+    // part it has; a new one is kept by id too (a snapshot of it handed over next finds it).
+    let origin = this.known(data.origin, data.build);
     if (!origin) {
-      origin = new FakeState(data.origin, new Map(data.originMemory), data.template);
-      this.disk.set(origin.id, origin);
+      origin = new FakeState(data.origin, new Map(data.originMemory), data.template, data.build);
+      if (!this.disk.has(origin.id)) this.disk.set(origin.id, origin);
     }
     origin.retain();
     return new FakePaused(this, new Map(data.memory), origin, part.id);
@@ -524,7 +575,9 @@ export class FakeHypervisor implements Hypervisor {
 
   async exportState(state: FrozenState): Promise<StateManifest> {
     const st = state as FakeState;
-    const body = Buffer.from(JSON.stringify({ memory: [...st.memory], template: st.template }));
+    const body = Buffer.from(
+      JSON.stringify({ memory: [...st.memory], template: st.template, build: st.build }),
+    );
     const path = `images/${st.id}.mem`;
     this.exported.set(path, body);
     const sha256 = createHash('sha256').update(body).digest('hex');
@@ -532,12 +585,13 @@ export class FakeHypervisor implements Hypervisor {
       format: 1,
       state: this.describeState(st),
       parts: [{ kind: 'state', id: st.id, files: [{ path, size: body.length, sha256 }] }],
+      build: this.exportBuild(st),
     };
   }
 
   /** A state this fake has by id is reused, as the real import reuses a part it has. */
   async importState(manifest: StateManifest, fetch: FileFetcher): Promise<FrozenState> {
-    const known = this.disk.get(manifest.state.id);
+    const known = manifest.build && this.known(manifest.state.id, manifest.build.key);
     if (known) return known;
     const file = manifest.parts.find((x) => x.kind === 'state')?.files[0];
     if (!file) throw new VmError('state_corrupt', 'no state part');
@@ -545,8 +599,10 @@ export class FakeHypervisor implements Hypervisor {
     const data = JSON.parse(body.toString('utf8')) as {
       memory: [string, string][];
       template: string;
+      build: string;
     };
-    const state = new FakeState(manifest.state.id, new Map(data.memory), data.template);
+    await this.ensureBuild(data.build, manifest.build, fetch);
+    const state = new FakeState(manifest.state.id, new Map(data.memory), data.template, data.build);
     this.disk.set(state.id, state);
     return state;
   }

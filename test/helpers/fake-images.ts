@@ -8,10 +8,10 @@ import type { TemplatePlan } from '../../src/core/template-plan.js';
 import type { TemplateImage, TemplateImages } from '../../src/vm/machine.js';
 import type { TemplateSpec } from '../../src/vm/image/image-builder.js';
 
-/** The image a fake build of `name` gives. */
-export function fakeImage(name: string): TemplateImage {
+/** The image a fake build of `name` gives; `variant` makes another build of it (another key). */
+export function fakeImage(name: string, variant = ''): TemplateImage {
   return {
-    key: `key-${name}`,
+    key: `key-${name}${variant}`,
     builtAt: '2026-11-23T10:00:00Z',
     diskMib: 4096,
     debianPackages: ['python3-minimal', `${name}-package`],
@@ -47,12 +47,16 @@ export class FakeImages implements TemplateImages {
   mostAtOnce = 0;
   private held: (() => void)[] | null = null;
 
-  constructor(built: readonly string[] = []) {
+  constructor(
+    built: readonly string[] = [],
+    /** What this cache's builds' keys end with: two caches with other variants differ. */
+    private readonly variant = '',
+  ) {
     this.built = new Set(built);
   }
 
   async find(spec: TemplateSpec): Promise<TemplateImage | null> {
-    return this.built.has(spec.name) ? fakeImage(spec.name) : null;
+    return this.built.has(spec.name) ? fakeImage(spec.name, this.variant) : null;
   }
 
   /** Build logs by template name, as `buildLog` returns them. */
@@ -79,7 +83,7 @@ export class FakeImages implements TemplateImages {
       const why = this.failing.get(spec.name);
       if (why !== undefined) throw new Error(why);
       this.built.add(spec.name);
-      return fakeImage(spec.name);
+      return fakeImage(spec.name, this.variant);
     } finally {
       this.running--;
     }

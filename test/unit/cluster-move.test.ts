@@ -22,6 +22,7 @@ import type { SandboxManager } from '../../src/core/sandbox-manager.js';
 import { fail, toHostdError } from '../../src/errors.js';
 import { eventually } from '../../testkit/eventually.js';
 import type { FakeHypervisor } from '../helpers/fake-hypervisor.js';
+import { FakeImages } from '../helpers/fake-images.js';
 import { startClusterManager, untilNodesMeet } from '../helpers/cluster-manager.js';
 import { run } from '../helpers/manager.js';
 import { MemoryStore } from '../helpers/memory-kv.js';
@@ -62,7 +63,14 @@ function peers(nodes: Map<string, Node>, refuse: Set<string>): PeerLink {
   };
 }
 
-async function cluster(ids: string[]): Promise<{
+/**
+ * Nodes `ids` on one store; `variants` gives a node's image cache builds of its own (other keys),
+ * as a node built at another time or from another version has.
+ */
+async function cluster(
+  ids: string[],
+  variants: Record<string, string> = {},
+): Promise<{
   nodes: Map<string, Node>;
   store: MemoryStore;
   refuse: Set<string>;
@@ -73,7 +81,8 @@ async function cluster(ids: string[]): Promise<{
   const refuse = new Set<string>();
   const link = peers(nodes, refuse);
   for (const id of ids) {
-    const { cluster: c, manager, hv } = await startClusterManager(store, id, log);
+    const images = new FakeImages(['python', 'slim'], variants[id] ?? '');
+    const { cluster: c, manager, hv } = await startClusterManager(store, id, log, { images });
     c.url = `http://${id}`;
     await c.start();
     const handOver = new HandOver(c, manager, link, log);
@@ -383,5 +392,45 @@ describe('a node gone for good', () => {
         await n.cluster.stop().catch(() => undefined);
       }
     }
+  });
+});
+
+describe('hand-over between nodes whose template builds differ', () => {
+  const stops: (() => Promise<void>)[] = [];
+  after(async () => {
+    for (const s of stops) await s();
+  });
+
+  test('sandboxes and a snapshot move onto the source’s build, copied once; the target’s creates keep its own', async () => {
+    const c = await cluster(['a', 'b'], { b: '-rebuilt' });
+    stops.push(c.stop);
+    const a = c.nodes.get('a')!;
+    const b = c.nodes.get('b')!;
+    assert.equal(a.manager.describeTemplate('python').image_key, 'key-python');
+    assert.equal(b.manager.describeTemplate('python').image_key, 'key-python-rebuilt');
+    const s1 = await a.manager.create({ template: 'python' });
+    await run(a.manager, s1.id, 'set x 41');
+    const s2 = await a.manager.create({ template: 'python' });
+    await run(a.manager, s2.id, 'set y 7');
+    const snap = await a.manager.snapshot(s2.id, 'seven');
+    await a.handOver.moveOut(s1.id, b.cluster.selfRecord());
+    await a.handOver.moveOut(s2.id, b.cluster.selfRecord());
+    await a.handOver.moveSnapshotOut(snap.snapshot_id, b.cluster.selfRecord());
+    // The build came once, before the first sandbox's files; the others found it by key.
+    assert.deepEqual(b.hv.copiedBuilds, ['key-python']);
+    assert.equal(b.hv.fetched.filter((p) => p.startsWith('cache/')).length, 1);
+    assert.equal(await stdout(b.manager, s1.id, 'get x'), '41');
+    assert.equal(await stdout(b.manager, s2.id, 'get y'), '7');
+    const child = await b.manager.create({ snapshot: snap.snapshot_id });
+    assert.equal(await stdout(b.manager, child.id, 'get y'), '7');
+    // What came from a runs on a's build; a create of b's own runs on b's.
+    const fresh = await b.manager.create({ template: 'python' });
+    await run(b.manager, fresh.id, 'set z 1');
+    const builds = (key: string): number => b.hv.live.filter((m) => m.origin.build === key).length;
+    assert.equal(builds('key-python'), 3);
+    assert.ok(builds('key-python-rebuilt') >= 1);
+    assert.ok(
+      b.hv.live.some((m) => m.memory.get('z') === '1' && m.origin.build === 'key-python-rebuilt'),
+    );
   });
 });
