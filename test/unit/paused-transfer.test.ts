@@ -623,6 +623,18 @@ describe('a state whose template build the target lacks', () => {
     assert.equal(await fresh.builds!.collect(() => false), 1);
     assert.ok(!existsSync(dir2));
     assert.ok(existsSync(own.image.rootfs));
+    // The copies of a data directory that is gone go at any node's start; a live one's stay.
+    const area = async (hex: string, dataDir: string): Promise<string> => {
+      const a = join(cacheB, 'copies', hex);
+      await mkdir(join(a, 'python', `${BUILD}-${hex}`), { recursive: true });
+      await writeFile(join(a, 'data-dir'), `${dataDir}\n`);
+      return a;
+    };
+    const gone = await area('eeeeeeeeeeeeeeee', join(root, 'no-such-data-dir'));
+    const alive = await area('dddddddddddddddd', source.dataDir);
+    await fresh.collectGarbage();
+    assert.ok(!existsSync(gone));
+    assert.ok(existsSync(join(alive, 'python', `${BUILD}-dddddddddddddddd`)));
     await paused.discard();
   });
 
