@@ -26,6 +26,8 @@ export interface ClusterOptions {
   templates?: string;
   /** More environment for every node (SERVICE_POOL_SIZE is 1 unless given). */
   env?: Record<string, string>;
+  /** More environment for one node, by id (`node-2`): its own image cache, say. */
+  nodeEnv?: Record<string, Record<string, string>>;
   /** The API key clients send (SERVICE_API_KEYS of every node). Default: a random one. */
   apiKey?: string;
   /** Lease TTL of the nodes (SERVICE_CLUSTER_TTL_S). Default: hostd's. */
@@ -290,6 +292,7 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
         SERVICE_FORK_STANDBY_MAX: '0',
         ...(opts.ttlS ? { SERVICE_CLUSTER_TTL_S: String(opts.ttlS) } : {}),
         ...opts.env,
+        ...opts.nodeEnv?.[id],
       };
       const node = {
         id,

@@ -62,11 +62,12 @@ export function isExportable(path: string): boolean {
   return EXPORTABLE.some((re) => re.test(path));
 }
 
-/** A template build's folder as the build copies know it, and whether it is one of them. */
+/**
+ * The folder of the template build an imported state runs on here, pinned (never collected)
+ * until the state is open on it (`StateStore.unpinBuild`).
+ */
 interface BuildAt {
   readonly dir: string;
-  /** Held until the state restored onto it is open (`BuildCopies.unpin`). */
-  readonly pinned: boolean;
 }
 
 export class PausedTransfer {
@@ -222,7 +223,7 @@ export class PausedTransfer {
         origin: { ...origin, id: originAs, spec },
       });
     } finally {
-      if (build?.pinned) this.store.unpinBuild(build.dir);
+      if (build) this.store.unpinBuild(build.dir);
     }
   }
 
@@ -241,7 +242,7 @@ export class PausedTransfer {
         spec,
       });
     } finally {
-      if (build?.pinned) this.store.unpinBuild(build.dir);
+      if (build) this.store.unpinBuild(build.dir);
     }
   }
 
@@ -260,7 +261,7 @@ export class PausedTransfer {
       const dir = await this.builds.obtain(build, (file, to) =>
         this.fetchFile(file, to, false, fetch),
       );
-      return { dir, pinned: true };
+      return { dir };
     }
     try {
       await checkImageBuild(image);
@@ -289,7 +290,7 @@ export class PausedTransfer {
     try {
       return { renamed: await this.putParts(parts, fetch), build };
     } catch (err) {
-      if (build?.pinned) this.store.unpinBuild(build.dir);
+      if (build) this.store.unpinBuild(build.dir);
       throw err;
     }
   }
