@@ -179,6 +179,16 @@ describe('routes between nodes', () => {
       assert.equal(tail.status, 206);
       assert.equal(tail.headers.get('content-range'), `bytes 5-${file.size - 1}/${file.size}`);
       assert.deepEqual(Buffer.from(await tail.arrayBuffer()), bytes.subarray(5));
+      // The template build the machine runs on is served the same way, to a node lacking it,
+      // and only with the cluster's key.
+      const build = move.manifest.build!.files[0]!;
+      const buildUrl = `${holder.url}/v1/cluster/peer/files?path=${encodeURIComponent(build.path)}`;
+      const part = await fetch(buildUrl, { headers: { ...headers, range: 'bytes=3-' } });
+      assert.equal(part.status, 206);
+      assert.equal(Buffer.from(await part.arrayBuffer()).length, build.size - 3);
+      const keyless = await fetch(buildUrl, { headers: { authorization: headers.authorization } });
+      assert.notEqual(keyless.status, 200);
+      await keyless.arrayBuffer();
       const other = await fetch(
         `${holder.url}/v1/cluster/peer/files?path=${encodeURIComponent('sandboxes/x.json')}`,
         { headers },
