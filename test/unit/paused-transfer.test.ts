@@ -461,6 +461,36 @@ describe('a state whose template build the target lacks', () => {
     await paused.discard();
   });
 
+  it('links the files its own build of another key shares with the source’s instead of fetching them', async () => {
+    const { source, target } = await nodes('shared-files');
+    // The target's own build: the source's files under another key (other resources, say).
+    const own = await buildImage(cacheB, 'fedcba9876543210');
+    for (const name of ['vmlinux', 'initrd.cpio', 'rootfs.erofs', 'disk.qcow2'])
+      await cp(join(dirname(specA.image.rootfs), name), join(dirname(own.image.rootfs), name));
+    const manifestA = JSON.parse(
+      await readFile(join(dirname(specA.image.rootfs), 'manifest.json'), 'utf8'),
+    ) as Record<string, unknown>;
+    await writeFile(
+      join(dirname(own.image.rootfs), 'manifest.json'),
+      JSON.stringify({ ...manifestA, key: 'fedcba9876543210' }),
+    );
+    const paused = await pauseOne(source, specA);
+    const asked: string[] = [];
+    const imported = await target.transfer.import(
+      await source.transfer.export(paused),
+      fetcherOf(source, asked),
+    );
+    assert.deepEqual(
+      buildFiles(asked).map((a) => a.replace(/^.*\//, '')),
+      ['manifest.json@0'],
+    );
+    const dir = dirname(imported.origin.spec.image.rootfs);
+    assert.ok(dir.startsWith(join(cacheB, 'copies')), dir);
+    await sameFile(specA.image.rootfs, join(dir, 'rootfs.erofs'));
+    await imported.discard();
+    await paused.discard();
+  });
+
   it('uses its own build when its files are the source’s, wherever its image cache is', async () => {
     const { source, target } = await nodes('same-build');
     const own = await buildImage(cacheB, BUILD); // the same bytes, in another cache folder

@@ -19,7 +19,7 @@
  */
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { chmod, link, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join, relative, resolve } from 'node:path';
 import type { ExportedBuild, ExportedFile } from '../machine.js';
 import { VmError } from '../vm-error.js';
@@ -29,6 +29,7 @@ export const BUILD_FILES = ['vmlinux', 'initrd.cpio', 'rootfs.erofs', 'disk.qcow
 
 const TEMPLATE = '[a-z0-9-]{1,63}';
 const KEY = '[0-9a-f]{8,64}';
+const BUILD_KEY = new RegExp(`^${KEY}$`);
 const FILE = `(${[...BUILD_FILES, 'manifest.json'].map((f) => f.replace('.', '\\.')).join('|')})`;
 
 /** The build files an export may name, relative to the image cache; nothing else is served. */
@@ -190,6 +191,27 @@ export class BuildCopies {
     return removed;
   }
 
+  /**
+   * A file of one of the node's own builds of `template` with `file`'s name, size and sha256
+   * (as the builder's manifest records them), or null.
+   */
+  private async ownFile(template: string, file: ExportedFile): Promise<string | null> {
+    const name = fileName(file);
+    if (name === 'manifest.json') return null;
+    const builds = join(this.cacheDir, 'templates', template);
+    for (const key of await readdir(builds).catch(() => [] as string[])) {
+      if (!BUILD_KEY.test(key)) continue;
+      const manifest = await readFile(join(builds, key, 'manifest.json'), 'utf8')
+        .then((t) => JSON.parse(t) as BuildManifest)
+        .catch(() => null);
+      const mine = manifest?.files?.[name];
+      if (mine?.sha256 === file.sha256 && mine.size_bytes === file.size) {
+        return join(builds, key, name);
+      }
+    }
+    return null;
+  }
+
   private pin(dir: string): string {
     this.pins.set(dir, (this.pins.get(dir) ?? 0) + 1);
     return dir;
@@ -225,7 +247,10 @@ export class BuildCopies {
     await chmod(staging, 0o755);
     for (const file of build.files) {
       const to = join(staging, fileName(file));
-      await fetchInto(file, to);
+      // A file one of the node's own builds has (a build whose key differs by its resources or
+      // description only) is linked, not fetched: hundreds of MB for a root filesystem.
+      const local = await this.ownFile(build.template, file);
+      if (local === null || !(await linked(local, to))) await fetchInto(file, to);
       await chmod(to, 0o644);
     }
     const data = build.files.filter((f) => fileName(f) !== 'manifest.json');
@@ -238,6 +263,17 @@ export class BuildCopies {
     }
     await rm(dir, { recursive: true, force: true });
     await rename(staging, dir);
+  }
+}
+
+/** Links `from` to `to` (replacing what is there); false where links are refused. */
+async function linked(from: string, to: string): Promise<boolean> {
+  await rm(to, { force: true });
+  try {
+    await link(from, to);
+    return true;
+  } catch {
+    return false; // Expected across file systems (EXDEV): fetched instead.
   }
 }
 
