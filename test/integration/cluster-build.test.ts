@@ -5,13 +5,14 @@
  * is another one (another initramfs, another key); the root filesystem, which takes minutes to
  * build, is shared with the machine's cache by hard links. A sandbox drained from node-1 to
  * node-2 arrives with node-1's build, copied into node-2's cache, and runs on it with its REPL
- * state, while node-2's own build stays; once the sandbox is deleted the copy goes.
+ * state, while node-2's own build stays (the files both builds share linked from it, not
+ * fetched); once the sandbox is deleted the copy goes.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { appendFile, chmod, cp, mkdtemp, readdir, rm } from 'node:fs/promises';
+import { appendFile, chmod, cp, mkdtemp, readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { startCluster, type Cluster } from '../../testkit/cluster.js';
@@ -126,7 +127,13 @@ async function handOver(c: Cluster): Promise<void> {
   assert.ok(copy, 'a copy of node-1’s build in node-2’s cache');
   assert.ok(copy.endsWith(`/${key1}-${copy.slice(-16)}`), copy);
   assert.ok(existsSync(join(copy, 'manifest.json')));
-  assert.ok(existsSync(join(cacheB, 'templates', 'python-slim', key2!, 'manifest.json')));
+  const own = join(cacheB, 'templates', 'python-slim', key2!);
+  assert.ok(existsSync(join(own, 'manifest.json')));
+  // The files both builds share (all but the initramfs, which holds the agent) were linked
+  // from node-2's own build, not fetched; the initramfs came from node-1.
+  const ino = async (p: string): Promise<number> => (await stat(p)).ino;
+  assert.equal(await ino(join(copy, 'rootfs.erofs')), await ino(join(own, 'rootfs.erofs')));
+  assert.notEqual(await ino(join(copy, 'initrd.cpio')), await ino(join(own, 'initrd.cpio')));
 
   const out = await run(n2.api, sandbox, 'print(x + 1)');
   assert.equal(out.stdout, '42\n', out.stderr);
