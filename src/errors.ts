@@ -518,6 +518,17 @@ export const Errors = {
       `${what} could not be handed over to node ${node}: ${why}`,
     5,
   ),
+  /**
+   * A create placed on a node that does not hold the snapshot, whose files it could not fetch
+   * from a node holding them: the create is asked of the next node.
+   */
+  snapshotFetchFailed: def(
+    'hand_over_failed',
+    503,
+    (id: string, node: string, why: string) =>
+      `snapshot ${id} could not be copied from node ${node}: ${why}`,
+    5,
+  ),
   /** A create sent to a node that stopped taking creates (it drains): the sender asks another. */
   nodeDraining: def(
     'node_draining',

@@ -43,6 +43,7 @@ import { readFileSync } from 'node:fs';
 import { HttpPeers } from './cluster/peer-http.js';
 import { Drainer } from './core/cluster/drain.js';
 import { HandOver } from './core/cluster/hand-over.js';
+import { SnapshotCopies } from './core/cluster/snapshot-copies.js';
 import { ClusterNode, type LocalSandboxes } from './core/cluster/cluster-node.js';
 import type { RecordStore, SnapshotRecord } from './core/journal.js';
 import { randomBytes } from 'node:crypto';
@@ -406,6 +407,7 @@ function createManager(
               ensureConnected: () => cluster.ensureConnected(),
               confirmSandboxes: (ids: readonly string[]) => cluster.confirmSandboxes(ids),
               confirmSnapshot: (id: string) => cluster.confirmSnapshot(id),
+              fetchSnapshot: (id: string) => cluster.fetchSnapshot(id),
             },
           }
         : {}),
@@ -425,6 +427,7 @@ function clusterView(
   return {
     holds: (id) => manager.holds(id),
     holdsSnapshot: (id) => manager.holdsSnapshot(id),
+    snapshotIds: () => manager.snapshotIds(),
     fence: (id, why) => manager.fence(id, why),
     fenceSnapshot: (id, why) => manager.fenceSnapshot(id, why),
     capacity: () => ({ sandboxes: sizing.maxSandboxes, memory_mib: Math.round(hostMemTotalMib()) }),
@@ -556,6 +559,7 @@ function movesOf(
     apiKey: config.apiKeys[0] ?? null,
   });
   const handOver = new HandOver(cluster, manager, peers, log);
+  cluster.bindCopies(new SnapshotCopies(cluster, manager, peers, log));
   return { peers, handOver, drainer: new Drainer(cluster, manager, handOver, log) };
 }
 

@@ -76,7 +76,9 @@ export class ClusterFront {
           await this.checkMerge(params.parent ?? '', params.winner ?? '', target);
         }
       } else if (SNAPSHOT_ROUTES.has(route)) {
-        target = await this.node.locateSnapshot(params.id ?? '');
+        // A delete goes to the snapshot's node (every copy goes with its entry).
+        target = await this.node.locateSnapshot(params.id ?? '', req.method === 'DELETE');
+        if (target === 'deleted') return reply.code(204).send();
       } else if (route === '/v1/cluster/nodes/:id/drain' && params.id !== this.node.id) {
         const node = this.node.liveNode(params.id ?? '');
         if (!node) throw fail('nodeNotFound', params.id ?? '');
@@ -170,7 +172,7 @@ export class ClusterFront {
       }
       const target = targetOf(node);
       if (target === null) {
-        // A snapshot's holder is the only node that can restore it: say so, not "no node".
+        // A node that cannot be asked (it has no E2B front): say so, not "no node".
         if (body.snapshot !== undefined) {
           const what = `snapshot ${body.snapshot}`;
           refusal = forward.noTarget?.(what, node.id) ?? fail('nodeUnavailable', what, node.id);

@@ -8,7 +8,12 @@
  */
 import { Agent, request, type IncomingMessage } from 'node:http';
 import { fail, HostdError } from '../errors.js';
-import type { HandOverOffer, PeerLink, SnapshotOffer } from '../core/cluster/hand-over.js';
+import type {
+  HandOverOffer,
+  PeerLink,
+  SnapshotExport,
+  SnapshotOffer,
+} from '../core/cluster/hand-over.js';
 import { CLUSTER_KEY_HEADER, HOP_HEADER } from '../core/cluster/headers.js';
 import type { NodeRecord } from '../core/cluster/records.js';
 import type { SandboxInfo } from '../core/sandbox.js';
@@ -74,6 +79,16 @@ export class HttpPeers implements PeerLink {
       throw fail('handOverFailed', what, to.id, describe(res.statusCode ?? 0, body));
     }
     return JSON.parse(body.toString('utf8')) as SnapshotInfo;
+  }
+
+  async exportSnapshot(from: NodeRecord, id: string): Promise<SnapshotExport> {
+    const url = new URL(`/v1/cluster/peer/snapshots/${id}/export`, from.url);
+    const res = await this.send('GET', url, from, null, FILE_IDLE_MS);
+    const body = await readAll(res);
+    if (res.statusCode !== 200) {
+      throw fail('snapshotFetchFailed', id, from.id, describe(res.statusCode ?? 0, body));
+    }
+    return JSON.parse(body.toString('utf8')) as SnapshotExport;
   }
 
   close(): void {

@@ -29,6 +29,7 @@ import { MetricsSampler, type SandboxMetric } from './sandbox-metrics.js';
 import type { RecordStore, SandboxRecord, SnapshotRecord } from './journal.js';
 import { Lineage } from './lineage.js';
 import { asMachineError, clientReason } from './machine-error.js';
+import { isSnapshotId } from './ids.js';
 import { TemplatePool, type PoolStats, type RefillPauses } from './pool.js';
 import { SandboxRegistry, type StopListener } from './registry.js';
 import type { Lifetime, PauseReason, Sandbox, SandboxInfo, SandboxState } from './sandbox.js';
@@ -114,6 +115,11 @@ export interface ClusterHooks {
   ensureConnected(): void;
   confirmSandboxes(ids: readonly string[]): Promise<void>;
   confirmSnapshot(id: string): Promise<void>;
+  /**
+   * Makes snapshot `id`, held by another node, held here (its files fetched from there): a
+   * create from it was placed on this node.
+   */
+  fetchSnapshot?(id: string): Promise<void>;
 }
 
 export interface ManagerOptions {
@@ -422,6 +428,30 @@ export class SandboxManager {
 
   holdsSnapshot(id: string): boolean {
     return this.snapshots.has(id);
+  }
+
+  /** The ids of the snapshots this hostd holds. */
+  snapshotIds(): string[] {
+    return this.snapshots.list().map((s) => s.snapshot_id);
+  }
+
+  /**
+   * Cluster mode: snapshot `id`'s record and the manifest of its files, for a node that copies
+   * it (a create from it placed there). It stays here, unchanged.
+   */
+  async exportSnapshot(id: string): Promise<{ record: SnapshotRecord; manifest: StateManifest }> {
+    this.ensureRunning();
+    const { record, state } = this.snapshots.entry(id);
+    const manifest = await this.hypervisor.exportState(state).catch((err: unknown) => {
+      throw asMachineError(
+        err,
+        this.log,
+        { snapshot: id },
+        'vmOperationFailed',
+        'export the snapshot',
+      );
+    });
+    return { record, manifest };
   }
 
   async create(req: CreateRequest): Promise<Sandbox> {
@@ -988,6 +1018,16 @@ export class SandboxManager {
     allowOutGiven: readonly string[] | undefined,
     labels: Labels,
   ): Promise<Sandbox> {
+    const fetch = this.options.cluster?.fetchSnapshot?.bind(this.options.cluster);
+    if (fetch && isSnapshotId(snapshotId) && !this.snapshots.has(snapshotId)) {
+      // Cluster mode, placed here without its files: a full node refuses before any is fetched.
+      const admitted = this.admission.admit(1);
+      try {
+        await fetch(snapshotId);
+      } finally {
+        admitted();
+      }
+    }
     const { state, template, allowOut: inherited } = this.snapshots.get(snapshotId);
     const allowOut = allowOutGiven ?? inherited;
     const admitted = this.admission.admit(1);

@@ -34,11 +34,13 @@ export async function startClusterManager(
       ensureConnected: () => cluster.ensureConnected(),
       confirmSandboxes: (ids) => cluster.confirmSandboxes(ids),
       confirmSnapshot: (s) => cluster.confirmSnapshot(s),
+      fetchSnapshot: (s) => cluster.fetchSnapshot(s),
     },
   });
   cluster.bind({
     holds: (s) => manager.holds(s),
     holdsSnapshot: (s) => manager.holdsSnapshot(s),
+    snapshotIds: () => manager.snapshotIds(),
     fence: (s, why) => manager.fence(s, why),
     fenceSnapshot: (s, why) => manager.fenceSnapshot(s, why),
     capacity: () => ({ sandboxes: 10, memory_mib: 8192 }),

@@ -102,6 +102,7 @@ export const ROUTE_AREAS: Readonly<Record<string, Area>> = {
   'DELETE /v1/cluster/nodes/{id}': 'cluster',
   'GET /v1/cluster/peer/files': 'cluster',
   'POST /v1/cluster/peer/sandboxes/{id}/hand-over': 'cluster',
+  'GET /v1/cluster/peer/snapshots/{id}/export': 'cluster',
   'POST /v1/cluster/peer/snapshots/{id}/hand-over': 'cluster',
   'POST /mcp': 'mcp',
   'GET /mcp': 'mcp',

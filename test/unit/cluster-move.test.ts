@@ -15,10 +15,12 @@ import {
   HandOver,
   type HandOverOffer,
   type PeerLink,
+  type SnapshotExport,
   type SnapshotOffer,
 } from '../../src/core/cluster/hand-over.js';
 import { KEYS, type SandboxEntry, type SnapshotEntry } from '../../src/core/cluster/records.js';
 import type { SandboxManager } from '../../src/core/sandbox-manager.js';
+import { SnapshotCopies } from '../../src/core/cluster/snapshot-copies.js';
 import { fail, toHostdError } from '../../src/errors.js';
 import { eventually } from '../../testkit/eventually.js';
 import type { FakeHypervisor } from '../helpers/fake-hypervisor.js';
@@ -60,6 +62,10 @@ function peers(nodes: Map<string, Node>, refuse: Set<string>): PeerLink {
         .get(to.id)!
         .handOver.moveSnapshotIn(JSON.parse(JSON.stringify(offer)) as SnapshotOffer);
     },
+    exportSnapshot: async (from, id) =>
+      JSON.parse(
+        JSON.stringify(await nodes.get(from.id)!.manager.exportSnapshot(id)),
+      ) as SnapshotExport,
   };
 }
 
@@ -86,6 +92,7 @@ async function cluster(
     c.url = `http://${id}`;
     await c.start();
     const handOver = new HandOver(c, manager, link, log);
+    c.bindCopies(new SnapshotCopies(c, manager, link, log));
     nodes.set(id, {
       cluster: c,
       hv,
@@ -344,6 +351,49 @@ describe('hand-over of a snapshot to another node', () => {
     const loneAt = ['b', 'c'].find((n) => c.nodes.get(n)!.manager.holdsSnapshot(lone.snapshot_id));
     assert.ok(loneAt);
     assert.equal((await snapshotEntry(c.store, lone.snapshot_id))?.node, loneAt);
+  });
+
+  test('a drain leaves a snapshot another live node holds a copy of to that node, copying nothing', async () => {
+    const c = await cluster(['a', 'b', 'c']);
+    stops.push(c.stop);
+    const a = c.nodes.get('a')!;
+    const b = c.nodes.get('b')!;
+    const s = await a.manager.create({ template: 'python' });
+    await run(a.manager, s.id, 'set k 3');
+    const snap = await a.manager.snapshot(s.id, 'three');
+    await a.manager.delete(s.id);
+    // A create from it placed on b copies it there.
+    const child = await b.manager.create({ snapshot: snap.snapshot_id });
+    assert.equal(await stdout(b.manager, child.id, 'get k'), '3');
+    assert.deepEqual((await snapshotEntry(c.store, snap.snapshot_id))?.copies, ['b']);
+    await eventually('a to see the copy', () =>
+      a.cluster.view.snapshots.get(snap.snapshot_id)?.value.copies?.includes('b') ? true : null,
+    );
+    const fetchedBefore = [...c.nodes.values()].map((n) => n.hv.fetched.length);
+    const result = await a.drainer.drain();
+    assert.deepEqual(result, { moved: 0, left: 0, snapshotsMoved: 1, snapshotsLeft: 0 });
+    assert.equal(a.manager.holdsSnapshot(snap.snapshot_id), false);
+    assert.deepEqual(
+      [...c.nodes.values()].map((n) => n.hv.fetched.length),
+      fetchedBefore,
+      'nothing copied',
+    );
+    const e = await snapshotEntry(c.store, snap.snapshot_id);
+    assert.deepEqual(
+      { node: e?.node, copies: e?.copies ?? [], name: e?.name },
+      {
+        node: 'b',
+        copies: [],
+        name: 'three',
+      },
+    );
+    // b's now: its delete removes the entry.
+    await b.manager.delete(child.id);
+    b.manager.deleteSnapshot(snap.snapshot_id);
+    await eventually(
+      'the entry gone',
+      async () => (await snapshotEntry(c.store, snap.snapshot_id)) === null,
+    );
   });
 });
 

@@ -10,6 +10,7 @@ import assert from 'node:assert/strict';
 import { pino } from 'pino';
 import { ClusterNode, type LocalSandboxes } from '../../src/core/cluster/cluster-node.js';
 import { memoryRecords, type SandboxRecord, type SnapshotRecord } from '../../src/core/journal.js';
+import { KEYS, type SnapshotEntry } from '../../src/core/cluster/records.js';
 import { fail, toHostdError } from '../../src/errors.js';
 import { eventually } from '../../testkit/eventually.js';
 import { MemoryStore } from '../helpers/memory-kv.js';
@@ -25,6 +26,7 @@ class Local implements LocalSandboxes {
   draining = false;
   holds = (id: string) => this.held.has(id);
   holdsSnapshot = () => false;
+  snapshotIds = (): string[] => [];
   fence = async (id: string) => {
     this.held.delete(id);
     this.fenced.push(id);
@@ -249,7 +251,7 @@ describe('cluster node', () => {
     await stopAll(b);
   });
 
-  test('a create from a snapshot goes to its holder only, however loaded; by name, the newest', async () => {
+  test('a create from a snapshot asks the nodes holding it first, however loaded, then the others; by name, the newest', async () => {
     const store = new MemoryStore();
     const a = await join(store, 'a');
     const b = await join(store, 'b');
@@ -269,7 +271,8 @@ describe('cluster node', () => {
     await snapshot(a, snap(1), 'ckpt', '2026-01-01T00:00:00.000Z');
     await snapshot(b, snap(2), 'ckpt', '2026-01-02T00:00:00.000Z');
     await snapshot(a, snap(3), 'other', '2026-01-03T00:00:00.000Z');
-    // a is the busier node: a template create goes to b, a snapshot's to a all the same.
+    // a is the busier node: a template create goes to b, a snapshot's to a first all the same
+    // (no fetch there), then to b (which fetches it) when a refuses.
     await createOn(a, sbx(1));
     await createOn(a, sbx(2));
     for (const n of [a, b]) {
@@ -282,8 +285,8 @@ describe('cluster node', () => {
       );
       assert.deepEqual(
         (await n.node.placeCreate({ snapshot: snap(1) })).map((x) => x.id),
-        ['a'],
-        'pinned as a fork is: a full holder answers 429/503, the create does not spill',
+        ['a', 'b'],
+        'its holder first, then the others',
       );
       assert.deepEqual(n.node.snapshotByName('ckpt'), {
         id: snap(2),
@@ -293,9 +296,29 @@ describe('cluster node', () => {
       assert.equal(n.node.snapshotByName('other')?.id, snap(3));
       assert.equal(n.node.snapshotByName('nope'), null);
     }
-    // Its holder down: 503 node_unavailable, as any request for the snapshot.
+    // With a copy on b, the least loaded of its holders comes first: b.
+    const key = KEYS.snapshot(snap(1));
+    const stored = (await b.kv.get(key))!;
+    const entry = JSON.parse(stored.value) as SnapshotEntry;
+    await b.kv.txn([], [{ put: key, value: JSON.stringify({ ...entry, copies: ['b'] }) }]);
+    await eventually('b to see the copy', () =>
+      b.node.view.snapshots.get(snap(1))?.value.copies?.length === 1 ? true : null,
+    );
+    assert.deepEqual(
+      (await b.node.placeCreate({ snapshot: snap(1) })).map((x) => x.id),
+      ['b', 'a'],
+    );
+    // Its node down: served from the copy; with no live holder at all, 503 node_unavailable.
     await a.node.stop();
     await eventually('b to see a gone', () => !b.node.view.nodes.has('a'));
+    assert.deepEqual(
+      (await b.node.placeCreate({ snapshot: snap(1) })).map((x) => x.id),
+      ['b'],
+    );
+    await b.kv.txn([], [{ put: key, value: JSON.stringify(entry) }]);
+    await eventually('b to see no copy', () =>
+      b.node.view.snapshots.get(snap(1))?.value.copies === undefined ? true : null,
+    );
     await assert.rejects(
       b.node.placeCreate({ snapshot: snap(1) }),
       (err) => code(err) === 'node_unavailable',

@@ -153,6 +153,7 @@ describe('routes between nodes', () => {
         `/v1/cluster/peer/snapshots/snap_${'0'.repeat(32)}/hand-over`,
         { from: 'a', rev: 1, record: {}, manifest: {} },
       ],
+      ['GET', `/v1/cluster/peer/snapshots/snap_${'0'.repeat(32)}/export`, undefined],
     ] as const) {
       const res = await a.api.json<ErrorBody>(method, path, body);
       assert.equal(res.status, 401, `${method} ${path}`);

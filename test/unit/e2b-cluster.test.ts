@@ -18,7 +18,10 @@ import { e2bErrorBody } from '../../src/api/e2b/errors.js';
 import { buildE2bServer } from '../../src/api/e2b/server.js';
 import { buildServer } from '../../src/api/server.js';
 import { createMetrics } from '../../src/api/metrics.js';
+import { HttpPeers } from '../../src/cluster/peer-http.js';
 import { ClusterNode } from '../../src/core/cluster/cluster-node.js';
+import { HandOver } from '../../src/core/cluster/hand-over.js';
+import { SnapshotCopies } from '../../src/core/cluster/snapshot-copies.js';
 import type { NodeRecord } from '../../src/core/cluster/records.js';
 import { fail } from '../../src/errors.js';
 import type { ManagerOptions, SandboxManager } from '../../src/core/sandbox-manager.js';
@@ -28,6 +31,7 @@ import { MemoryStore } from '../helpers/memory-kv.js';
 import { eventually } from '../../testkit/eventually.js';
 
 const KEY = 'e2b-cluster-key';
+const CLUSTER_KEY = 'e2b-cluster-secret';
 const log = pino({ level: 'silent' });
 
 describe('which node answers an E2B request', () => {
@@ -109,6 +113,10 @@ async function startNode(
 ): Promise<Node> {
   const { cluster, manager } = await startClusterManager(store, id, log, overrides);
   const auth = { kind: 'keys' as const, keys: [KEY] };
+  // The peer routes and links, for snapshots copied to the node a create is placed on.
+  const peers = new HttpPeers({ self: id, clusterKey: CLUSTER_KEY, apiKey: KEY });
+  const handOver = new HandOver(cluster, manager, peers, log);
+  cluster.bindCopies(new SnapshotCopies(cluster, manager, peers, log));
   const app = await buildServer({
     manager,
     auth,
@@ -116,8 +124,13 @@ async function startNode(
     maxFileBytes: 1 << 20,
     logger: log,
     metrics: createMetrics({ accel: 'tcg', version: 'test' }),
-    cluster: { node: cluster, drain: () => void cluster.setState('draining') },
+    cluster: {
+      node: cluster,
+      drain: () => void cluster.setState('draining'),
+      peer: { key: CLUSTER_KEY, handOver, manager },
+    },
   });
+  app.addHook('onClose', async () => peers.close());
   const { app: e2b } = await buildE2bServer({
     manager,
     auth,
@@ -245,6 +258,48 @@ describe('the E2B front of a two-node cluster', () => {
       for (const id of [...made, source.id, busy.id]) await e2b(b, 'DELETE', `/sandboxes/${id}`);
       await e2b(b, 'DELETE', `/templates/${snapshotID}`);
     }
+  });
+
+  test("a create by a snapshot's name whose node drains is made on another node, which copies the snapshot", async () => {
+    const source = await a.manager.create({ template: 'python' });
+    const snap = await e2b(a, 'POST', `/sandboxes/${source.id}/snapshots`, {
+      body: { name: 'spill-ckpt' },
+    });
+    assert.equal(snap.status, 201, JSON.stringify(snap.json));
+    const { snapshotID } = snap.json as { snapshotID: string };
+    await b.cluster.view.waitFor(
+      () => (b.cluster.view.snapshots.has(snapshotID) ? true : null),
+      5000,
+    );
+    await a.cluster.setState('draining');
+    const made: string[] = [];
+    try {
+      for (const via of [a, b]) {
+        const res = await e2b(via, 'POST', '/v2/sandboxes', { body: { templateID: 'spill-ckpt' } });
+        assert.equal(res.status, 201, `via ${via.id}: ${JSON.stringify(res.json)}`);
+        const { sandboxID, templateID } = res.json as Made & { templateID: string };
+        made.push(sandboxID);
+        assert.equal(b.manager.holds(sandboxID), true, `via ${via.id}: made on b`);
+        assert.equal(b.manager.describe(sandboxID).snapshot_id, snapshotID);
+        assert.equal(templateID, 'spill-ckpt');
+      }
+      assert.equal(b.manager.holdsSnapshot(snapshotID), true);
+      // Listed once, whichever node is asked.
+      for (const via of [a, b]) {
+        const list = await e2b(via, 'GET', '/snapshots?name=spill-ckpt');
+        assert.deepEqual(
+          (list.json as { snapshotID: string }[]).map((s) => s.snapshotID),
+          [snapshotID],
+        );
+      }
+    } finally {
+      await a.cluster.setState('serving');
+      for (const id of [...made, source.id]) await e2b(b, 'DELETE', `/sandboxes/${id}`);
+      // Deleted through the node holding a copy: gone from both.
+      assert.equal((await e2b(b, 'DELETE', `/templates/${snapshotID}`)).status, 204);
+    }
+    assert.equal(a.manager.holdsSnapshot(snapshotID), false);
+    await eventually('b to drop its copy', () => !b.manager.holdsSnapshot(snapshotID));
   });
 
   test("a create by a snapshot's name is made of the snapshot the receiving node resolved, whatever the holder's copy knows", async () => {

@@ -49,7 +49,7 @@ describe('cluster routes on a single hostd', () => {
     assert.equal(errorBody(withBody).code, Errors.bodyNotAllowed.code);
   });
 
-  test('the node-to-node routes of a hand-over are 409 not_clustered, whatever cluster key is sent', async () => {
+  test('the node-to-node routes of a hand-over and a copy are 409 not_clustered, whatever cluster key is sent', async () => {
     for (const headers of [{}, { 'x-hostd-cluster-key': 'anything' }]) {
       const file = await s.inject({ method: 'GET', url: '/v1/cluster/peer/files?path=x', headers });
       assert.equal(file.statusCode, 409);
@@ -70,6 +70,13 @@ describe('cluster routes on a single hostd', () => {
       });
       assert.equal(snapshot.statusCode, 409);
       assert.equal(errorBody(snapshot).code, Errors.notClustered.code);
+      const exported = await s.inject({
+        method: 'GET',
+        url: '/v1/cluster/peer/snapshots/snap_1/export',
+        headers,
+      });
+      assert.equal(exported.statusCode, 409);
+      assert.equal(errorBody(exported).code, Errors.notClustered.code);
     }
   });
 

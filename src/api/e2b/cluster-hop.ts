@@ -205,7 +205,7 @@ export function installE2bHop(
       const route =
         subject.kind === 'sandbox'
           ? await front.locate(subject.id, subject.isDelete, `${req.method} ${req.url}`)
-          : await front.node.locateSnapshot(subject.id);
+          : await front.node.locateSnapshot(subject.id, true); // only its delete names one
       if (route === 'deleted') {
         opts.drain(req);
         return reply.code(204).send();

@@ -757,8 +757,10 @@ export function registerControlRoutes(app: FastifyInstance, ctx: E2bContext): vo
       a.snapshotID.localeCompare(b.snapshotID),
     );
     if (whole) return reply.send(items);
+    // A snapshot copied to several nodes is listed once (they sort next to each other).
+    const once = items.filter((s, i) => i === 0 || items[i - 1]!.snapshotID !== s.snapshotID);
     const { page, next } = paginate(
-      items,
+      once,
       (s) => s.snapshotID,
       pageLimit(req.query.limit),
       req.query.nextToken,

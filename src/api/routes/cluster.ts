@@ -1,7 +1,8 @@
 /**
  * Cluster mode: the nodes and their state, draining one (docs/api.md, Cluster), and the routes
- * between nodes (docs/cluster.md, Hand-over): a peer fetching an exported file of this node, and
- * a peer handing a sandbox or a snapshot to this node. Those need the cluster's key (`X-Hostd-Cluster-Key`),
+ * between nodes (docs/cluster.md, Hand-over): a peer fetching an exported file of this node, a
+ * peer handing a sandbox or a snapshot to this node, and a peer asking what to fetch to copy a
+ * snapshot of this node. Those need the cluster's key (`X-Hostd-Cluster-Key`),
  * besides the API key every route needs.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
@@ -87,6 +88,12 @@ export function registerClusterRoutes(
       return handOver.moveIn(parseOffer(req.body, req.params.id));
     },
   );
+
+  // A node copying a snapshot this one holds (a create from it placed there): what to fetch.
+  app.get<{ Params: { id: string } }>('/v1/cluster/peer/snapshots/:id/export', async (req) => {
+    const { manager } = checkKey(req);
+    return manager.exportSnapshot(req.params.id);
+  });
 
   app.post<{ Params: { id: string }; Body: unknown }>(
     '/v1/cluster/peer/snapshots/:id/hand-over',

@@ -18,8 +18,16 @@ export function registerSnapshotRoutes(
   app.get('/v1/snapshots', async (req) => {
     const local = manager.listSnapshots();
     const all = front ? await front.gather(req, 'snapshots', local) : local;
+    // A snapshot copied to several nodes is listed once, with the sandboxes using it on each.
+    const once = new Map<string, (typeof all)[number]>();
+    for (const s of all) {
+      const seen = once.get(s.snapshot_id);
+      once.set(s.snapshot_id, seen ? { ...seen, sandboxes: seen.sandboxes + s.sandboxes } : s);
+    }
     // Newest first across nodes, as on one.
-    return { snapshots: all.sort((a, b) => b.created_at.localeCompare(a.created_at)) };
+    return {
+      snapshots: [...once.values()].sort((a, b) => b.created_at.localeCompare(a.created_at)),
+    };
   });
 
   app.get<{ Params: IdParams }>('/v1/snapshots/:id', async (req) =>

@@ -37,6 +37,7 @@ export class CatalogView {
   readonly snapshots = new Map<string, Versioned<SnapshotEntry>>();
   private stopWatch: (() => void) | null = null;
   private listeners = new Set<Listener>();
+  private goneListeners = new Set<(id: string) => void>();
   private up = false;
   private loaded = false;
 
@@ -55,6 +56,7 @@ export class CatalogView {
   /** Reads the catalog and watches it from there on; rejects when the store is unreachable. */
   async start(): Promise<void> {
     const { entries, revision } = await this.kv.list('');
+    const before = this.loaded ? [...this.snapshots.keys()] : [];
     this.nodes.clear();
     this.sandboxes.clear();
     this.live.clear();
@@ -62,6 +64,8 @@ export class CatalogView {
     for (const e of entries) this.apply({ type: 'put', ...e });
     this.loaded = true;
     this.up = true;
+    // Deletes that happened while the watch was down (it is read again, not replayed).
+    for (const id of before) if (!this.snapshots.has(id)) this.snapshotGone(id);
     this.stopWatch?.();
     this.stopWatch = this.kv.watch('', revision, {
       event: (e) => {
@@ -163,6 +167,19 @@ export class CatalogView {
     return () => this.listeners.delete(listener);
   }
 
+  /**
+   * Calls `listener` with the id of every snapshot entry deleted after it was seen here (not
+   * for entries never seen: one read from the store a moment ago may not be here yet).
+   */
+  onSnapshotGone(listener: (id: string) => void): () => void {
+    this.goneListeners.add(listener);
+    return () => this.goneListeners.delete(listener);
+  }
+
+  private snapshotGone(id: string): void {
+    for (const l of [...this.goneListeners]) l(id);
+  }
+
   private changed(): void {
     for (const l of [...this.listeners]) l();
   }
@@ -186,7 +203,7 @@ export class CatalogView {
       if (kind === 'node') this.nodes.delete(id);
       else if (kind === 'sandbox') this.sandboxes.delete(id);
       else if (kind === 'live') this.live.delete(id);
-      else this.snapshots.delete(id);
+      else if (this.snapshots.delete(id)) this.snapshotGone(id);
       return;
     }
     if (kind === 'live') {

@@ -9,7 +9,8 @@
  * entry changed under it, it is re-read: still ours (a write whose answer was lost, or our record
  * from before a restart), the write is redone on the new revision; gone, or now another node's (a
  * delete made through another node while this one was away, a hand-over), it is a conflict the
- * owner resolves by destroying its local copy (fencing), and nothing is written.
+ * owner resolves by destroying its local copy (fencing), and nothing is written. A snapshot's
+ * entry keeps the `copies` other nodes wrote into it.
  */
 import { fail, type HostdError } from '../../errors.js';
 import type { ClusterKv, KvOp } from './kv.js';
@@ -83,6 +84,12 @@ export class CatalogWriter {
   /** Whether the writer tracks `id` (it has written, or is to write, its entry). */
   has(kind: Kind, id: string): boolean {
     return this.slots.has(`${kind}/${id}`);
+  }
+
+  /** Whether `id`'s entry has a write still to make (a new entry not in the store yet). */
+  pending(kind: Kind, id: string): boolean {
+    const slot = this.slots.get(`${kind}/${id}`);
+    return slot !== undefined && slot.written < slot.wanted;
   }
 
   /** Stops writing `id`'s entry: it is no longer this node's to write (handed over). */
@@ -224,6 +231,8 @@ export class CatalogWriter {
       if (slot.rev === null && !(await this.adopt(slot, key))) return;
       const ops: KvOp[] = [];
       if (slot.value === null) ops.push({ delete: key });
+      else if (slot.kind === 'snapshot')
+        ops.push({ put: key, value: await this.keepCopies(key, slot.value) });
       else ops.push({ put: key, value: slot.value });
       if (slot.kind === 'sandbox') {
         const liveKey = KEYS.live(slot.id);
@@ -243,6 +252,19 @@ export class CatalogWriter {
       this.options.onError?.(err, slot.kind, slot.id);
       this.backOff();
     }
+  }
+
+  /**
+   * A snapshot entry as wanted, with the copies other nodes listed in the stored one (each node
+   * adds and removes itself: core/cluster/snapshot-copies.ts). Read at the revision the write
+   * compares with, or the write fails and is redone on the new one.
+   */
+  private async keepCopies(key: string, wanted: string): Promise<string> {
+    const current = await this.kv.get(key);
+    const stored = current ? parseValue<SnapshotEntry>(current.value) : null;
+    const copies = (stored?.copies ?? []).filter((n) => n !== this.options.node);
+    if (copies.length === 0) return wanted;
+    return JSON.stringify({ ...(JSON.parse(wanted) as SnapshotEntry), copies });
   }
 
   /**

@@ -16,13 +16,14 @@ import { fail, HostdError, show } from '../../errors.js';
 import { isSandboxId, isSnapshotId } from '../ids.js';
 import type { SandboxInfo } from '../sandbox.js';
 import type { RecordStore, SandboxRecord, SnapshotRecord } from '../journal.js';
-import { CatalogView } from './catalog-view.js';
+import { CatalogView, type Versioned } from './catalog-view.js';
 import { CatalogWriter } from './catalog-writer.js';
 import type { ClusterKv } from './kv.js';
 import { placementOrder } from './placement.js';
 import {
   KEYS,
   parseValue,
+  snapshotHolders,
   type NodeRecord,
   type NodeState,
   type SandboxEntry,
@@ -46,6 +47,8 @@ export interface LocalSandboxes {
   /** True when this node holds sandbox `id` (running, paused or lost). */
   holds(id: string): boolean;
   holdsSnapshot(id: string): boolean;
+  /** The snapshots this node holds (its own, and copies of other nodes'). */
+  snapshotIds(): string[];
   /** Destroys the local copy of `id`: the catalog says it is gone or another node's. */
   fence(id: string, why: string): Promise<void>;
   fenceSnapshot(id: string, why: string): void;
@@ -100,6 +103,14 @@ export class ClusterNode {
    * with (a hand-over's compare-and-set).
    */
   private readonly takeovers = new Map<string, number>();
+  /**
+   * Snapshots this node holds a copy of (core/cluster/snapshot-copies.ts) while another node
+   * writes their entry: their records are kept here but not mirrored, and this node is in the
+   * entry's `copies`.
+   */
+  private readonly copyIds = new Set<string>();
+  /** Fetches a snapshot held elsewhere for a create placed here (bound by main). */
+  private copies: { ensure(id: string): Promise<void> } | null = null;
   /** Set once the first registration is done: records written before are re-adoptions. */
   private joined = false;
   private stopped = false;
@@ -121,6 +132,8 @@ export class ClusterNode {
     this.url = options.url;
     this.e2bUrl = options.e2bUrl ?? null;
     this.view = new CatalogView(kv);
+    this.view.onSnapshotGone((id) => this.snapshotGone(id));
+    this.view.onChange(() => this.checkCopies());
     this.writer = new CatalogWriter(kv, {
       node: options.id,
       onConflict: (kind, id, current) => void this.onConflict(kind, id, current),
@@ -143,6 +156,20 @@ export class ClusterNode {
   /** The manager this node reports on; call once, before `start`. */
   bind(local: LocalSandboxes): void {
     this.local = local;
+  }
+
+  /** What fetches a snapshot held elsewhere (core/cluster/snapshot-copies.ts). */
+  bindCopies(copies: { ensure(id: string): Promise<void> }): void {
+    this.copies = copies;
+  }
+
+  /**
+   * Makes snapshot `id`, held by another node, held here too (a create from it placed here):
+   * its files fetched from a node holding them, and this node added to its entry's copies.
+   */
+  async fetchSnapshot(id: string): Promise<void> {
+    if (!this.copies) throw fail('snapshotNotFound', id);
+    await this.copies.ensure(id);
   }
 
   /** Sandbox records, written to `inner` and mirrored into the catalog. */
@@ -174,7 +201,7 @@ export class ClusterNode {
     return {
       write: (record) => {
         inner.write(record);
-        if (this.released.has(record.id)) return;
+        if (this.released.has(record.id) || this.copyIds.has(record.id)) return;
         const entry: SnapshotEntry = {
           node: this.id,
           name: record.name ?? null,
@@ -190,6 +217,13 @@ export class ClusterNode {
       remove: (id) => {
         inner.remove(id);
         if (this.released.delete(id)) return;
+        if (this.copyIds.delete(id)) {
+          // Only this copy goes: the snapshot stays, on its node and the other copies.
+          void this.leaveCopies(id).catch((err: unknown) =>
+            this.options.log.warn({ snapshot: id, err }, 'could not leave the copies'),
+          );
+          return;
+        }
         this.writer.setSnapshot(id, null, 'adopt');
       },
       readAll: (onBad) => inner.readAll(onBad),
@@ -373,19 +407,185 @@ export class ClusterNode {
     return out;
   }
 
-  /** Where a request for snapshot `id` goes: its holder, or here (404 when nobody holds it). */
-  async locateSnapshot(id: string): Promise<Route> {
-    if (!isSnapshotId(id) || this.local?.holdsSnapshot(id)) return { local: true };
-    let found;
+  /**
+   * Where a request for snapshot `id` goes: here when this node holds it (its own or a copy),
+   * else its node, else a live node holding a copy; here too when nobody holds it (404). A
+   * snapshot whose every holder is down is 503 node_unavailable, naming its node.
+   *
+   * A delete (`isDelete`) goes to the snapshot's node, which deletes its entry (the copies then
+   * drop theirs). When that node is down, the entry is removed here by compare-and-set and the
+   * answer is `deleted`: its node, back, finds the entry gone and drops its files (fencing).
+   */
+  async locateSnapshot(id: string, isDelete = false): Promise<Route | 'deleted'> {
+    if (!isSnapshotId(id)) return { local: true };
+    if (!isDelete && this.local?.holdsSnapshot(id)) return { local: true };
+    const found = await this.snapshotEntry(id);
+    if (!found || found.value.node === this.id) return { local: true };
+    const e = found.value;
+    if (isDelete) return this.deleteRoute(id);
+    for (const holder of snapshotHolders(e)) {
+      const node = this.view.nodes.get(holder);
+      if (node && holder !== this.id) return { local: false, node };
+    }
+    throw fail('nodeUnavailable', `snapshot ${id}`, e.node);
+  }
+
+  /** Snapshot `id`'s entry, from this copy of the catalog or the store (503 when unreachable). */
+  async snapshotEntry(id: string): Promise<Versioned<SnapshotEntry> | null> {
     try {
-      found = await this.view.snapshot(id);
+      return await this.view.snapshot(id);
     } catch {
       throw fail('clusterUnavailable', `cannot look up snapshot ${id}`);
     }
-    if (!found || found.value.node === this.id) return { local: true };
-    const node = this.view.nodes.get(found.value.node);
-    if (!node) throw fail('nodeUnavailable', `snapshot ${id}`, found.value.node);
-    return { local: false, node };
+  }
+
+  /**
+   * The live nodes holding snapshot `e`'s files, other than this one, to fetch them from: its
+   * node first, then its copies.
+   */
+  snapshotSources(e: SnapshotEntry): NodeRecord[] {
+    return snapshotHolders(e)
+      .filter((n) => n !== this.id)
+      .map((n) => this.view.nodes.get(n))
+      .filter((n): n is NodeRecord => n !== undefined);
+  }
+
+  /**
+   * Where a delete of snapshot `id` goes: its node when it is alive; when it is down, the entry
+   * is removed here by compare-and-set on what the store holds now (`deleted`).
+   */
+  private async deleteRoute(id: string): Promise<Route | 'deleted'> {
+    const key = KEYS.snapshot(id);
+    try {
+      for (;;) {
+        const current = await this.kv.get(key);
+        const e = current ? parseValue<SnapshotEntry>(current.value) : null;
+        if (!current || !e) return { local: true }; // gone meanwhile: 404 here
+        if (e.node === this.id) return { local: true };
+        const node = this.view.nodes.get(e.node);
+        if (node) return { local: false, node };
+        const res = await this.kv.txn(
+          [{ key, modRevision: current.modRevision }],
+          [{ delete: key }],
+        );
+        if (res.succeeded) {
+          this.view.snapshots.delete(id);
+          this.snapshotGone(id);
+          return 'deleted';
+        }
+      }
+    } catch {
+      throw fail('clusterUnavailable', `cannot delete snapshot ${id}`);
+    }
+  }
+
+  /**
+   * Before a copy of another node's snapshot `id` is registered here (its files fetched): its
+   * record is kept here without being written as this node's entry.
+   */
+  expectCopy(id: string): void {
+    this.released.delete(id);
+    this.copyIds.add(id);
+  }
+
+  /** The copy of `id` was not registered after all (its fetch failed). */
+  cancelCopy(id: string): void {
+    this.copyIds.delete(id);
+  }
+
+  /**
+   * Adds this node to snapshot `id`'s copies (compare-and-set, again on a race with another
+   * node's change). 404 snapshot_not_found when the entry is gone (deleted meanwhile).
+   */
+  async joinCopies(id: string): Promise<void> {
+    const done = await this.editSnapshot(id, (e) =>
+      snapshotHolders(e).includes(this.id)
+        ? null
+        : { ...e, copies: [...(e.copies ?? []), this.id] },
+    );
+    if (done === 'gone') throw fail('snapshotNotFound', id);
+  }
+
+  /** Removes this node from snapshot `id`'s copies (its copy here is gone). */
+  private async leaveCopies(id: string): Promise<void> {
+    await this.editSnapshot(id, (e) =>
+      e.node === this.id || !(e.copies ?? []).includes(this.id)
+        ? null
+        : { ...e, copies: (e.copies ?? []).filter((n) => n !== this.id) },
+    );
+  }
+
+  /**
+   * A drain, for snapshot `id` this node holds: when another live node holds its files too, this
+   * node leaves its entry (the entry becomes one of those nodes', when it was this node's) and
+   * true is returned: the local copy can go with nothing handed over. False when no live node
+   * has it (it must be handed over).
+   */
+  async leaveToCopies(id: string): Promise<boolean> {
+    const others = (e: SnapshotEntry): string[] =>
+      snapshotHolders(e).filter((n) => n !== this.id && this.view.nodes.has(n));
+    const done = await this.editSnapshot(id, (e) => {
+      const live = others(e);
+      if (live.length === 0) return null;
+      const copies = (e.copies ?? []).filter((n) => n !== this.id);
+      if (e.node !== this.id) return { ...e, copies };
+      const node = live[0]!;
+      return { ...e, node, copies: copies.filter((n) => n !== node) };
+    });
+    if (done === 'same') return false;
+    this.copyIds.delete(id);
+    this.release('snapshot', id);
+    return true;
+  }
+
+  /**
+   * Changes snapshot `id`'s entry by compare-and-set on what was read, again when another node
+   * changed it meanwhile. `change` answers the new entry, or null for no change. 503 when the
+   * store cannot be reached.
+   */
+  private async editSnapshot(
+    id: string,
+    change: (e: SnapshotEntry) => SnapshotEntry | null,
+  ): Promise<'done' | 'same' | 'gone'> {
+    const key = KEYS.snapshot(id);
+    try {
+      for (;;) {
+        const current = await this.kv.get(key);
+        const entry = current ? parseValue<SnapshotEntry>(current.value) : null;
+        if (!current || !entry) return 'gone';
+        const next = change(entry);
+        if (next === null) return 'same';
+        const res = await this.kv.txn(
+          [{ key, modRevision: current.modRevision }],
+          [{ put: key, value: JSON.stringify(next) }],
+        );
+        if (res.succeeded) return 'done';
+      }
+    } catch (err) {
+      if (err instanceof HostdError) throw err;
+      throw fail('clusterUnavailable', `cannot change the entry of snapshot ${id}`);
+    }
+  }
+
+  /**
+   * A snapshot entry deleted (through any node, or while this one was away): the files this node
+   * holds of it go, unless it is this node's own delete (nothing left here then).
+   */
+  private snapshotGone(id: string): void {
+    if (!this.local?.holdsSnapshot(id) || this.writer.pending('snapshot', id)) return;
+    if (this.takeovers.has(id)) return;
+    const why = 'it was deleted through another node';
+    this.options.log.warn({ snapshot: id, why }, 'dropping the local copy');
+    this.copyIds.delete(id);
+    this.release('snapshot', id);
+    this.local.fenceSnapshot(id, why);
+  }
+
+  /** Copies that became this node's own (their node drained and gave the entry to this one). */
+  private checkCopies(): void {
+    for (const id of this.copyIds) {
+      if (this.view.snapshots.get(id)?.value.node === this.id) this.copyIds.delete(id);
+    }
   }
 
   /** True when this node holds sandbox `id`. */
@@ -405,10 +605,11 @@ export class ClusterNode {
 
   /**
    * The nodes to ask for a create, in order (core/cluster/placement.ts). A create from a snapshot
-   * goes to the node holding the snapshot's files, as a fork goes to its parent's: it is the
-   * only node that can restore it (snapshots move between nodes only at a drain), so a full holder
-   * answers 429/503 and the create does not spill; a holder that is down is 503
-   * node_unavailable. A snapshot the catalog does not know is this node's to answer (404).
+   * is placed like any create of its template, the nodes holding its files first (the least
+   * loaded of them first: no fetch there), then the others, which fetch its files from a holder
+   * (core/cluster/snapshot-copies.ts): so a full or draining holder passes the create on. A
+   * snapshot the catalog does not know is this node's to answer (404); one whose every holder
+   * is down is 503 node_unavailable (nobody can fetch it).
    *
    * A template no node can take now: empty when a live node serves it (all full, draining, or
    * its build not ready: the front answers 503 insufficient_resources); 503 node_unavailable
@@ -417,26 +618,61 @@ export class ClusterNode {
    */
   async placeCreate(req: { template?: string; snapshot?: string }): Promise<NodeRecord[]> {
     this.ensureConnected();
-    if (req.snapshot !== undefined) {
-      const route = await this.locateSnapshot(req.snapshot);
-      return [route.local ? this.selfRecord() : route.node];
-    }
-    const name = req.template ?? Object.keys(this.selfRecord().templates)[0] ?? '';
     const nodes = [...this.view.nodes.values()].map((n) =>
       n.id === this.id ? this.selfRecord() : n,
     );
     if (!nodes.some((n) => n.id === this.id)) nodes.push(this.selfRecord());
-    const order = placementOrder(
+    const byId = new Map(nodes.map((n) => [n.id, n]));
+    if (req.snapshot !== undefined) {
+      const found = isSnapshotId(req.snapshot) ? await this.snapshotEntry(req.snapshot) : null;
+      if (!found) return [this.selfRecord()];
+      return this.placeFromSnapshot(req.snapshot, found.value, nodes).map((id) => byId.get(id)!);
+    }
+    const name = req.template ?? Object.keys(this.selfRecord().templates)[0] ?? '';
+    const order = this.placementOf(nodes, name);
+    if (order.length === 0) this.checkTemplateKnown(name, nodes);
+    return order.map((id) => byId.get(id)!);
+  }
+
+  private placementOf(nodes: readonly NodeRecord[], template: string, sample?: number): string[] {
+    return placementOrder(
       {
         nodes,
         running: (id) => this.view.liveCount(id),
         lowMemoryMib: 512,
+        ...(sample !== undefined ? { sample } : {}),
       },
-      { template: name, self: this.id },
+      { template, self: this.id },
     );
-    if (order.length === 0) this.checkTemplateKnown(name, nodes);
-    const byId = new Map(nodes.map((n) => [n.id, n]));
-    return order.map((id) => byId.get(id)!);
+  }
+
+  /**
+   * A create from snapshot `id` (entry `e`): the live nodes holding its files, least loaded
+   * first, then the nodes of the same template build as a holder (a state restores only onto
+   * its build), then the rest, each group placed as any create.
+   */
+  private placeFromSnapshot(id: string, e: SnapshotEntry, nodes: readonly NodeRecord[]): string[] {
+    const live = new Set(nodes.map((n) => n.id));
+    const holders = new Set(snapshotHolders(e).filter((n) => live.has(n)));
+    if (holders.size === 0) throw fail('nodeUnavailable', `snapshot ${id}`, e.node);
+    const builds = new Set(
+      nodes.filter((n) => holders.has(n.id)).map((n) => n.templates[e.template]?.build ?? null),
+    );
+    const held = nodes.filter((n) => holders.has(n.id));
+    const sameBuild = nodes.filter(
+      (n) => !holders.has(n.id) && builds.has(n.templates[e.template]?.build ?? null),
+    );
+    const rest = nodes.filter((n) => !holders.has(n.id) && !sameBuild.includes(n));
+    const order = [
+      ...this.placementOf(held, e.template, held.length),
+      ...this.placementOf(sameBuild, e.template),
+      ...this.placementOf(rest, e.template),
+    ];
+    if (order.length === 0) {
+      this.checkTemplateKnown(e.template, nodes);
+      throw fail('noNodeAvailable', e.template);
+    }
+    return order;
   }
 
   /**
@@ -721,11 +957,32 @@ export class ClusterNode {
     this.ensureConnected();
     if (id === this.id || this.view.nodes.has(id)) throw fail('nodeAlive', id);
     const removed = { sandboxes: 0, snapshots: 0 };
+    let copies = 0;
     try {
       for (const kind of ['sandboxes', 'snapshots'] as const) {
         const prefix = kind === 'sandboxes' ? KEYS.sandbox('') : KEYS.snapshot('');
         for (const e of (await this.kv.list(prefix)).entries) {
           const entry = parseValue<SandboxEntry | SnapshotEntry>(e.value);
+          if (
+            kind === 'snapshots' &&
+            entry &&
+            snapshotHolders(entry as SnapshotEntry).includes(id)
+          ) {
+            // A snapshot with a copy on a live node stays, that node's; the node's copy is let go.
+            const snap = entry as SnapshotEntry;
+            const live = snapshotHolders(snap).filter((n) => n !== id && this.view.nodes.has(n));
+            const rest = (snap.copies ?? []).filter((n) => n !== id);
+            if (live.length > 0 || snap.node !== id) {
+              const node = snap.node === id ? live[0]! : snap.node;
+              const next = { ...snap, node, copies: rest.filter((n) => n !== node) };
+              const res = await this.kv.txn(
+                [{ key: e.key, modRevision: e.modRevision }],
+                [{ put: e.key, value: JSON.stringify(next) }],
+              );
+              if (res.succeeded) copies++;
+              continue;
+            }
+          }
           if (entry?.node !== id) continue;
           const res = await this.kv.txn(
             [{ key: e.key, modRevision: e.modRevision }],
@@ -739,8 +996,11 @@ export class ClusterNode {
       if (err instanceof HostdError) throw err;
       throw fail('clusterUnavailable', `cannot forget node ${id}`);
     }
-    if (removed.sandboxes + removed.snapshots === 0) throw fail('nodeNotFound', id);
-    this.options.log.warn({ node: id, ...removed }, 'node forgotten: its catalog entries removed');
+    if (removed.sandboxes + removed.snapshots + copies === 0) throw fail('nodeNotFound', id);
+    this.options.log.warn(
+      { node: id, ...removed, copies },
+      'node forgotten: its catalog entries removed',
+    );
     return removed;
   }
 
@@ -857,15 +1117,47 @@ export class ClusterNode {
         !this.writer.has('snapshot', id) &&
         !local?.holdsSnapshot(id)
       ) {
-        this.writer.setSnapshot(id, null, e.modRevision);
+        // Its files are gone from here: a live copy elsewhere takes the entry over, if any.
+        if (!(await this.leaveToCopies(id).catch(() => false))) {
+          this.writer.setSnapshot(id, null, e.modRevision);
+        }
       }
     }
+    this.adoptSnapshots();
     this.joined = true;
     this.writer.start();
     this.options.log.info(
       { node: this.id, url: this.url, nodes: this.view.nodes.size },
       'joined the cluster',
     );
+  }
+
+  /**
+   * The snapshots this node found on disk, against the catalog: one whose entry is gone was
+   * deleted while this node was away (its files go); one whose entry is another node's is a copy
+   * (this node is put back in its copies if it is not listed: it was, or its node handed the
+   * entry over while this one was away).
+   */
+  private adoptSnapshots(): void {
+    const local = this.local;
+    for (const id of local?.snapshotIds() ?? []) {
+      if (this.writer.has('snapshot', id) || this.takeovers.has(id)) continue;
+      const e = this.view.snapshots.get(id)?.value;
+      if (!e) {
+        const why = 'it was deleted while this node was away';
+        this.options.log.warn({ snapshot: id, why }, 'dropping the local copy');
+        this.copyIds.delete(id);
+        this.release('snapshot', id);
+        local!.fenceSnapshot(id, why);
+      } else if (e.node !== this.id) {
+        this.copyIds.add(id);
+        if (!snapshotHolders(e).includes(this.id)) {
+          void this.joinCopies(id).catch((err: unknown) =>
+            this.options.log.warn({ snapshot: id, err }, 'could not list the local copy'),
+          );
+        }
+      }
+    }
   }
 
   private leaseLost(why: string): void {

@@ -1,8 +1,9 @@
 /**
  * A node's drain (docs/cluster.md): it stops taking creates (`draining`), then hands each of its
  * sandboxes to the least loaded other serving node (core/cluster/hand-over.ts), two at a time,
- * then each of its snapshots (to where the sandboxes made from it went, else the least loaded),
- * and is `drained` once it holds neither. Started by `POST /v1/cluster/nodes/{id}/drain` or by
+ * then each of its snapshots that no other live node holds a copy of (to where the sandboxes made
+ * from it went, else the least loaded; one with a copy elsewhere is only left to it), and is
+ * `drained` once it holds neither. Started by `POST /v1/cluster/nodes/{id}/drain` or by
  * SIGTERM in cluster mode (which then stops, bounded by SERVICE_DRAIN_TIMEOUT_S: what could not
  * be moved is paused in place and comes back with the node, as on a single hostd).
  *
@@ -37,7 +38,11 @@ export class Drainer {
 
   constructor(
     private readonly node: ClusterNode,
-    private readonly sandboxes: { list(): SandboxInfo[]; listSnapshots(): SnapshotInfo[] },
+    private readonly sandboxes: {
+      list(): SandboxInfo[];
+      listSnapshots(): SnapshotInfo[];
+      fenceSnapshot(id: string, why: string): void;
+    },
     private readonly handOver: HandOver,
     private readonly log: Logger,
   ) {}
@@ -88,6 +93,15 @@ export class Drainer {
 
   private async moveSnapshot(s: SnapshotInfo, sent: ReadonlyMap<string, string>): Promise<boolean> {
     const id = s.snapshot_id;
+    // Another live node holds its files too: the entry is left to it, nothing is copied.
+    const left = await this.node.leaveToCopies(id).catch((err: unknown) => {
+      this.log.warn({ snapshot: id, err }, 'could not leave the snapshot to its copies');
+      return false;
+    });
+    if (left) {
+      this.sandboxes.fenceSnapshot(id, 'another node holds it');
+      return true;
+    }
     const targets = this.node.snapshotTargets(id, s.template, sent).slice(0, TRIES);
     if (targets.length === 0) {
       this.log.warn({ snapshot: id, template: s.template }, 'no node can take it; it stays');

@@ -43,6 +43,15 @@ export interface SnapshotOffer {
   readonly manifest: StateManifest;
 }
 
+/**
+ * A snapshot's record and the manifest of its files, as a node holding it gives them to a node
+ * that copies it (core/cluster/snapshot-copies.ts).
+ */
+export interface SnapshotExport {
+  readonly record: SnapshotRecord;
+  readonly manifest: StateManifest;
+}
+
 /** Node-to-node calls (src/cluster/peer-http.ts over HTTP; a direct call in unit tests). */
 export interface PeerLink {
   /** A file of `from`'s export, from byte `offset` on. */
@@ -55,6 +64,8 @@ export interface PeerLink {
   offer(to: NodeRecord, offer: HandOverOffer): Promise<SandboxInfo>;
   /** Asks `to` to take the snapshot over; resolves once it did. Rejects with a HostdError. */
   offerSnapshot(to: NodeRecord, offer: SnapshotOffer): Promise<SnapshotInfo>;
+  /** Asks `from` for snapshot `id`'s record and files, to copy it. Rejects with a HostdError. */
+  exportSnapshot(from: NodeRecord, id: string): Promise<SnapshotExport>;
 }
 
 /** What a hand-over needs of the sandbox manager. */

@@ -8,7 +8,8 @@
  *   sandboxes/<id>   off any lease, changed by compare-and-set only: which node holds the
  *                    sandbox and in which state (running, paused: its files are there, moving:
  *                    handed over to `to`, lost: its VM is gone, with why).
- *   snapshots/<id>   off any lease: the node holding the snapshot's files, and its name.
+ *   snapshots/<id>   off any lease: the node holding the snapshot's files (and writing the
+ *                    entry), the other nodes holding a copy of them, and its name.
  *
  * Field names are snake_case like the API's; operators read them with `etcdctl get --prefix`.
  */
@@ -62,6 +63,17 @@ export interface SnapshotEntry {
   readonly source_sandbox_id: string;
   readonly size_bytes: number;
   readonly created_at: string;
+  /**
+   * Other nodes holding a copy of its files under the same id (fetched for a create placed
+   * there), each added and removed by that node with a compare-and-set; `node` keeps the
+   * entry's other fields. Absent in entries written before copies existed: none.
+   */
+  readonly copies?: readonly string[];
+}
+
+/** Every node holding snapshot `e`'s files: its node, then its copies. */
+export function snapshotHolders(e: SnapshotEntry): string[] {
+  return [e.node, ...(e.copies ?? []).filter((n) => n !== e.node)];
 }
 
 export const KEYS = {
