@@ -6,7 +6,9 @@
  * URLs included); lists span the cluster; forks stay on the parent's node, as do E2B creates from
  * a snapshot's name; E2B's batch metrics answer for every node's sandboxes; a drain hands the
  * node's sandboxes (running and paused) to the others, which serve them with their REPL state,
- * and the node takes no creates; SIGTERM drains before the stop; a SIGKILLed node's sandboxes answer
+ * and the node takes no creates; SIGTERM drains before the stop; a create from a snapshot whose
+ * node drains is made on another node, which copies the snapshot, and the drain leaves the
+ * snapshot there instead of copying it again; a SIGKILLed node's sandboxes answer
  * 410 sandbox_lost naming it and can be deleted through the others, and once it is back it
  * re-adopts what it kept and fences what was deleted; one etcd member down changes nothing,
  * etcd down refuses creates while placed sandboxes serve; a rolling restart (each node drained by
@@ -20,7 +22,7 @@ import { Sandbox } from '@e2b/code-interpreter';
 import { startCluster, type Cluster, type ClusterNode } from '../../testkit/cluster.js';
 import { E2B_TEST_KEY } from '../../testkit/e2b.js';
 import { eventually } from '../../testkit/eventually.js';
-import { execEvents, run } from '../../testkit/exec.js';
+import { execEvents, openExec, run } from '../../testkit/exec.js';
 import { readBytes, upload } from '../../testkit/files.js';
 import type { Api, ErrorBody } from '../../testkit/hostd.js';
 import type { SandboxInfo } from '../../testkit/sandboxes.js';
@@ -516,6 +518,93 @@ describe('a three-node cluster', () => {
         async () => {
           const v = await cluster.api.json<ClusterView>('GET', '/v1/cluster');
           return v.body.nodes?.find((n) => n.id === node.id)?.state === 'serving';
+        },
+        { timeoutMs: 120_000, everyMs: 200 },
+      );
+      sandboxes = await Promise.all(sandboxes.map((s) => info(cluster.api, s.id)));
+    }));
+
+  test('a create from a snapshot whose node drains is made on another node, which copies the snapshot; the drain then leaves it there', () =>
+    reported(async () => {
+      const source = sandboxes[1]!;
+      const holder = cluster.node(source.node);
+      const asker = cluster.nodes.find((n) => n.id !== holder.id && n.hostd)!;
+      assert.equal((await run(holder.api, source.id, "z = 'copied'")).exit, 0);
+      const snap = await holder.api.json<{ snapshot_id: string }>(
+        'POST',
+        `/v1/sandboxes/${source.id}/snapshot`,
+      );
+      assert.equal(snap.status, 200, JSON.stringify(snap.body));
+      const snapshotId = snap.body.snapshot_id;
+      // A busy sandbox holds the drain back (its hand-over waits for its turn): the holder is
+      // draining, and still holds the snapshot, until the exec is cancelled.
+      const busy = await openExec(holder.api, source.id, {
+        code: 'import time\nwhile True: time.sleep(0.2)',
+        timeout: 600,
+      });
+      assert.equal(busy.response.status, 200);
+      let blocked = true;
+      try {
+        const drain = await asker.api.request('POST', `/v1/cluster/nodes/${holder.id}/drain`);
+        assert.equal(drain.status, 202);
+        await eventually(`${asker.id} to see ${holder.id} draining`, async () => {
+          const v = await asker.api.json<ClusterView>('GET', '/v1/cluster');
+          return v.body.nodes.find((x) => x.id === holder.id)?.state === 'draining';
+        });
+        // Its holder takes no creates: another node copies the snapshot and makes it.
+        const made = await asker.api.json<{ id: string }>('POST', '/v1/sandboxes', {
+          snapshot: snapshotId,
+        });
+        assert.equal(made.status, 200, JSON.stringify(made.body));
+        created.add(made.body.id);
+        const child = await info(cluster.api, made.body.id);
+        assert.notEqual(child.node, holder.id);
+        assert.equal(child.snapshot_id, snapshotId);
+        assert.equal((await run(asker.api, child.id, 'print(x, z)')).stdout, '41 copied\n');
+        busy.abort();
+        blocked = false;
+        await eventually(
+          `${holder.id} to be drained`,
+          async () => {
+            const v = await asker.api.json<ClusterView>('GET', '/v1/cluster');
+            return v.body.nodes.find((x) => x.id === holder.id)?.state === 'drained';
+          },
+          { timeoutMs: 240_000, everyMs: 250 },
+        );
+        // The drain left the snapshot to the node with the copy: a create from it through the
+        // drained node is made there, with the REPL state.
+        const again = await holder.api.json<{ id: string }>('POST', '/v1/sandboxes', {
+          snapshot: snapshotId,
+        });
+        assert.equal(again.status, 200, JSON.stringify(again.body));
+        created.add(again.body.id);
+        assert.equal((await info(cluster.api, again.body.id)).node, child.node);
+        assert.equal((await run(holder.api, again.body.id, 'print(z)')).stdout, 'copied\n');
+        for (const id of [child.id, again.body.id]) {
+          assert.equal((await cluster.api.request('DELETE', `/v1/sandboxes/${id}`)).status, 204);
+          created.delete(id);
+        }
+        const listed = await cluster.api.json<{ snapshots: { snapshot_id: string }[] }>(
+          'GET',
+          '/v1/snapshots',
+        );
+        assert.equal(
+          listed.body.snapshots.filter((x) => x.snapshot_id === snapshotId).length,
+          1,
+          'listed once',
+        );
+      } finally {
+        if (blocked) busy.abort();
+        await cluster.api.request('DELETE', `/v1/snapshots/${snapshotId}`);
+      }
+      // The drained node serves again after a restart, as a rolling restart does.
+      await holder.stop('SIGTERM');
+      await holder.start();
+      await eventually(
+        `${holder.id} to serve again`,
+        async () => {
+          const v = await cluster.api.json<ClusterView>('GET', '/v1/cluster');
+          return v.body.nodes?.find((n) => n.id === holder.id)?.state === 'serving';
         },
         { timeoutMs: 120_000, everyMs: 200 },
       );
