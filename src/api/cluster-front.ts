@@ -30,6 +30,12 @@ const SANDBOX_PARAM: Record<string, string> = {
 
 const SNAPSHOT_ROUTES = new Set(['/v1/snapshots/:id']);
 
+/**
+ * How long a create from a snapshot asked of another node may take: that node may first copy
+ * the snapshot's files (a node given up on would go on and make a sandbox nobody asked for).
+ */
+const SNAPSHOT_CREATE_MS = 10 * 60_000;
+
 /** How long a create waits for this node to be connected to etcd before it answers 503. */
 const CONNECT_WAIT_MS = 5000;
 
@@ -185,6 +191,8 @@ export class ClusterFront {
           { method: 'POST', url: req.url, headers: req.headers },
           target,
           Buffer.from(JSON.stringify(forward.body ?? req.body ?? {})),
+          // A node without the snapshot copies it first: as long as a hand-over may take.
+          body.snapshot !== undefined ? SNAPSHOT_CREATE_MS : undefined,
         );
       } catch (err) {
         refusal = toHostdError(err, req.id);

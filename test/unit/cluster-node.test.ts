@@ -25,13 +25,19 @@ class Local implements LocalSandboxes {
   readonly fenced: string[] = [];
   draining = false;
   holds = (id: string) => this.held.has(id);
-  holdsSnapshot = () => false;
-  snapshotIds = (): string[] => [];
+  /** Snapshots it holds, and those it was told to drop. */
+  readonly snaps = new Set<string>();
+  readonly droppedSnapshots: string[] = [];
+  holdsSnapshot = (id: string) => this.snaps.has(id);
+  snapshotIds = (): string[] => [...this.snaps];
   fence = async (id: string) => {
     this.held.delete(id);
     this.fenced.push(id);
   };
-  fenceSnapshot = () => undefined;
+  fenceSnapshot = (id: string) => {
+    this.snaps.delete(id);
+    this.droppedSnapshots.push(id);
+  };
   capacity = () => ({ sandboxes: 10, memory_mib: 8192 });
   load = () => ({ sandboxes: this.held.size, memory_free_mib: 4096 });
   served: Record<string, { state: string; build: string | null }> = {
@@ -47,10 +53,16 @@ interface TestNode {
   kv: ReturnType<MemoryStore['client']>;
 }
 
-async function join(store: MemoryStore, id: string, held: SandboxRecord[] = []): Promise<TestNode> {
+async function join(
+  store: MemoryStore,
+  id: string,
+  held: SandboxRecord[] = [],
+  snapshots: string[] = [],
+): Promise<TestNode> {
   const kv = store.client();
   const node = new ClusterNode(kv, { id, url: `http://${id}:7070`, version: '0', ttlS: 10, log });
   const local = new Local();
+  for (const s of snapshots) local.snaps.add(s);
   node.bind(local);
   const records = node.sandboxRecords(memoryRecords<SandboxRecord>());
   // What a restart re-adopts is recorded before the node joins.
@@ -329,6 +341,37 @@ describe('cluster node', () => {
       ['b'],
     );
     await stopAll(b);
+  });
+
+  test('a node back with snapshots on disk drops one deleted meanwhile, keeps one of another node as a copy, and drops that when its entry goes', async () => {
+    const store = new MemoryStore();
+    const a = await join(store, 'a');
+    const records = a.node.snapshotRecords(memoryRecords<SnapshotRecord>());
+    records.write({
+      id: snap(1),
+      source_sandbox_id: sbx(1),
+      template: 'python',
+      created_at: '2026-01-01T00:00:00.000Z',
+      size_bytes: 1,
+      name: null,
+      state: { format: 1, id: 'st', kind: 'template' } as unknown as SnapshotRecord['state'],
+    });
+    await a.node.confirmSnapshot(snap(1));
+    // b comes back holding a copy of a's snapshot, and a snapshot deleted while it was away.
+    const b = await join(store, 'b', [], [snap(1), snap(2)]);
+    assert.deepEqual(b.local.droppedSnapshots, [snap(2)]);
+    const entry = async (): Promise<SnapshotEntry | null> => {
+      const e = await a.kv.get(KEYS.snapshot(snap(1)));
+      return e ? (JSON.parse(e.value) as SnapshotEntry) : null;
+    };
+    await eventually('b listed in the copies', async () => (await entry())?.copies?.[0] === 'b');
+    assert.equal((await entry())?.node, 'a');
+    assert.equal(b.local.snaps.has(snap(1)), true);
+    // Deleted through its node: b drops its copy.
+    records.remove(snap(1));
+    await eventually('b to drop its copy', () => !b.local.snaps.has(snap(1)));
+    assert.equal(await entry(), null);
+    await stopAll(a, b);
   });
 
   test('with etcd unreachable, creates are refused (503) and held sandboxes still route', async () => {
