@@ -30,6 +30,27 @@ const SANDBOX_PARAM: Record<string, string> = {
 
 const SNAPSHOT_ROUTES = new Set(['/v1/snapshots/:id']);
 
+/** Routes whose request resumes a paused sandbox (its next use). */
+function resumes(route: string): boolean {
+  return (
+    route === '/v1/sandboxes/:id/exec' ||
+    route === '/v1/sandboxes/:id/resume' ||
+    route.startsWith('/v1/sandboxes/:id/files') ||
+    route.startsWith('/v1/sandboxes/:id/contexts')
+  );
+}
+
+/**
+ * What moves a paused sandbox this node has no room to resume to a node that has room
+ * (core/cluster/hand-over.ts `moveToRoom`); absent where nodes do not hand sandboxes over.
+ */
+export interface RoomMover {
+  /** Its template when sandbox `id` is paused here without room to resume, else null. */
+  pausedWithoutRoom(id: string): string | null;
+  /** Hands it to a node with room; that node, or null when it stays here. */
+  moveToRoom(id: string, template: string): Promise<NodeRecord | null>;
+}
+
 /**
  * How long a create from a snapshot asked of another node may take: that node may first copy
  * the snapshot's files (a node given up on would go on and make a sandbox nobody asked for).
@@ -57,7 +78,10 @@ export interface ForwardOptions {
 export class ClusterFront {
   readonly forwarder: Forwarder;
 
-  constructor(readonly node: ClusterNode) {
+  constructor(
+    readonly node: ClusterNode,
+    private readonly room: RoomMover | null = null,
+  ) {
     this.forwarder = new Forwarder(node.id);
   }
 
@@ -70,8 +94,16 @@ export class ClusterFront {
   install(app: FastifyInstance): void {
     app.addHook('onRequest', async (req, reply) => {
       const route = req.routeOptions.url;
-      if (route === undefined || ClusterFront.forwarded(req)) return;
+      if (route === undefined) return;
       const params = req.params as Record<string, string>;
+      if (ClusterFront.forwarded(req)) {
+        // The sandbox's node: a paused one it has no room to resume goes where there is room.
+        const moved = resumes(route) ? await this.moveToRoom(params.id ?? '') : null;
+        if (moved === null) return;
+        reply.hijack();
+        await this.forwarder.pass(req.raw, reply.raw, moved);
+        return;
+      }
       let target: Route | 'deleted';
       const param = sandboxParam(route);
       if (param !== undefined) {
@@ -92,10 +124,31 @@ export class ClusterFront {
       } else {
         return;
       }
+      if (target.local && param !== undefined && resumes(route)) {
+        const moved = await this.moveToRoom(params[param] ?? '');
+        if (moved !== null) target = { local: false, node: moved };
+      }
       if (target.local) return;
       reply.hijack();
       await this.forwarder.pass(req.raw, reply.raw, target.node);
     });
+  }
+
+  /**
+   * When this node holds sandbox `id` paused and has no room to resume it (full, short of
+   * memory), hands it to a node that has room and returns that node (the request goes there and
+   * resumes it); null when it stays here (the request is served here, as before). A request for
+   * it that arrives while it is handed over waits, then follows it.
+   */
+  private async moveToRoom(id: string): Promise<NodeRecord | null> {
+    const template = this.room?.pausedWithoutRoom(id) ?? null;
+    if (template === null || this.room === null) return null;
+    const to = await this.room.moveToRoom(id, template);
+    if (to !== null) return to;
+    // Another request moved it meanwhile: follow it.
+    if (this.node.holds(id)) return null;
+    const route = await this.node.locateSandbox(id);
+    return route.local ? null : route.node;
   }
 
   /**

@@ -139,7 +139,18 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
 
   // After authentication (the hook above): a forwarded request was checked here and is again
   // by the node that answers it.
-  const front = opts.cluster ? new ClusterFront(opts.cluster.node) : undefined;
+  const peer = opts.cluster?.peer;
+  const front = opts.cluster
+    ? new ClusterFront(
+        opts.cluster.node,
+        peer
+          ? {
+              pausedWithoutRoom: (id) => peer.manager.pausedWithoutRoom(id),
+              moveToRoom: (id, template) => peer.handOver.moveToRoom(id, template),
+            }
+          : null,
+      )
+    : undefined;
   front?.install(app);
   app.addHook('onClose', async () => front?.close());
 

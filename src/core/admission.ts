@@ -117,6 +117,12 @@ export class Admission {
     };
   }
 
+  /** Whether `admit(vms)` would refuse now (the cap reached, or the host short of memory). */
+  wouldRefuse(vms: number): boolean {
+    const alive = this.alive() + this.pending;
+    return alive + vms > this.limits.maxSandboxes || this.shortage(vms) !== null;
+  }
+
   /**
    * Why the host could not afford `vms` more VMs and `imageMib` of image now, or null. Work
    * done ahead (pool refills, fork standby) asks this and waits instead of failing.

@@ -430,6 +430,23 @@ export class SandboxManager {
     return this.snapshots.has(id);
   }
 
+  /**
+   * Cluster mode: the template of sandbox `id` when it is paused here and this node has no room
+   * to resume it now (its cap reached, or short of memory), else null. Its next use is better
+   * served on another node (core/cluster/hand-over.ts `moveToRoom`) than over this one's cap.
+   */
+  pausedWithoutRoom(id: string): string | null {
+    if (!this.registry.has(id)) return null;
+    let sandbox;
+    try {
+      sandbox = this.registry.get(id, false);
+    } catch {
+      return null; // lost: answered where it is
+    }
+    if (!sandbox.paused || !this.admission.wouldRefuse(1)) return null;
+    return sandbox.template;
+  }
+
   /** The ids of the snapshots this hostd holds. */
   snapshotIds(): string[] {
     return this.snapshots.list().map((s) => s.snapshot_id);

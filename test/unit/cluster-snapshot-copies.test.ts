@@ -4,7 +4,8 @@
  * one in-memory store, the peers over real HTTP. A create from a snapshot whose node is full is
  * made on another node, which fetches the snapshot's files and joins the entry's copies; the next
  * create finds the copy and fetches nothing; a delete removes every copy; a snapshot whose node
- * is down is served from a live copy. The same with real VMs is in
+ * is down is served from a live copy. A paused sandbox whose node is full moves, on its next use,
+ * to a node with room. The same with real VMs is in
  * test/integration/cluster.test.ts.
  */
 import { after, before, describe, test } from 'node:test';
@@ -211,6 +212,37 @@ describe('snapshots on any node', () => {
     }
     assert.equal((await b.api.request('DELETE', `/v1/snapshots/${snap}`)).status, 204);
     await eventually('c to drop its copy', () => !c.manager.holdsSnapshot(snap));
+  });
+
+  test('a paused sandbox whose node is full is moved to a node with room on its next use', async () => {
+    const paused: string[] = [];
+    for (const value of [8, 9]) {
+      const s = await a.manager.create({ template: 'python' });
+      paused.push(s.id);
+      assert.equal(await stdout(a.api, s.id, `set x ${value}`), '');
+      assert.equal((await a.api.request('POST', `/v1/sandboxes/${s.id}/pause`)).status, 200);
+    }
+    const [viaOther, viaHolder] = paused as [string, string];
+    const filler = await a.manager.create({ template: 'python' });
+    try {
+      // a is full: an exec asked of c, and one asked of a itself, find it moved, resumed there.
+      for (const [id, api, value] of [
+        [viaOther, c.api, '8'],
+        [viaHolder, a.api, '9'],
+      ] as const) {
+        assert.equal(await stdout(api, id, 'get x'), value);
+        const info = await c.api.json<{ node: string; state: string }>(
+          'GET',
+          `/v1/sandboxes/${id}`,
+        );
+        assert.notEqual(info.body.node, 'a');
+        assert.equal(info.body.state, 'ready');
+        assert.equal(a.manager.holds(id), false);
+      }
+    } finally {
+      await a.manager.delete(filler.id);
+      for (const id of paused) await c.api.request('DELETE', `/v1/sandboxes/${id}`);
+    }
   });
 
   test('a snapshot whose node is down is served from a live copy; deleting it removes the copies', async () => {

@@ -124,6 +124,29 @@ export class HandOver {
     this.log.info({ sandbox: id, to: to.id, ms: Date.now() - started }, 'sandbox moved');
   }
 
+  /**
+   * Sandbox `id` is paused here and this node has no room to resume it (full, or short of
+   * memory): it is handed to the least loaded serving node that has room (its running sandboxes
+   * under its capacity), where its next use resumes it. Returns that node, or null when no node
+   * has room or took it (it stays here, and resumes here as before).
+   */
+  async moveToRoom(id: string, template: string): Promise<NodeRecord | null> {
+    const roomy = this.node
+      .moveTargets(template)
+      .filter((n) => this.node.view.liveCount(n.id) < n.capacity.sandboxes)
+      .slice(0, 2);
+    for (const to of roomy) {
+      try {
+        await this.moveOut(id, to);
+        this.log.info({ sandbox: id, to: to.id }, 'paused sandbox moved to a node with room');
+        return to;
+      } catch (err) {
+        this.log.warn({ sandbox: id, to: to.id, err }, 'could not move it to a node with room');
+      }
+    }
+    return null;
+  }
+
   /** The target's side: takes over the sandbox `offer` describes, fetching from its source. */
   async moveIn(offer: HandOverOffer): Promise<SandboxInfo> {
     const id = offer.record.id;
