@@ -14,7 +14,7 @@ import { peerE2bUrl } from './api/e2b/cluster-hop.js';
 import { buildE2bServer } from './api/e2b/server.js';
 import { sandboxSizing, type SandboxSizing } from './core/admission.js';
 import { CLUSTER_KEY_HEADER } from './core/cluster/headers.js';
-import { hostFree, hostMemTotalMib } from './core/host-resources.js';
+import { cachedHostFree, hostFree, hostMemTotalMib } from './core/host-resources.js';
 import { FileRecords, type SandboxRecord } from './core/journal.js';
 import { SandboxManager } from './core/sandbox-manager.js';
 import { chooseAccel, hostTscKhz, type AccelDecision } from './vm/qemu/accel.js';
@@ -388,7 +388,7 @@ function createManager(
       minFreeMib: config.minFreeMib,
       maxExecOutputBytes: config.maxExecOutputBytes,
       forkStandbyMax: config.forkStandbyMax,
-      hostFree: () => hostFree(config.dataDir),
+      hostFree: cachedHostFree(config.dataDir),
       records: cluster
         ? {
             sandboxes: cluster.sandboxRecords(sandboxRecords),

@@ -21,6 +21,33 @@ export function hostFree(dataDir: string): HostFree {
   };
 }
 
+/**
+ * How long (ms) `cachedHostFree` reuses a reading. A pool hit's create reads the host twice in
+ * the same tick (its admission, then the refill's check), ~30 to 45 µs each here
+ * (docs/architecture.md, "Exec latency on a slow TCG host"). A reading this old is as safe as a
+ * fresh one: a VM's memory appears over its restore, hundreds of milliseconds under TCG, so a
+ * fresh reading misses the VMs still starting anyway, and what other processes take in 100 ms
+ * is what the reserve (SERVICE_MIN_FREE_MIB) is there for.
+ */
+export const HOST_FREE_REUSE_MS = 100;
+
+/**
+ * `hostFree(dataDir)`, read again only when the last reading is `reuseMs` old: for the
+ * admission's checks, which come in bursts (a create and its pool's refill; a fork's children).
+ */
+export function cachedHostFree(
+  dataDir: string,
+  reuseMs = HOST_FREE_REUSE_MS,
+  read: (dir: string) => HostFree = hostFree,
+): () => HostFree {
+  let last: { at: number; free: HostFree } | null = null;
+  return () => {
+    const now = performance.now();
+    if (last === null || now - last.at >= reuseMs) last = { at: now, free: read(dataDir) };
+    return { ...last.free };
+  };
+}
+
 /** The host's total memory in MiB (MemTotal), which the default sandbox cap follows. */
 export function hostMemTotalMib(): number {
   const m = /^MemTotal:\s+(\d+) kB/m.exec(readFileSync('/proc/meminfo', 'utf8'));

@@ -15,6 +15,7 @@ import {
   sandboxCapFor,
   sandboxSizing,
 } from '../../src/core/admission.js';
+import { cachedHostFree, type HostFree } from '../../src/core/host-resources.js';
 import { HostdError } from '../../src/errors.js';
 import { SandboxManager } from '../../src/core/sandbox-manager.js';
 import { FakeHypervisor } from '../helpers/fake-hypervisor.js';
@@ -134,5 +135,37 @@ describe('a manager with the cap derived from host memory', () => {
       return err.status === 429 && err.entry === 'sandboxLimit';
     });
     await manager.shutdown();
+  });
+});
+
+describe('the reading of the host the admission checks against', () => {
+  const reader = (): { read: () => HostFree; reads: () => number } => {
+    let n = 0;
+    return {
+      read: () => ({ memAvailableMib: 1000 + n++, dataDirFreeMib: 5000 }),
+      reads: () => n,
+    };
+  };
+
+  test('a burst of checks within the reuse period reads the host once', () => {
+    const r = reader();
+    const free = cachedHostFree('/data', 1e9, r.read);
+    assert.deepEqual(free(), { memAvailableMib: 1000, dataDirFreeMib: 5000 });
+    assert.deepEqual(free(), { memAvailableMib: 1000, dataDirFreeMib: 5000 });
+    assert.equal(r.reads(), 1);
+  });
+
+  test('once the reading is as old as the reuse period, the host is read again', () => {
+    const r = reader();
+    const free = cachedHostFree('/data', 0, r.read);
+    free();
+    assert.equal(free().memAvailableMib, 1001);
+    assert.equal(r.reads(), 2);
+  });
+
+  test('a caller that changes its copy does not change the next answer', () => {
+    const free = cachedHostFree('/data', 1e9, reader().read);
+    free().memAvailableMib = 0;
+    assert.equal(free().memAvailableMib, 1000);
   });
 });
