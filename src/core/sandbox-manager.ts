@@ -11,6 +11,7 @@ import type {
   ExecSpec,
   ExportedRead,
   FileFetcher,
+  FrozenState,
   Hypervisor,
   Machine,
   PausedManifest,
@@ -459,7 +460,12 @@ export class SandboxManager {
   async exportSnapshot(id: string): Promise<{ record: SnapshotRecord; manifest: StateManifest }> {
     this.ensureRunning();
     const { record, state } = this.snapshots.entry(id);
-    const manifest = await this.hypervisor.exportState(state).catch((err: unknown) => {
+    return { record, manifest: await this.exportSnapshotState(id, state) };
+  }
+
+  /** The manifest of snapshot `id`'s files, for a copy or a hand-over; VM failures typed. */
+  private exportSnapshotState(id: string, state: FrozenState): Promise<StateManifest> {
+    return this.hypervisor.exportState(state).catch((err: unknown) => {
       throw asMachineError(
         err,
         this.log,
@@ -468,7 +474,6 @@ export class SandboxManager {
         'export the snapshot',
       );
     });
-    return { record, manifest };
   }
 
   async create(req: CreateRequest): Promise<Sandbox> {
@@ -636,15 +641,7 @@ export class SandboxManager {
       return true;
     };
     try {
-      const manifest = await this.hypervisor.exportState(state).catch((err: unknown) => {
-        throw asMachineError(
-          err,
-          this.log,
-          { snapshot: id },
-          'vmOperationFailed',
-          'export the snapshot',
-        );
-      });
+      const manifest = await this.exportSnapshotState(id, state);
       return {
         record,
         manifest,
