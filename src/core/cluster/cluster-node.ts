@@ -24,6 +24,7 @@ import {
   KEYS,
   parseValue,
   snapshotHolders,
+  withoutHolder,
   type NodeRecord,
   type NodeState,
   type SandboxEntry,
@@ -522,16 +523,12 @@ export class ClusterNode {
    * has it (it must be handed over).
    */
   async leaveToCopies(id: string): Promise<boolean> {
-    const others = (e: SnapshotEntry): string[] =>
-      snapshotHolders(e).filter((n) => n !== this.id && this.view.nodes.has(n));
-    const done = await this.editSnapshot(id, (e) => {
-      const live = others(e);
-      if (live.length === 0) return null;
-      const copies = (e.copies ?? []).filter((n) => n !== this.id);
-      if (e.node !== this.id) return { ...e, copies };
-      const node = live[0]!;
-      return { ...e, node, copies: copies.filter((n) => n !== node) };
-    });
+    const live = (n: string): boolean => this.view.nodes.has(n);
+    const done = await this.editSnapshot(id, (e) =>
+      snapshotHolders(e).some((n) => n !== this.id && live(n))
+        ? withoutHolder(e, this.id, live)
+        : null,
+    );
     if (done === 'same') return false;
     this.copyIds.delete(id);
     this.release('snapshot', id);
@@ -969,12 +966,8 @@ export class ClusterNode {
             snapshotHolders(entry as SnapshotEntry).includes(id)
           ) {
             // A snapshot with a copy on a live node stays, that node's; the node's copy is let go.
-            const snap = entry as SnapshotEntry;
-            const live = snapshotHolders(snap).filter((n) => n !== id && this.view.nodes.has(n));
-            const rest = (snap.copies ?? []).filter((n) => n !== id);
-            if (live.length > 0 || snap.node !== id) {
-              const node = snap.node === id ? live[0]! : snap.node;
-              const next = { ...snap, node, copies: rest.filter((n) => n !== node) };
+            const next = withoutHolder(entry as SnapshotEntry, id, (n) => this.view.nodes.has(n));
+            if (next) {
               const res = await this.kv.txn(
                 [{ key: e.key, modRevision: e.modRevision }],
                 [{ put: e.key, value: JSON.stringify(next) }],

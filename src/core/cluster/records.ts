@@ -76,6 +76,21 @@ export function snapshotHolders(e: SnapshotEntry): string[] {
   return [e.node, ...(e.copies ?? []).filter((n) => n !== e.node)];
 }
 
+/**
+ * Snapshot entry `e` once node `gone` no longer holds its files (it drains, or is forgotten):
+ * when `gone` was its node, the first other holder `live` accepts takes it over. Null when
+ * `gone` was its node and no live holder is left (the snapshot must be handed over, or goes).
+ */
+export function withoutHolder(
+  e: SnapshotEntry,
+  gone: string,
+  live: (node: string) => boolean,
+): SnapshotEntry | null {
+  const node = e.node !== gone ? e.node : snapshotHolders(e).find((n) => n !== gone && live(n));
+  if (node === undefined) return null;
+  return { ...e, node, copies: (e.copies ?? []).filter((n) => n !== gone && n !== node) };
+}
+
 export const KEYS = {
   node: (id: string) => `nodes/${id}`,
   sandbox: (id: string) => `sandboxes/${id}`,
