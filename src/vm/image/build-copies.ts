@@ -56,10 +56,27 @@ export function fileName(file: ExportedFile): string {
 }
 
 /** `manifest.json` as far as a copy is checked against it. */
-interface BuildManifest {
+export interface BuildManifest {
   readonly name?: unknown;
   readonly key?: unknown;
   readonly files?: Record<string, { size_bytes?: unknown; sha256?: unknown }>;
+}
+
+/**
+ * Build folder `dir`'s `manifest.json` (the builder hashed every file it lists), or null when
+ * there is none or it does not parse: no build there (gone, or not the builder's).
+ */
+export async function readBuildManifest(dir: string): Promise<BuildManifest | null> {
+  try {
+    return JSON.parse(await readFile(join(dir, 'manifest.json'), 'utf8')) as BuildManifest;
+  } catch {
+    return null; // Expected: no such build here.
+  }
+}
+
+/** Where a copy's folder `dir` is fetched into, or put aside to be removed. */
+function asideOf(dir: string): string {
+  return join(dir, '..', `.in-${dir.slice(dir.lastIndexOf('/') + 1)}`);
 }
 
 export class BuildCopies {
@@ -201,9 +218,7 @@ export class BuildCopies {
     const builds = join(this.cacheDir, 'templates', template);
     for (const key of await readdir(builds).catch(() => [] as string[])) {
       if (!BUILD_KEY.test(key)) continue;
-      const manifest = await readFile(join(builds, key, 'manifest.json'), 'utf8')
-        .then((t) => JSON.parse(t) as BuildManifest)
-        .catch(() => null);
+      const manifest = await readBuildManifest(join(builds, key));
       const mine = manifest?.files?.[name];
       if (mine?.sha256 === file.sha256 && mine.size_bytes === file.size) {
         return join(builds, key, name);
@@ -238,7 +253,7 @@ export class BuildCopies {
     build: ExportedBuild,
     fetchInto: (file: ExportedFile, to: string) => Promise<void>,
   ): Promise<void> {
-    const staging = join(dir, '..', `.in-${dir.slice(dir.lastIndexOf('/') + 1)}`);
+    const staging = asideOf(dir);
     await mkdir(this.area, { recursive: true, mode: 0o755 });
     // Which data directory the area serves: its copies go with it (`collect`).
     await writeFile(join(this.area, 'data-dir'), `${resolve(this.dataDir)}\n`);
@@ -287,12 +302,8 @@ async function sameBuild(
   key: string,
   data: readonly ExportedFile[],
 ): Promise<boolean> {
-  let manifest: BuildManifest;
-  try {
-    manifest = JSON.parse(await readFile(join(dir, 'manifest.json'), 'utf8')) as BuildManifest;
-  } catch {
-    return false; // Expected: no such build here.
-  }
+  const manifest = await readBuildManifest(dir);
+  if (manifest === null) return false;
   if (manifest.key !== key || manifest.name !== template) return false;
   const files = manifest.files ?? {};
   return data.every((f) => {
@@ -303,7 +314,7 @@ async function sameBuild(
 
 /** Removes a copy: renamed aside first, so that no reader ever finds half of one. */
 async function removeCopy(dir: string): Promise<void> {
-  const aside = join(dir, '..', `.in-${dir.slice(dir.lastIndexOf('/') + 1)}`);
+  const aside = asideOf(dir);
   await rm(aside, { recursive: true, force: true });
   await rename(dir, aside).catch(() => undefined);
   await rm(aside, { recursive: true, force: true });

@@ -33,7 +33,12 @@ import type {
   StateDescriptor,
   StateManifest,
 } from '../machine.js';
-import { BUILD_FILES, fileName, type BuildCopies } from '../image/build-copies.js';
+import {
+  BUILD_FILES,
+  fileName,
+  readBuildManifest,
+  type BuildCopies,
+} from '../image/build-copies.js';
 import { checkImageBuild, type GuestImage } from '../image/image.js';
 import { STATE_FORMAT } from '../storage/state-format.js';
 import { syncFile } from '../storage/safe-files.js';
@@ -123,19 +128,14 @@ export class PausedTransfer {
     if (names.some((p) => dirname(p) !== dir || !BUILD_FILES.some((n) => basename(p) === n))) {
       return undefined;
     }
-    let manifest: { name?: unknown; key?: unknown; files?: Record<string, unknown> };
-    try {
-      manifest = JSON.parse(await readFile(join(dir, 'manifest.json'), 'utf8')) as typeof manifest;
-    } catch {
-      return undefined; // Expected: a build gone, or not from the builder.
-    }
-    if (manifest.key !== image.key || typeof manifest.name !== 'string') return undefined;
+    const manifest = await readBuildManifest(dir); // null: a build gone, or not the builder's
+    if (manifest === null || manifest.key !== image.key || typeof manifest.name !== 'string')
+      return undefined;
     const files: ExportedFile[] = [];
     for (const name of [...names.map((p) => basename(p)), 'manifest.json']) {
       const path = builds.exportName(dir, name);
       if (!path) return undefined;
-      const known = manifest.files?.[name] as
-        { size_bytes?: unknown; sha256?: unknown } | undefined;
+      const known = manifest.files?.[name];
       const size = (await stat(join(dir, name))).size;
       if (known && known.size_bytes === size && typeof known.sha256 === 'string') {
         files.push({ path, size, sha256: known.sha256 });
