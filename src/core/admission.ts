@@ -5,7 +5,7 @@
  * another sandbox) and a full disk makes a fork's image copy fail midway, so failing early gives
  * the client a clear error instead (core/host-resources.ts).
  */
-import { fail } from '../errors.js';
+import { fail, type HostdError } from '../errors.js';
 import { shortage, type HostFree } from './host-resources.js';
 
 /**
@@ -102,12 +102,8 @@ export class Admission {
    * 503. The caller calls the returned function once those VMs are sandboxes or gone.
    */
   admit(vms: number, imageMib = 0): () => void {
-    const alive = this.alive() + this.pending;
-    if (alive + vms > this.limits.maxSandboxes) {
-      throw fail('sandboxLimit', alive, vms, this.limits.maxSandboxes);
-    }
-    const why = this.shortage(vms, imageMib);
-    if (why) throw fail('insufficientResources', why);
+    const refused = this.refusal(vms, imageMib);
+    if (refused) throw refused;
     this.pending += vms;
     let released = false;
     return () => {
@@ -119,8 +115,17 @@ export class Admission {
 
   /** Whether `admit(vms)` would refuse now (the cap reached, or the host short of memory). */
   wouldRefuse(vms: number): boolean {
+    return this.refusal(vms) !== null;
+  }
+
+  /** Why `vms` new VMs would be refused now (429 at the cap, 503 short of memory), or null. */
+  private refusal(vms: number, imageMib = 0): HostdError | null {
     const alive = this.alive() + this.pending;
-    return alive + vms > this.limits.maxSandboxes || this.shortage(vms) !== null;
+    if (alive + vms > this.limits.maxSandboxes) {
+      return fail('sandboxLimit', alive, vms, this.limits.maxSandboxes);
+    }
+    const why = this.shortage(vms, imageMib);
+    return why ? fail('insufficientResources', why) : null;
   }
 
   /**
