@@ -26,6 +26,7 @@ const CACHE = process.env.SERVICE_CACHE_DIR ?? '/var/cache/hostd';
 const ROOT = new URL('../../../', import.meta.url).pathname;
 
 type Info = SandboxInfo & { node: string };
+type NodeView = { id: string; templates: Record<string, { state: string; build: string | null }> };
 
 let cluster: Cluster | null = null;
 let work: string;
@@ -107,6 +108,13 @@ async function handOver(c: Cluster): Promise<void> {
   });
   const key1 = await eventually('node-1’s python-slim ready', () => imageKey(n1.api));
   assert.notEqual(key1, key2);
+  // node-1's drain picks targets from the node records it sees, which node-2 publishes a moment
+  // after its template is ready: drained before then, the sandbox has nowhere to go and stays.
+  await eventually('node-1 to see node-2’s build of python-slim ready', async () => {
+    const res = await n1.api.json<{ nodes: NodeView[] }>('GET', '/v1/cluster');
+    const t = res.body.nodes.find((n) => n.id === 'node-2')?.templates['python-slim'];
+    return t?.state === 'ready' && t.build === key2;
+  });
 
   const res = await n1.api.json<{ id: string }>('POST', '/v1/sandboxes', {
     template: 'python-slim',
