@@ -493,6 +493,15 @@ async function buildServers(
         maxFileBytes: config.maxFileBytes,
         logger: log,
         ...(cluster ? { cluster } : {}),
+        ...(moves
+          ? {
+              room: {
+                pausedWithoutRoom: (id: string) => manager.pausedWithoutRoom(id),
+                moveToRoom: (id: string, template: string) =>
+                  moves.handOver.moveToRoom(id, template),
+              },
+            }
+          : {}),
       })
     : null;
   return { app, e2b: e2b?.app ?? null };

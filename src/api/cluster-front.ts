@@ -138,9 +138,10 @@ export class ClusterFront {
    * When this node holds sandbox `id` paused and has no room to resume it (full, short of
    * memory), hands it to a node that has room and returns that node (the request goes there and
    * resumes it); null when it stays here (the request is served here, as before). A request for
-   * it that arrives while it is handed over waits, then follows it.
+   * it that arrives while it is handed over waits, then follows it. The E2B front's resumes
+   * (its `connect`, e2b/cluster-hop.ts) ask it too.
    */
-  private async moveToRoom(id: string): Promise<NodeRecord | null> {
+  async moveToRoom(id: string): Promise<NodeRecord | null> {
     const template = this.room?.pausedWithoutRoom(id) ?? null;
     if (template === null || this.room === null) return null;
     const to = await this.room.moveToRoom(id, template);

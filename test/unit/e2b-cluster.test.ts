@@ -29,6 +29,7 @@ import { startClusterManager, untilNodesMeet } from '../helpers/cluster-manager.
 import { FakeImages, plan } from '../helpers/fake-images.js';
 import { MemoryStore } from '../helpers/memory-kv.js';
 import { eventually } from '../../testkit/eventually.js';
+import { connect as connectNative } from '../../testkit/hostd.js';
 
 const KEY = 'e2b-cluster-key';
 const CLUSTER_KEY = 'e2b-cluster-secret';
@@ -140,6 +141,10 @@ async function startNode(
     maxFileBytes: 1 << 20,
     logger: log,
     cluster,
+    room: {
+      pausedWithoutRoom: (sandbox) => manager.pausedWithoutRoom(sandbox),
+      moveToRoom: (sandbox, template) => handOver.moveToRoom(sandbox, template),
+    },
   });
   const e2bUrl = await e2b.listen({ host: '127.0.0.1', port: 0 });
   cluster.url = await app.listen({ host: '127.0.0.1', port: 0 });
@@ -607,6 +612,102 @@ describe("E2B's template aliases in a cluster whose nodes serve different templa
       assert.equal(f.manager.describe(answer.sandboxID).template, 'python');
       assert.deepEqual([answer.templateID, answer.alias], [alias, alias]);
       assert.equal((await e2b(e, 'DELETE', `/sandboxes/${answer.sandboxID}`)).status, 204);
+    }
+  });
+});
+
+describe("E2B's connect of a paused sandbox whose node is full", () => {
+  const store = new MemoryStore();
+  let g: Node;
+  let h: Node;
+
+  /** What `code` prints on sandbox `id`, asked of `via`'s native API. */
+  const stdout = async (via: Node, id: string, code: string): Promise<string> => {
+    const res = await connectNative(via.cluster.url, KEY).request(
+      'POST',
+      `/v1/sandboxes/${id}/exec`,
+      { code },
+    );
+    assert.equal(res.status, 200, await res.clone().text());
+    return (await res.text())
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l) as { type: string; data: unknown })
+      .filter((e) => e.type === 'stdout')
+      .map((e) => String(e.data))
+      .join('\n');
+  };
+
+  before(async () => {
+    // g takes one sandbox at most: one running there makes it full.
+    g = await startNode(store, 'g', { maxSandboxes: 1 });
+    h = await startNode(store, 'h');
+    await untilNodesMeet([g.cluster, h.cluster], (r) => Boolean(r.e2b_url));
+  });
+
+  after(async () => {
+    for (const n of [g, h]) {
+      if (!n) continue;
+      for (const app of n.apps) await app.close();
+      await n.manager.shutdown();
+      await n.cluster.stop();
+    }
+  });
+
+  test('moves it to a node with room first, asked of that node or of its own, and resumes it there', async () => {
+    const paused: string[] = [];
+    for (const value of [3, 4]) {
+      const s = await g.manager.create({ template: 'python' });
+      paused.push(s.id);
+      assert.equal(await stdout(g, s.id, `set x ${value}`), '');
+      await g.manager.pause(s.id);
+    }
+    const [viaOther, viaHolder] = paused as [string, string];
+    const filler = await g.manager.create({ template: 'python' });
+    try {
+      // g is full: E2B's connect asked of h, and the older resume asked of g itself.
+      for (const [id, via, path, value] of [
+        [viaOther, h, `/sandboxes/${viaOther}/connect`, '3'],
+        [viaHolder, g, `/sandboxes/${viaHolder}/resume`, '4'],
+      ] as const) {
+        const res = await e2b(via, 'POST', path, { body: { timeout: 60 } });
+        assert.equal(res.status, 201, JSON.stringify(res.json));
+        assert.equal((res.json as Made).sandboxID, id);
+        assert.equal(g.manager.holds(id), false, `${id} left g`);
+        assert.equal(h.manager.describe(id).state, 'ready');
+        // The answer is h's: its token opens the sandbox's traffic there.
+        const token = (res.json as Made).envdAccessToken;
+        const rpc = await e2b(g, 'POST', '/filesystem.Filesystem/Stat', {
+          body: { path: '/definitely/missing' },
+          headers: { 'e2b-sandbox-id': id, 'e2b-sandbox-port': '49983', 'x-access-token': token },
+        });
+        assert.equal(rpc.status, 404, JSON.stringify(rpc.json));
+        assert.equal(await stdout(g, id, 'get x'), value);
+      }
+    } finally {
+      await g.manager.delete(filler.id);
+      for (const id of paused) await e2b(g, 'DELETE', `/sandboxes/${id}`);
+    }
+  });
+
+  test('a connect with a wrong key is refused where it is asked, and moves nothing', async () => {
+    const s = await g.manager.create({ template: 'python' });
+    await g.manager.pause(s.id);
+    const filler = await g.manager.create({ template: 'python' });
+    try {
+      for (const via of [g, h]) {
+        const res = await fetch(`${via.e2bUrl}/sandboxes/${s.id}/connect`, {
+          method: 'POST',
+          headers: { 'x-api-key': 'wrong', 'content-type': 'application/json' },
+          body: '{}',
+        });
+        assert.equal(res.status, 401);
+        assert.equal(g.manager.holds(s.id), true);
+        assert.equal(g.manager.describe(s.id).state, 'paused');
+      }
+    } finally {
+      await g.manager.delete(filler.id);
+      await g.manager.delete(s.id);
     }
   });
 });

@@ -52,6 +52,30 @@ export function e2bSubject(
 }
 
 /**
+ * E2B's control-plane routes that resume a paused sandbox (`connect`, the older `resume`): a
+ * paused sandbox its node has no room for moves to a node with room first (docs/cluster.md), as
+ * for the native API's resumes. Its traffic (envd, the interpreter) resumes it where it is: its
+ * access token is its node's (each node signs with its own secret), so on another node the
+ * client's token would be refused, where `connect`'s answer carries the new node's token.
+ */
+const RESUMING_ROUTES = new Set([
+  '/sandboxes/:id/connect',
+  '/v2/sandboxes/:id/connect',
+  '/sandboxes/:id/resume',
+]);
+
+/** True when this request is one of E2B's resumes (`RESUMING_ROUTES`). */
+export function e2bResumes(
+  kind: 'control' | 'data',
+  method: string,
+  route: string | undefined,
+): boolean {
+  return (
+    kind === 'control' && method === 'POST' && route !== undefined && RESUMING_ROUTES.has(route)
+  );
+}
+
+/**
  * The error for `what` (`sandbox <id>`, `snapshot <id>`) held by `node`, whose record names no
  * E2B front: it cannot be forwarded to. Written once, for every E2B route that forwards.
  */
@@ -169,10 +193,41 @@ export function installE2bHop(
     return Promise.any(asks).catch(() => null);
   };
 
+  /**
+   * A resume of sandbox `id` held here: when it is paused and this node has no room to resume
+   * it, it is handed to a node with room (ClusterFront.moveToRoom) and the request passed to
+   * that node's front; else (room here, no node with room, a hand-over that failed) it is
+   * answered here, as before. A request without a valid key is answered here, moving nothing.
+   */
+  const moveFirst = async (
+    req: FastifyRequest,
+    reply: FastifyReply,
+  ): Promise<FastifyReply | undefined> => {
+    if (opts.checkKey(req) !== null) return; // the control plane's own hook answers 401
+    const id = (req.params as Record<string, string | undefined>).id ?? '';
+    let target: Target | null;
+    try {
+      const moved = await front.moveToRoom(id);
+      if (moved === null) return;
+      target = e2bTarget(moved);
+      if (target === null) throw noE2bFront(`sandbox ${id}`, moved.id);
+    } catch (err) {
+      opts.drain(req);
+      return opts.sendError(req, reply, toHostdError(err, req.id));
+    }
+    reply.hijack();
+    await front.forwarder.pass(req.raw, reply.raw, target, (res, err) =>
+      writeE2bError(res, err, false),
+    );
+    return undefined;
+  };
+
   app.addHook('onRequest', async (req, reply) => {
     const kind = opts.kindOf(req);
     const sandboxHeader = req.headers['e2b-sandbox-id'];
     if (ClusterFront.forwarded(req)) {
+      // The sandbox's node: a resume of one paused here without room goes where there is room.
+      if (e2bResumes(kind, req.method, req.routeOptions.url)) return moveFirst(req, reply);
       const probe = req.headers[PROBE_HEADER];
       if (probe === undefined || !isBareSigned(req, kind, sandboxHeader)) return;
       opts.drain(req);
@@ -210,7 +265,12 @@ export function installE2bHop(
         opts.drain(req);
         return reply.code(204).send();
       }
-      if (route.local) return;
+      if (route.local) {
+        if (subject.kind === 'sandbox' && e2bResumes(kind, req.method, req.routeOptions.url)) {
+          return await moveFirst(req, reply);
+        }
+        return;
+      }
       target = e2bTarget(route.node);
       if (target === null) {
         throw noE2bFront(`${subject.kind} ${subject.id}`, route.node.id);

@@ -38,7 +38,7 @@ import {
   type TokenPolicy,
 } from './context.js';
 import type { ClusterNode } from '../../core/cluster/cluster-node.js';
-import { ClusterFront } from '../cluster-front.js';
+import { ClusterFront, type RoomMover } from '../cluster-front.js';
 import { installE2bHop } from './cluster-hop.js';
 import { registerControlRoutes } from './control.js';
 import { registerEnvdRoutes } from './envd.js';
@@ -57,6 +57,11 @@ export interface E2bServerOptions {
   logger: Logger;
   /** Cluster mode: this node; requests for other nodes' sandboxes are forwarded there. */
   cluster?: ClusterNode;
+  /**
+   * Cluster mode with hand-overs: moves a paused sandbox this node has no room to resume to a
+   * node with room before E2B's `connect` resumes it (as the native API's resumes do).
+   */
+  room?: RoomMover;
 }
 
 /** The kinds of E2B traffic, as the route constraint names them. */
@@ -132,7 +137,7 @@ export async function buildE2bServer(
 
   const resolved = new WeakMap<object, DataPlaneSandbox | null>();
   const stopWatch = new StopWatch(manager);
-  const front = opts.cluster ? new ClusterFront(opts.cluster) : null;
+  const front = opts.cluster ? new ClusterFront(opts.cluster, opts.room ?? null) : null;
   const ctx = makeContext({
     cluster: front,
     manager,
