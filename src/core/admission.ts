@@ -6,7 +6,7 @@
  * the client a clear error instead (core/host-resources.ts).
  */
 import { fail, type HostdError } from '../errors.js';
-import { shortage, type HostFree } from './host-resources.js';
+import { diskShortage, shortage, type HostFree } from './host-resources.js';
 
 /**
  * Host memory the default sandbox cap leaves free (docs/api.md, Limits: hosts are sized with 2 GiB left): room
@@ -139,5 +139,13 @@ export class Admission {
       imageMib,
       reserveMib: this.limits.reserveMib,
     });
+  }
+
+  /**
+   * Why writing `mib` to the data directory now would leave it short of the reserve, or null:
+   * files copied from another node (cluster mode), which start no VM and take no memory.
+   */
+  diskShortage(mib: number): string | null {
+    return diskShortage(this.hostFree(), mib, this.limits.reserveMib);
   }
 }

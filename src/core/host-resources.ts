@@ -66,7 +66,15 @@ export function shortage(
   if (free.memAvailableMib < mem) {
     return `not enough host memory: ${Math.round(free.memAvailableMib)} MiB available, ${Math.round(mem)} MiB needed (including the ${need.reserveMib} MiB reserve, SERVICE_MIN_FREE_MIB)`;
   }
-  const disk = need.imageMib + need.reserveMib;
+  return diskShortage(free, need.imageMib, need.reserveMib);
+}
+
+/**
+ * Why writing `mib` to the data directory would leave less than `reserveMib` free there, or
+ * null: a VM's start (its image), or files copied from another node (cluster mode).
+ */
+export function diskShortage(free: HostFree, mib: number, reserveMib: number): string | null {
+  const disk = mib + reserveMib;
   if (free.dataDirFreeMib < disk) {
     return `not enough disk space in the data directory: ${Math.round(free.dataDirFreeMib)} MiB free, ${Math.round(disk)} MiB needed`;
   }

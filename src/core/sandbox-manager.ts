@@ -20,6 +20,7 @@ import type {
 } from '../vm/machine.js';
 import { VmError } from '../vm/machine.js';
 import { Admission } from './admission.js';
+import { CopyRoom } from './copy-room.js';
 import { eachAtOnce } from './each-at-once.js';
 import { ExecRun } from './exec-run.js';
 import { ForkStandby } from './fork-standby.js';
@@ -201,6 +202,8 @@ export class SandboxManager {
   private readonly registry: SandboxRegistry;
   private readonly catalog: TemplateCatalog;
   private readonly admission: Admission;
+  /** Cluster mode: room for copies from other nodes, asked before any file is fetched. */
+  private readonly copyRoom: CopyRoom;
   private readonly standby: ForkStandby;
   private readonly lineage: Lineage;
   private readonly reaper: IdleReaper;
@@ -253,6 +256,11 @@ export class SandboxManager {
       options.hostFree,
       () => this.registry.running,
     );
+    this.copyRoom = new CopyRoom({
+      maxStorageMib: options.maxStorageMib ?? 0,
+      usedBytes: () => this.storageBytes(),
+      diskShortage: (mib) => this.admission.diskShortage(mib),
+    });
     this.standby = new ForkStandby(
       hypervisor,
       options.forkStandbyMax,
@@ -596,6 +604,8 @@ export class SandboxManager {
     if (record.state !== 'paused' || record.paused?.id !== manifest.paused.id) {
       throw fail('invalidField', 'record', 'a paused sandbox matching the manifest', record.state);
     }
+    // Refused before anything is fetched when it would not fit: the source asks the next node.
+    const admitted = this.copyRoom.admit(manifest);
     this.incoming.add(id);
     try {
       const paused = await this.hypervisor.importPaused(manifest, fetch).catch((err: unknown) => {
@@ -621,6 +631,7 @@ export class SandboxManager {
       return this.withNode(sandbox.info());
     } finally {
       this.incoming.delete(id);
+      admitted();
     }
   }
 
@@ -671,6 +682,8 @@ export class SandboxManager {
     this.ensureRunning();
     const id = record.id;
     if (this.snapshots.has(id) || this.incoming.has(id)) throw fail('clusterConflict', id);
+    // Refused before anything is fetched when it would not fit: the next node is asked.
+    const admitted = this.copyRoom.admit(manifest);
     this.incoming.add(id);
     try {
       const state = await this.hypervisor.importState(manifest, fetch).catch((err: unknown) => {
@@ -688,6 +701,7 @@ export class SandboxManager {
       return info;
     } finally {
       this.incoming.delete(id);
+      admitted();
     }
   }
 

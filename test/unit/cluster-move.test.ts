@@ -19,7 +19,7 @@ import {
   type SnapshotOffer,
 } from '../../src/core/cluster/hand-over.js';
 import { KEYS, type SandboxEntry, type SnapshotEntry } from '../../src/core/cluster/records.js';
-import type { SandboxManager } from '../../src/core/sandbox-manager.js';
+import type { ManagerOptions, SandboxManager } from '../../src/core/sandbox-manager.js';
 import { SnapshotCopies } from '../../src/core/cluster/snapshot-copies.js';
 import { fail, toHostdError } from '../../src/errors.js';
 import { eventually } from '../../testkit/eventually.js';
@@ -76,6 +76,7 @@ function peers(nodes: Map<string, Node>, refuse: Set<string>): PeerLink {
 async function cluster(
   ids: string[],
   variants: Record<string, string> = {},
+  overrides: Record<string, Partial<ManagerOptions>> = {},
 ): Promise<{
   nodes: Map<string, Node>;
   store: MemoryStore;
@@ -88,7 +89,14 @@ async function cluster(
   const link = peers(nodes, refuse);
   for (const id of ids) {
     const images = new FakeImages(['python', 'slim'], variants[id] ?? '');
-    const { cluster: c, manager, hv } = await startClusterManager(store, id, log, { images });
+    const {
+      cluster: c,
+      manager,
+      hv,
+    } = await startClusterManager(store, id, log, {
+      images,
+      ...overrides[id],
+    });
     c.url = `http://${id}`;
     await c.start();
     const handOver = new HandOver(c, manager, link, log);
@@ -482,5 +490,104 @@ describe('hand-over between nodes whose template builds differ', () => {
     assert.ok(
       b.hv.live.some((m) => m.memory.get('z') === '1' && m.origin.build === 'key-python-rebuilt'),
     );
+  });
+});
+
+describe('a node without room for a copy refuses it before fetching anything', () => {
+  const stops: (() => Promise<void>)[] = [];
+  after(async () => {
+    for (const s of stops) await s();
+  });
+
+  /** Asserts `p` rejects with 503 insufficient_resources (or a hand-over failing for it). */
+  const refusedForRoom = async (p: Promise<unknown>, words: RegExp): Promise<void> => {
+    await assert.rejects(p, (err: unknown) => {
+      const e = toHostdError(err, 't');
+      assert.ok(
+        e.code === 'insufficient_resources' || e.code === 'hand_over_failed',
+        `${e.code}: ${e.message}`,
+      );
+      assert.equal(e.status, 503);
+      assert.match(e.message, words);
+      return true;
+    });
+  };
+
+  test('a hand-over to a node at its storage cap is refused there; the sandbox stays', async () => {
+    // b holds a paused sandbox: 1 MiB of storage is all it may take.
+    const c = await cluster(['a', 'b'], {}, { b: { maxStorageMib: 1 } });
+    stops.push(c.stop);
+    const a = c.nodes.get('a')!;
+    const b = c.nodes.get('b')!;
+    const there = await b.manager.create({ template: 'python' });
+    await b.manager.pause(there.id);
+    const s = await a.manager.create({ template: 'python' });
+    await run(a.manager, s.id, 'set x 5');
+    await refusedForRoom(
+      a.handOver.moveOut(s.id, b.cluster.selfRecord()),
+      /SERVICE_MAX_STORAGE_MIB/,
+    );
+    assert.deepEqual(b.hv.fetched, []);
+    assert.equal(b.manager.holds(s.id), false);
+    assert.equal((await entry(c.store, s.id))?.node, 'a');
+    assert.equal(await stdout(a.manager, s.id, 'get x'), '5');
+  });
+
+  test("a snapshot's hand-over and a snapshot's copy to a node at its cap are refused there", async () => {
+    const c = await cluster(['a', 'b'], {}, { b: { maxStorageMib: 1 } });
+    stops.push(c.stop);
+    const a = c.nodes.get('a')!;
+    const b = c.nodes.get('b')!;
+    const there = await b.manager.create({ template: 'python' });
+    await b.manager.pause(there.id);
+    const s = await a.manager.create({ template: 'python' });
+    await run(a.manager, s.id, 'set x 6');
+    const snap = await a.manager.snapshot(s.id);
+    await eventually('b to see the snapshot', () => b.cluster.view.snapshots.has(snap.snapshot_id));
+    await refusedForRoom(
+      a.handOver.moveSnapshotOut(snap.snapshot_id, b.cluster.selfRecord()),
+      /SERVICE_MAX_STORAGE_MIB/,
+    );
+    // A create from it placed on b: 503, so that the placement asks the next node.
+    await assert.rejects(b.manager.create({ snapshot: snap.snapshot_id }), (err: unknown) => {
+      const e = toHostdError(err, 't');
+      assert.deepEqual([e.code, e.status], ['insufficient_resources', 503], e.message);
+      assert.match(e.message, /SERVICE_MAX_STORAGE_MIB/);
+      return true;
+    });
+    assert.deepEqual(b.hv.fetched, []);
+    assert.equal(b.manager.holdsSnapshot(snap.snapshot_id), false);
+    assert.equal((await snapshotEntry(c.store, snap.snapshot_id))?.node, 'a');
+    assert.deepEqual((await snapshotEntry(c.store, snap.snapshot_id))?.copies ?? [], []);
+  });
+
+  test('a drain passes over a node whose disk has no room for the copies, to one that has', async () => {
+    // b's data directory is nearly full: 10 MiB free, the 256 MiB reserve not left.
+    const c = await cluster(
+      ['a', 'b', 'c'],
+      {},
+      {
+        b: {
+          minFreeMib: 256,
+          hostFree: () => ({ memAvailableMib: 1 << 20, dataDirFreeMib: 10 }),
+        },
+      },
+    );
+    stops.push(c.stop);
+    const a = c.nodes.get('a')!;
+    const b = c.nodes.get('b')!;
+    const third = c.nodes.get('c')!;
+    const ids: string[] = [];
+    for (const v of [1, 2, 3]) {
+      const s = await a.manager.create({ template: 'python' });
+      await run(a.manager, s.id, `set x ${v}`);
+      ids.push(s.id);
+    }
+    await a.drainer.drain();
+    assert.deepEqual(b.hv.fetched, []);
+    for (const [i, id] of ids.entries()) {
+      assert.equal(third.manager.holds(id), true, `${id} on c`);
+      assert.equal(await stdout(third.manager, id, 'get x'), String(i + 1));
+    }
   });
 });

@@ -9,7 +9,7 @@
  * drops its own when the entry goes, core/cluster/cluster-node.ts).
  */
 import type { Logger } from 'pino';
-import { fail, HostdError } from '../../errors.js';
+import { fail, HostdError, isError } from '../../errors.js';
 import type { ClusterNode } from './cluster-node.js';
 import type { MovableSandboxes, PeerLink } from './hand-over.js';
 
@@ -30,7 +30,8 @@ export class SnapshotCopies {
    * Resolves once snapshot `id` is held here: at once when it is, else after its files were
    * fetched from a node holding them. 404 snapshot_not_found when the catalog does not know it
    * (or it was deleted meanwhile), 503 node_unavailable when no holder is alive, 503
-   * hand_over_failed when no holder could give it.
+   * hand_over_failed when no holder could give it, 503 insufficient_resources when this node
+   * has no room for its files (core/copy-room.ts: asked before any is fetched).
    */
   ensure(id: string): Promise<void> {
     if (this.sandboxes.holdsSnapshot(id)) return Promise.resolve();
@@ -64,6 +65,9 @@ export class SnapshotCopies {
         );
       } catch (err) {
         this.node.cancelCopy(id);
+        // No room here for it (the storage cap, the disk): no other holder changes that, and
+        // nothing was fetched. The create goes to the next node.
+        if (isError(err, 'insufficientResources')) throw err;
         last = asFetchError(err, id, from.id);
         this.log.warn({ snapshot: id, from: from.id, err }, 'snapshot not copied');
         continue;
