@@ -55,6 +55,11 @@ export function asMachineError(
   const what = entry[0] === 'vmStartFailed' ? 'start the VM' : entry[1];
   logMachineFailure(log, err, context, what);
   const why = clientReason(err);
+  // The host's disk has no room (refused before anything was fetched): retry later, or on
+  // another node (a drain's or a placement's next one).
+  if (err instanceof VmError && err.kind === 'no_space') {
+    return failWith(err, 'insufficientResources', why);
+  }
   return entry[0] === 'vmStartFailed'
     ? failWith(err, 'vmStartFailed', why)
     : failWith(err, 'vmOperationFailed', entry[1], why);

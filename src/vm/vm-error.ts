@@ -28,7 +28,9 @@ export type VmErrorKind =
   /** Saved state (a paused machine's files, a frozen state) is damaged, incompatible or gone. */
   | 'state_corrupt'
   /** An operation the machine cannot do (not a restored clone, another hypervisor's object). */
-  | 'unsupported';
+  | 'unsupported'
+  /** The host's disk has no room for the files an import would fetch (refused before any). */
+  | 'no_space';
 
 /** The port methods, as errors and logs name them. */
 export type VmOperation =
@@ -57,6 +59,7 @@ const KIND_WORDS: Record<VmErrorKind, string> = {
   io: 'a host file operation failed',
   state_corrupt: 'the saved state is damaged or incompatible',
   unsupported: 'the machine cannot do that',
+  no_space: "not enough disk space on the host for the files it needs (the template build's)",
 };
 
 export class VmError extends Error {

@@ -5,9 +5,16 @@
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { pino } from 'pino';
 import { copiedBytes, CopyRoom } from '../../src/core/copy-room.js';
+import { asMachineError } from '../../src/core/machine-error.js';
 import { toHostdError } from '../../src/errors.js';
-import type { ExportedPart, PausedManifest, StateManifest } from '../../src/vm/machine.js';
+import {
+  VmError,
+  type ExportedPart,
+  type PausedManifest,
+  type StateManifest,
+} from '../../src/vm/machine.js';
 
 const MIB = 1024 * 1024;
 
@@ -113,4 +120,19 @@ describe('room for a copy', () => {
     second();
     assert.equal(refusal(() => r.admit(paused(40))).code, 'insufficient_resources');
   });
+});
+
+test('a template build the image cache has no room for (no_space) is 503 insufficient_resources, no host path', () => {
+  const raw =
+    'build k of template python needs 700 MiB in the image cache, 5 MiB free (/var/cache/x)';
+  const e = asMachineError(
+    new VmError('no_space', raw),
+    pino({ level: 'silent' }),
+    { sandbox: 'sbx_1' },
+    'vmOperationFailed',
+    'take over the sandbox',
+  );
+  assert.deepEqual([e.code, e.status], ['insufficient_resources', 503]);
+  assert.match(e.message, /not enough disk space/);
+  assert.doesNotMatch(e.message, /\/var/);
 });

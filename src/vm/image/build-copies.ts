@@ -19,8 +19,19 @@
  */
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chmod, link, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
-import { join, relative, resolve } from 'node:path';
+import {
+  chmod,
+  link,
+  mkdir,
+  readdir,
+  readFile,
+  rename,
+  rm,
+  stat,
+  statfs,
+  writeFile,
+} from 'node:fs/promises';
+import { dirname, join, relative, resolve } from 'node:path';
 import type { ExportedBuild, ExportedFile } from '../machine.js';
 import { VmError } from '../vm-error.js';
 
@@ -93,6 +104,8 @@ export class BuildCopies {
   constructor(
     readonly cacheDir: string,
     private readonly dataDir: string,
+    /** Bytes free to an unprivileged writer on the file system of `dir` (tests give their own). */
+    private readonly freeBytes: (dir: string) => Promise<number> = bytesFree,
   ) {
     this.root = join(cacheDir, 'copies');
     const holder = createHash('sha256').update(resolve(dataDir)).digest('hex').slice(0, 16);
@@ -227,6 +240,30 @@ export class BuildCopies {
     return null;
   }
 
+  /**
+   * Refuses (`no_space`, before anything is fetched) a copy of `build` the image cache's file
+   * system has no room for: the bytes of the files it would fetch, less what an earlier,
+   * broken fetch left in `staging`. A file one of the node's own builds has is linked, and
+   * takes no room.
+   */
+  private async ensureRoom(staging: string, build: ExportedBuild): Promise<void> {
+    let need = 0;
+    for (const file of build.files) {
+      if ((await this.ownFile(build.template, file)) !== null) continue;
+      const had = await stat(join(staging, fileName(file))).catch(() => null);
+      need += Math.max(0, file.size - (had?.isFile() ? had.size : 0));
+    }
+    if (need === 0) return;
+    const free = await this.freeBytes(this.cacheDir);
+    if (need > free) {
+      const mib = (n: number): number => Math.ceil(n / (1024 * 1024));
+      throw new VmError(
+        'no_space',
+        `build ${build.key} of template ${build.template} needs ${mib(need)} MiB in the image cache, ${mib(free)} MiB free`,
+      );
+    }
+  }
+
   private pin(dir: string): string {
     this.pins.set(dir, (this.pins.get(dir) ?? 0) + 1);
     return dir;
@@ -254,6 +291,7 @@ export class BuildCopies {
     fetchInto: (file: ExportedFile, to: string) => Promise<void>,
   ): Promise<void> {
     const staging = asideOf(dir);
+    await this.ensureRoom(staging, build);
     await mkdir(this.area, { recursive: true, mode: 0o755 });
     // Which data directory the area serves: its copies go with it (`collect`).
     await writeFile(join(this.area, 'data-dir'), `${resolve(this.dataDir)}\n`);
@@ -278,6 +316,20 @@ export class BuildCopies {
     }
     await rm(dir, { recursive: true, force: true });
     await rename(staging, dir);
+  }
+}
+
+/**
+ * Bytes free to an unprivileged writer on the file system of `dir`: of its nearest folder that
+ * exists (a cache the first copy makes is not there yet).
+ */
+async function bytesFree(dir: string): Promise<number> {
+  for (let at = resolve(dir); ; at = dirname(at)) {
+    const fs = await statfs(at).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT' && at !== '/') return null;
+      throw err;
+    });
+    if (fs) return fs.bavail * fs.bsize;
   }
 }
 
