@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
 import { pino } from 'pino';
-import type { ClusterNode } from '../../src/core/cluster/cluster-node.js';
+import type { ClusterNode, NodeInfo } from '../../src/core/cluster/cluster-node.js';
 import { Drainer } from '../../src/core/cluster/drain.js';
 import {
   HandOver,
@@ -249,6 +249,116 @@ describe('hand-over of a sandbox to another node', () => {
     // A drained node takes no creates: placement skips it.
     const order = await c.nodes.get('b')!.cluster.placeCreate({ template: 'python' });
     assert.ok(!order.some((n) => n.id === 'a'));
+  });
+});
+
+/** Node `id` as `from`'s `GET /v1/cluster` shows it. */
+function shown(from: Node, id: string): NodeInfo | undefined {
+  return from.cluster.info().nodes.find((n) => n.id === id);
+}
+
+describe('a drain’s report on the node’s record', () => {
+  const stops: (() => Promise<void>)[] = [];
+  after(async () => {
+    for (const s of stops) await s();
+  });
+
+  test('a drain shows it runs at once, then ends drained with what it moved, on every node', async () => {
+    const c = await cluster(['a', 'b']);
+    stops.push(c.stop);
+    const a = c.nodes.get('a')!;
+    const b = c.nodes.get('b')!;
+    assert.equal(shown(b, 'a')?.drain, null);
+    const s = await a.manager.create({ template: 'python' });
+    await a.manager.snapshot(s.id);
+    const done = a.drainer.drain();
+    // What the route's 202 answers: started, not ended, nothing counted as left yet.
+    const running = shown(a, 'a');
+    assert.equal(running?.state, 'draining');
+    assert.equal(running?.drain?.ended_at, null);
+    assert.equal(running?.drain?.left, null);
+    assert.equal(running?.drain?.snapshots_left, null);
+    assert.deepEqual(await done, { moved: 1, left: 0, snapshotsMoved: 1, snapshotsLeft: 0 });
+    const seen = await eventually('b to see a drained', () => {
+      const n = shown(b, 'a');
+      return n?.state === 'drained' ? n : null;
+    });
+    assert.ok(seen.drain?.ended_at);
+    assert.equal(seen.drain.started_at, running?.drain?.started_at);
+    assert.ok(seen.drain.ended_at >= seen.drain.started_at);
+    assert.deepEqual(
+      { ...seen.drain, started_at: 0, ended_at: 0 },
+      { started_at: 0, ended_at: 0, moved: 1, left: 0, snapshots_moved: 1, snapshots_left: 0 },
+    );
+  });
+
+  test('a drain whose hand-overs fail ends with what it left, and the node stays draining', async () => {
+    const c = await cluster(['a', 'b']);
+    stops.push(c.stop);
+    const a = c.nodes.get('a')!;
+    const b = c.nodes.get('b')!;
+    const one = await a.manager.create({ template: 'python' });
+    await run(a.manager, one.id, 'set x 7');
+    await a.manager.create({ template: 'python' });
+    await a.manager.snapshot(one.id);
+    c.refuse.add('b');
+    assert.deepEqual(await a.drainer.drain(), {
+      moved: 0,
+      left: 2,
+      snapshotsMoved: 0,
+      snapshotsLeft: 1,
+    });
+    assert.equal(a.cluster.state, 'draining');
+    // Every node tells a client that this drain is over and what it left.
+    const seen = await eventually('b to see a’s drain ended', () => {
+      const n = shown(b, 'a');
+      return n?.drain?.ended_at ? n : null;
+    });
+    assert.equal(seen.state, 'draining');
+    assert.equal(seen.drain?.moved, 0);
+    assert.equal(seen.drain?.left, 2);
+    assert.equal(seen.drain?.snapshots_moved, 0);
+    assert.equal(seen.drain?.snapshots_left, 1);
+    // Still no creates there, and what stayed serves where it is.
+    const order = await b.cluster.placeCreate({ template: 'python' });
+    assert.ok(!order.some((n) => n.id === 'a'));
+    assert.equal(await stdout(a.manager, one.id, 'get x'), '7');
+  });
+
+  test('draining again once the cause is gone is a new round that moves what was left', async () => {
+    const c = await cluster(['a', 'b']);
+    stops.push(c.stop);
+    const a = c.nodes.get('a')!;
+    const b = c.nodes.get('b')!;
+    const s = await a.manager.create({ template: 'python' });
+    await run(a.manager, s.id, 'set x 9');
+    await a.manager.snapshot(s.id);
+    c.refuse.add('b');
+    const first = await a.drainer.drain();
+    assert.equal(first.left, 1);
+    const firstReport = shown(a, 'a')?.drain;
+    assert.ok(firstReport?.ended_at);
+
+    c.refuse.delete('b');
+    assert.deepEqual(await a.drainer.drain(), {
+      moved: 1,
+      left: 0,
+      snapshotsMoved: 1,
+      snapshotsLeft: 0,
+    });
+    assert.equal(a.cluster.state, 'drained');
+    assert.equal(b.manager.holds(s.id), true);
+    assert.equal(await stdout(b.manager, s.id, 'get x'), '9');
+    const seen = await eventually('b to see a drained', () => {
+      const n = shown(b, 'a');
+      return n?.state === 'drained' ? n : null;
+    });
+    // The report is the new round's, not a sum with the first.
+    assert.ok(seen.drain && seen.drain.started_at >= firstReport.ended_at);
+    assert.equal(seen.drain.moved, 1);
+    assert.equal(seen.drain.left, 0);
+    assert.equal(seen.drain.snapshots_moved, 1);
+    assert.equal(seen.drain.snapshots_left, 0);
   });
 });
 

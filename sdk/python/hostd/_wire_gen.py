@@ -443,6 +443,26 @@ class ContextCreateRequest(TypedDict, total=False):
     cwd: Optional[str]
 
 
+class DrainReport(TypedDict):
+    """A node's last drain since it started. One that ended with something left (``left`` or
+    ``snapshots_left`` > 0) leaves the node ``draining``: it takes no creates, and will not
+    become ``drained`` by itself; draining it again retries what is left."""
+
+    #: When this round started (each drain is one).
+    started_at: str
+    #: When it ended; null while it runs (its counts grow).
+    ended_at: Optional[str]
+    #: Sandboxes it handed to other nodes.
+    moved: int
+    #: Sandboxes still on the node when it ended (failed ones, and those no node took); null while
+    #: it runs.
+    left: Optional[int]
+    #: Snapshots it handed over, or left to another node holding a copy.
+    snapshots_moved: int
+    #: Snapshots still on the node when it ended; null while it runs.
+    snapshots_left: Optional[int]
+
+
 class ClusterNode(TypedDict):
     """A node of the cluster as ``GET /v1/cluster`` shows it."""
 
@@ -460,6 +480,9 @@ class ClusterNode(TypedDict):
     capacity: Optional[Dict[str, Any]]
     load: Optional[Dict[str, Any]]
     templates: Dict[str, Any]
+    #: Its last drain since it started, running or ended; null when it has not drained since, or is
+    #: down.
+    drain: Optional[DrainReport]
 
 
 class ClusterInfoEtcd(TypedDict, total=False):

@@ -413,6 +413,21 @@ export interface components {
       /** @description An existing directory; absent or null: the default context's directory. */
       cwd?: string | null;
     };
+    /** @description A node's last drain since it started. One that ended with something left (`left` or `snapshots_left` > 0) leaves the node `draining`: it takes no creates, and will not become `drained` by itself; draining it again retries what is left. */
+    DrainReport: {
+      /** @description When this round started (each drain is one). */
+      started_at: string;
+      /** @description When it ended; null while it runs (its counts grow). */
+      ended_at: string | null;
+      /** @description Sandboxes it handed to other nodes. */
+      moved: number;
+      /** @description Sandboxes still on the node when it ended (failed ones, and those no node took); null while it runs. */
+      left: number | null;
+      /** @description Snapshots it handed over, or left to another node holding a copy. */
+      snapshots_moved: number;
+      /** @description Snapshots still on the node when it ended; null while it runs. */
+      snapshots_left: number | null;
+    };
     /** @description A node of the cluster as `GET /v1/cluster` shows it. */
     ClusterNode: {
       id: string;
@@ -430,6 +445,8 @@ export interface components {
       capacity: Record<string, unknown> | null;
       load: Record<string, unknown> | null;
       templates: Record<string, unknown>;
+      /** @description Its last drain since it started, running or ended; null when it has not drained since, or is down. */
+      drain: components['schemas']['DrainReport'] | null;
     };
     /** @description The cluster as the answering node sees it; `enabled: false` on a single hostd. */
     ClusterInfo: {

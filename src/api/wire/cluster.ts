@@ -1,14 +1,44 @@
 /**
- * Cluster mode on the wire (docs/api.md, Cluster). These two are open objects (no
- * `additionalProperties: false`): a node's capacity, load and templates are whatever the node
- * publishes, and an older or newer node may publish more.
+ * Cluster mode on the wire (docs/api.md, Cluster). These are open objects (no
+ * `additionalProperties: false`): a node's capacity, load, templates and drain report are
+ * whatever the node publishes, and an older or newer node may publish more.
  */
 import Type, { type Static } from 'typebox';
 import type { ClusterInfo as CoreClusterInfo, NodeInfo } from '../../core/cluster/cluster-node.js';
-import { nullable, ref, stringEnum, fits } from './schema.js';
+import { nullable, orNull, ref, stringEnum, fits } from './schema.js';
 
 const anyObject = Type.Unsafe<object>({ type: 'object' });
 const anyObjectOrNull = Type.Unsafe<object | null>({ type: ['object', 'null'] });
+
+export const DrainReport = Type.Object(
+  {
+    started_at: Type.String({ description: 'When this round started (each drain is one).' }),
+    ended_at: nullable(
+      Type.String({ description: 'When it ended; null while it runs (its counts grow).' }),
+    ),
+    moved: Type.Integer({ description: 'Sandboxes it handed to other nodes.' }),
+    left: nullable(
+      Type.Integer({
+        description:
+          'Sandboxes still on the node when it ended (failed ones, and those no node took); null while it runs.',
+      }),
+    ),
+    snapshots_moved: Type.Integer({
+      description: 'Snapshots it handed over, or left to another node holding a copy.',
+    }),
+    snapshots_left: nullable(
+      Type.Integer({
+        description: 'Snapshots still on the node when it ended; null while it runs.',
+      }),
+    ),
+  },
+  {
+    $id: 'DrainReport',
+    description:
+      "A node's last drain since it started. One that ended with something left (`left` or `snapshots_left` > 0) leaves the node `draining`: it takes no creates, and will not become `drained` by itself; draining it again retries what is left.",
+  },
+);
+export type DrainReport = Static<typeof DrainReport>;
 
 export const ClusterNode = Type.Object(
   {
@@ -31,6 +61,10 @@ export const ClusterNode = Type.Object(
     capacity: anyObjectOrNull,
     load: anyObjectOrNull,
     templates: anyObject,
+    drain: orNull(ref(DrainReport), {
+      description:
+        'Its last drain since it started, running or ended; null when it has not drained since, or is down.',
+    }),
   },
   { $id: 'ClusterNode', description: 'A node of the cluster as `GET /v1/cluster` shows it.' },
 );

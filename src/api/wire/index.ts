@@ -21,7 +21,7 @@ import { Snapshot, SnapshotList, SnapshotRequest } from './snapshots.js';
 import { Template, TemplateList } from './templates.js';
 import { FileEntry, FileWritten } from './files.js';
 import { Context, ContextCreateRequest, ContextList } from './contexts.js';
-import { ClusterInfo, ClusterNode } from './cluster.js';
+import { ClusterInfo, ClusterNode, DrainReport } from './cluster.js';
 
 export * from './errors.js';
 export * from './sandbox.js';
@@ -59,6 +59,7 @@ export const COMPONENTS: readonly Component[] = [
   Context,
   ContextList,
   ContextCreateRequest,
+  DrainReport,
   ClusterNode,
   ClusterInfo,
 ];

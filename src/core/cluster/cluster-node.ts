@@ -25,6 +25,7 @@ import {
   parseValue,
   snapshotHolders,
   withoutHolder,
+  type DrainReport,
   type NodeRecord,
   type NodeState,
   type SandboxEntry,
@@ -73,6 +74,8 @@ export interface NodeInfo {
   capacity: NodeRecord['capacity'] | null;
   load: NodeRecord['load'] | null;
   templates: NodeRecord['templates'];
+  /** Its last drain since it started (records.ts DrainReport); null when none, or down. */
+  drain: DrainReport | null;
 }
 
 export interface ClusterInfo {
@@ -95,6 +98,7 @@ export class ClusterNode {
   readonly writer: CatalogWriter;
   private local: LocalSandboxes | null = null;
   private nodeState: NodeState = 'serving';
+  private drainReport: DrainReport | null = null;
   private readonly startedAt = new Date().toISOString();
   /** Ids whose entries this node must not write any more (fenced, handed over). */
   private readonly released = new Set<string>();
@@ -263,6 +267,14 @@ export class ClusterNode {
   async setState(state: NodeState): Promise<void> {
     this.nodeState = state;
     await this.publish(true);
+  }
+
+  /**
+   * Sets what this node's drain did so far, shown at once by this node's `GET /v1/cluster` and
+   * by the others' with the next publish (within PUBLISH_EVERY_MS; `setState` publishes now).
+   */
+  reportDrain(report: DrainReport): void {
+    this.drainReport = report;
   }
 
   /** Resolves once these new sandboxes' entries are in the catalog; 503 when they cannot be. */
@@ -750,6 +762,7 @@ export class ClusterNode {
         capacity: n.capacity,
         load: n.load,
         templates: n.templates,
+        drain: n.drain ?? null,
       });
     }
     const stranded = new Map<string, number>();
@@ -768,6 +781,7 @@ export class ClusterNode {
         capacity: null,
         load: null,
         templates: {},
+        drain: null,
       });
     }
     return {
@@ -1050,6 +1064,7 @@ export class ClusterNode {
       capacity: local?.capacity() ?? { sandboxes: 0, memory_mib: 0 },
       load: local?.load() ?? { sandboxes: 0, memory_free_mib: 0 },
       templates: local?.templates() ?? {},
+      ...(this.drainReport ? { drain: this.drainReport } : {}),
     };
   }
 

@@ -11,6 +11,11 @@
  * deleted. A sandbox no node can take (none serves its template) stays too, and says so in the
  * log. Sandboxes that appear while it drains (a fork of one that has not moved yet) are moved by
  * a further round.
+ *
+ * Its progress and end are on the node's record (records.ts DrainReport), so that `GET
+ * /v1/cluster` says a drain ended with something left (the node stays `draining`) instead of a
+ * client waiting for a `drained` that never comes. Draining again (the route, once the cause
+ * is fixed) is a new round that retries everything still here.
  */
 import type { Logger } from 'pino';
 import { eachAtOnce } from '../each-at-once.js';
@@ -57,33 +62,66 @@ export class Drainer {
 
   private async run(): Promise<DrainResult> {
     const started = Date.now();
-    await this.node.setState('draining');
+    const startedAt = new Date(started).toISOString();
     let moved = 0;
-    const tried = new Set<string>();
-    const sent = new Map<string, string>();
-    for (;;) {
-      const todo = this.sandboxes.list().filter((s) => s.state !== 'failed' && !tried.has(s.id));
-      if (todo.length === 0) break;
-      await eachAtOnce(todo, AT_ONCE, async (s) => {
-        tried.add(s.id);
-        if (await this.moveOne(s, sent)) moved++;
-      });
-    }
-    // Then its snapshots, each preferably where the sandboxes made from it went (their frozen
-    // state is there already), so that a rolling restart leaves every snapshot usable.
     let snapshotsMoved = 0;
-    const triedSnapshots = new Set<string>();
-    for (;;) {
-      const todo = this.sandboxes.listSnapshots().filter((s) => !triedSnapshots.has(s.snapshot_id));
-      if (todo.length === 0) break;
-      await eachAtOnce(todo, AT_ONCE, async (s) => {
-        triedSnapshots.add(s.snapshot_id);
-        if (await this.moveSnapshot(s, sent)) snapshotsMoved++;
+    // Shown while it runs (the route's 202 already says it started), and once it ended.
+    const report = (end: { left: number; snapshotsLeft: number } | null): void =>
+      this.node.reportDrain({
+        started_at: startedAt,
+        ended_at: end ? new Date().toISOString() : null,
+        moved,
+        left: end?.left ?? null,
+        snapshots_moved: snapshotsMoved,
+        snapshots_left: end?.snapshotsLeft ?? null,
       });
+    report(null);
+    try {
+      await this.node.setState('draining');
+      const tried = new Set<string>();
+      const sent = new Map<string, string>();
+      for (;;) {
+        const todo = this.sandboxes.list().filter((s) => s.state !== 'failed' && !tried.has(s.id));
+        if (todo.length === 0) break;
+        await eachAtOnce(todo, AT_ONCE, async (s) => {
+          tried.add(s.id);
+          if (await this.moveOne(s, sent)) {
+            moved++;
+            report(null);
+          }
+        });
+      }
+      // Then its snapshots, each preferably where the sandboxes made from it went (their frozen
+      // state is there already), so that a rolling restart leaves every snapshot usable.
+      const triedSnapshots = new Set<string>();
+      for (;;) {
+        const todo = this.sandboxes
+          .listSnapshots()
+          .filter((s) => !triedSnapshots.has(s.snapshot_id));
+        if (todo.length === 0) break;
+        await eachAtOnce(todo, AT_ONCE, async (s) => {
+          triedSnapshots.add(s.snapshot_id);
+          if (await this.moveSnapshot(s, sent)) {
+            snapshotsMoved++;
+            report(null);
+          }
+        });
+      }
+    } catch (err) {
+      // etcd unreachable, say: the drain ends here, and says what it left, as any other end.
+      this.log.warn({ err }, 'the drain stopped');
     }
     const left = this.sandboxes.list().length;
     const snapshotsLeft = this.sandboxes.listSnapshots().length;
-    if (left === 0 && snapshotsLeft === 0) await this.node.setState('drained');
+    // Ended, whatever is left: a node with something left stays `draining` (no creates) until
+    // a further drain moves it or the node restarts.
+    report({ left, snapshotsLeft });
+    await this.node
+      .setState(left === 0 && snapshotsLeft === 0 ? 'drained' : 'draining')
+      .catch((err: unknown) =>
+        // The node's periodic publish carries it once etcd answers.
+        this.log.warn({ err }, 'could not publish the end of the drain now'),
+      );
     this.log.info(
       { moved, left, snapshotsMoved, snapshotsLeft, ms: Date.now() - started },
       'drain done',

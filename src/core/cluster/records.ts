@@ -32,6 +32,30 @@ export interface NodeRecord {
   readonly templates: Readonly<
     Record<string, { readonly state: string; readonly build: string | null }>
   >;
+  /**
+   * Its last drain since it started, running or ended (core/cluster/drain.ts). Absent when it
+   * has not drained since it started, and in records of nodes older than drain reports.
+   */
+  readonly drain?: DrainReport;
+}
+
+/**
+ * What a drain did: while it runs, `ended_at`, `left` and `snapshots_left` are null and the
+ * moved counts grow; once it ended they say what stayed on the node. A drain that ended with
+ * something left keeps the node `draining` (it takes no creates), so a client waiting for
+ * `drained` reads here that it will not come (docs/cluster.md, Drain).
+ */
+export interface DrainReport {
+  readonly started_at: string;
+  readonly ended_at: string | null;
+  /** Sandboxes handed to other nodes. */
+  readonly moved: number;
+  /** Sandboxes still on the node once it ended: failed ones, and those no node took. */
+  readonly left: number | null;
+  /** Snapshots handed over or left to another node holding a copy. */
+  readonly snapshots_moved: number;
+  /** Snapshots still on the node once it ended: those no node took. */
+  readonly snapshots_left: number | null;
 }
 
 export type SandboxEntryState = 'running' | 'paused' | 'moving' | 'lost';
