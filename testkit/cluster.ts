@@ -15,6 +15,7 @@ import { randomBytes } from 'node:crypto';
 import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer, connect as tcpConnect } from 'node:net';
 import { join } from 'node:path';
+import type { ClusterNode as NodeView, DrainReport } from '../src/api/wire/cluster.js';
 import { findProcessesUsing } from '../src/state-dir.js';
 import { eventually } from './eventually.js';
 import { connect, startHostd, type Api, type Hostd } from './hostd.js';
@@ -421,4 +422,106 @@ export function haproxyConfig(bind: string, nodes: { id: string; address: string
     ...nodes.map((n) => `  server ${n.id} ${n.address} check inter 1s fall 2 rise 1`),
     '',
   ].join('\n');
+}
+
+/** A node as `GET /v1/cluster` lists it, and its drain report (docs/api.md, Cluster). */
+export type { NodeView, DrainReport };
+
+/** Node `id` as `api`'s `GET /v1/cluster` shows it; undefined when it is not listed. */
+export async function nodeView(api: Api, id: string): Promise<NodeView | undefined> {
+  const res = await api.json<{ nodes?: NodeView[] }>('GET', '/v1/cluster');
+  if (res.status !== 200) throw new Error(`GET /v1/cluster: ${res.status}`);
+  return res.body.nodes?.find((n) => n.id === id);
+}
+
+export interface DrainWait {
+  /** The node asked (default: through HAProxy). */
+  via?: Api;
+  /**
+   * The `drain.started_at` of the round to wait for (the drain route's 202 body has it): an
+   * earlier round's report, still shown by a node whose view lags, is not taken for its end.
+   */
+  since?: string;
+  timeoutMs?: number;
+  everyMs?: number;
+}
+
+/**
+ * Resolves with node `id` as listed once its drain ended, whatever it left (`drain.left` and
+ * `drain.snapshots_left` say what; the node is `drained` when nothing). Fails at once when the
+ * node is down or gone meanwhile (a drain does not end then), and with the nodes' log tail on
+ * a timeout. For a test that expects a drain to leave something; `waitDrained` for one that
+ * expects it to empty the node.
+ */
+export async function waitDrainEnded(
+  cluster: Cluster,
+  id: string,
+  opts: DrainWait = {},
+): Promise<NodeView> {
+  const { via = cluster.api, since, timeoutMs = 300_000, everyMs = 200 } = opts;
+  try {
+    return await eventually(
+      `the drain of ${id} to end`,
+      async () => {
+        const n = await nodeView(via, id);
+        if (!n || n.state === 'down') {
+          throw new Error(`${id} is ${n ? 'down' : 'no longer listed'}: its drain will not end`);
+        }
+        const report = n.drain;
+        // A node older than drain reports shows none: its end is `drained` only.
+        if (!report) return n.state === 'drained' && since === undefined ? n : null;
+        if (since !== undefined && report.started_at < since) return null;
+        return report.ended_at !== null ? n : null;
+      },
+      { timeoutMs, everyMs },
+    );
+  } catch (err) {
+    throw new Error(`${(err as Error).message}\nthe nodes' log tail:\n${cluster.logTail(60)}`);
+  }
+}
+
+/** A drain that ended with sandboxes or snapshots left on its node: it will not be `drained`. */
+export class DrainLeftError extends Error {
+  constructor(
+    readonly node: string,
+    readonly report: DrainReport,
+    logTail: string,
+  ) {
+    super(
+      `the drain of ${node} ended with ${report.left} sandbox(es) and ${report.snapshots_left} ` +
+        `snapshot(s) left (moved ${report.moved} and ${report.snapshots_moved}); the node stays ` +
+        `draining\nthe nodes' log tail:\n${logTail}`,
+    );
+  }
+}
+
+/**
+ * Waits until node `id` is `drained`; a drain that ends with something left fails at once
+ * (DrainLeftError, with the nodes' log tail) instead of waiting out the timeout.
+ */
+export async function waitDrained(
+  cluster: Cluster,
+  id: string,
+  opts: DrainWait = {},
+): Promise<NodeView> {
+  const n = await waitDrainEnded(cluster, id, opts);
+  if (n.state !== 'drained' && n.drain) throw new DrainLeftError(id, n.drain, cluster.logTail(60));
+  return n;
+}
+
+/**
+ * `POST /v1/cluster/nodes/{id}/drain` through `via` (default HAProxy), then `waitDrained` for
+ * that round. Returns the node once `drained`.
+ */
+export async function drainNode(
+  cluster: Cluster,
+  id: string,
+  opts: Omit<DrainWait, 'since'> = {},
+): Promise<NodeView> {
+  const via = opts.via ?? cluster.api;
+  const res = await via.json<NodeView>('POST', `/v1/cluster/nodes/${id}/drain`);
+  if (res.status !== 202) {
+    throw new Error(`drain of ${id}: ${res.status} ${JSON.stringify(res.body)}`);
+  }
+  return waitDrained(cluster, id, { ...opts, via, since: res.body.drain?.started_at });
 }

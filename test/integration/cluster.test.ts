@@ -19,7 +19,13 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { Sandbox } from '@e2b/code-interpreter';
-import { startCluster, type Cluster, type ClusterNode } from '../../testkit/cluster.js';
+import {
+  startCluster,
+  waitDrained,
+  type Cluster,
+  type ClusterNode,
+  type NodeView,
+} from '../../testkit/cluster.js';
 import { E2B_TEST_KEY } from '../../testkit/e2b.js';
 import { eventually } from '../../testkit/eventually.js';
 import { execEvents, openExec, run } from '../../testkit/exec.js';
@@ -404,23 +410,26 @@ describe('a three-node cluster', () => {
       );
       assert.equal(snap.status, 200, JSON.stringify(snap.body));
       const snapshotId = snap.body.snapshot_id;
-      const res = await elsewhere(target.id).json<{ id: string; state: string }>(
+      const res = await elsewhere(target.id).json<NodeView>(
         'POST',
         `/v1/cluster/nodes/${target.id}/drain`,
       );
       assert.equal(res.status, 202, JSON.stringify(res.body));
       assert.equal(res.body.state, 'draining');
-      await eventually(
-        `${target.id} to be drained, seen by every node`,
-        async () => {
-          for (const n of cluster.nodes) {
-            const v = await n.api.json<ClusterView>('GET', '/v1/cluster');
-            if (v.body.nodes.find((x) => x.id === target.id)?.state !== 'drained') return false;
-          }
-          return true;
-        },
-        { timeoutMs: 240_000, everyMs: 250 },
-      );
+      assert.equal(res.body.drain?.ended_at, null);
+      // Seen by every node; a drain that ends with something left fails here at once.
+      for (const n of cluster.nodes) {
+        const seen = await waitDrained(cluster, target.id, {
+          via: n.api,
+          since: res.body.drain!.started_at,
+          timeoutMs: 240_000,
+          everyMs: 250,
+        });
+        assert.equal(seen.drain?.left, 0);
+        assert.equal(seen.drain?.snapshots_left, 0);
+        assert.ok(seen.drain.moved >= 2, JSON.stringify(seen.drain));
+        assert.ok(seen.drain.snapshots_moved >= 1, JSON.stringify(seen.drain));
+      }
       // Every sandbox it held is elsewhere now, under its id, with its REPL state, through any node.
       const moved = await info(cluster.api, kept.id);
       assert.notEqual(moved.node, target.id);
@@ -545,7 +554,10 @@ describe('a three-node cluster', () => {
       assert.equal(busy.response.status, 200);
       let blocked = true;
       try {
-        const drain = await asker.api.request('POST', `/v1/cluster/nodes/${holder.id}/drain`);
+        const drain = await asker.api.json<NodeView>(
+          'POST',
+          `/v1/cluster/nodes/${holder.id}/drain`,
+        );
         assert.equal(drain.status, 202);
         await eventually(`${asker.id} to see ${holder.id} draining`, async () => {
           const v = await asker.api.json<ClusterView>('GET', '/v1/cluster');
@@ -563,14 +575,12 @@ describe('a three-node cluster', () => {
         assert.equal((await run(asker.api, child.id, 'print(x, z)')).stdout, '41 copied\n');
         busy.abort();
         blocked = false;
-        await eventually(
-          `${holder.id} to be drained`,
-          async () => {
-            const v = await asker.api.json<ClusterView>('GET', '/v1/cluster');
-            return v.body.nodes.find((x) => x.id === holder.id)?.state === 'drained';
-          },
-          { timeoutMs: 240_000, everyMs: 250 },
-        );
+        await waitDrained(cluster, holder.id, {
+          via: asker.api,
+          since: drain.body.drain!.started_at,
+          timeoutMs: 240_000,
+          everyMs: 250,
+        });
         // The drain left the snapshot to the node with the copy: a create from it through the
         // drained node is made there, with the REPL state.
         const again = await holder.api.json<{ id: string }>('POST', '/v1/sandboxes', {
