@@ -13,6 +13,7 @@ import { pino } from 'pino';
 import { buildServer } from '../../src/api/server.js';
 import { createMetrics } from '../../src/api/metrics.js';
 import { HttpPeers } from '../../src/cluster/peer-http.js';
+import type { ClusterNode as WireNode } from '../../src/api/wire/cluster.js';
 import type { ClusterNode } from '../../src/core/cluster/cluster-node.js';
 import { Drainer } from '../../src/core/cluster/drain.js';
 import { HandOver } from '../../src/core/cluster/hand-over.js';
@@ -106,9 +107,29 @@ describe('routes between nodes', () => {
     assert.equal(await stdout(a.api, id, 'set x 41'), '');
     const snap = await a.api.json<{ snapshot_id: string }>('POST', `/v1/sandboxes/${id}/snapshot`);
     assert.equal(snap.status, 200, JSON.stringify(snap.body));
-    const res = await b.api.json<{ state: string }>('POST', `/v1/cluster/nodes/${a.id}/drain`);
+    const res = await b.api.json<WireNode>('POST', `/v1/cluster/nodes/${a.id}/drain`);
     assert.equal(res.status, 202, JSON.stringify(res.body));
+    assert.equal(res.body.state, 'draining');
+    assert.equal(res.body.drain?.ended_at, null);
     await eventually('the drain to end', () => a.cluster.state === 'drained');
+    // Every node shows how it ended: this round's report, all moved, nothing left.
+    const seen = await eventually('b to show a drained', async () => {
+      const v = await b.api.json<{ nodes: WireNode[] }>('GET', '/v1/cluster');
+      const n = v.body.nodes.find((x) => x.id === a.id);
+      return n?.state === 'drained' ? n : null;
+    });
+    assert.equal(seen.drain?.started_at, res.body.drain.started_at);
+    assert.deepEqual(
+      { ...seen.drain, started_at: 0, ended_at: typeof seen.drain.ended_at },
+      {
+        started_at: 0,
+        ended_at: 'string',
+        moved: 1,
+        left: 0,
+        snapshots_moved: 1,
+        snapshots_left: 0,
+      },
+    );
     assert.equal(b.manager.holds(id), true);
     assert.equal(a.manager.holds(id), false);
     const info = await a.api.json<{ node: string; state: string }>('GET', `/v1/sandboxes/${id}`);
