@@ -325,6 +325,31 @@ describe('a drain’s report on the node’s record', () => {
     assert.equal(await stdout(a.manager, one.id, 'get x'), '7');
   });
 
+  test('a drain that cannot reach etcd ends at once, saying what it left; the others see it once etcd is back', async () => {
+    const c = await cluster(['a', 'b']);
+    stops.push(c.stop);
+    const a = c.nodes.get('a')!;
+    const b = c.nodes.get('b')!;
+    const s = await a.manager.create({ template: 'python' });
+    c.store.down = true;
+    assert.deepEqual(await a.drainer.drain(), {
+      moved: 0,
+      left: 1,
+      snapshotsMoved: 0,
+      snapshotsLeft: 0,
+    });
+    assert.equal(a.manager.holds(s.id), true);
+    const own = shown(a, 'a');
+    assert.equal(own?.state, 'draining');
+    assert.equal(own?.drain?.left, 1);
+    assert.ok(own?.drain?.ended_at);
+    c.store.down = false;
+    await eventually(
+      'b to see a’s drain ended',
+      () => shown(b, 'a')?.drain?.ended_at === own.drain?.ended_at,
+    );
+  });
+
   test('draining again once the cause is gone is a new round that moves what was left', async () => {
     const c = await cluster(['a', 'b']);
     stops.push(c.stop);
