@@ -15,7 +15,7 @@ import { existsSync } from 'node:fs';
 import { appendFile, chmod, cp, mkdtemp, readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { startCluster, type Cluster } from '../../testkit/cluster.js';
+import { drainNode, startCluster, type Cluster } from '../../testkit/cluster.js';
 import { eventually } from '../../testkit/eventually.js';
 import { run } from '../../testkit/exec.js';
 import type { Api } from '../../testkit/hostd.js';
@@ -124,13 +124,9 @@ async function handOver(c: Cluster): Promise<void> {
   assert.equal((await info(n1.api, sandbox)).node, 'node-1');
   assert.equal((await run(n1.api, sandbox, 'x = 41')).exit, 0);
 
-  const drain = await n1.api.request('POST', '/v1/cluster/nodes/node-1/drain');
-  assert.equal(drain.status, 202, await drain.text());
-  await eventually(
-    'the sandbox on node-2',
-    async () => (await info(n2.api, sandbox!)).node === 'node-2',
-    { timeoutMs: 600_000, everyMs: 500 },
-  );
+  // A drain that leaves the sandbox on node-1 fails here at once, with the nodes' log tail.
+  await drainNode(c, 'node-1', { via: n1.api, timeoutMs: 600_000, everyMs: 500 });
+  assert.equal((await info(n2.api, sandbox)).node, 'node-2');
   const [copy] = await copies();
   assert.ok(copy, 'a copy of node-1’s build in node-2’s cache');
   assert.ok(copy.endsWith(`/${key1}-${copy.slice(-16)}`), copy);
