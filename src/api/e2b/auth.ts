@@ -8,6 +8,10 @@
  *   sandbox's own access token, `envdAccessToken` from the create answer, as `X-Access-Token`.
  *   Tokens are HMACs of the sandbox id under a secret kept in the data directory, so they
  *   survive restarts without being stored, and one sandbox's token opens no other.
+ * - In cluster mode new tokens are issued under the cluster's shared secret (kept in etcd:
+ *   core/cluster/shared-secret.ts) once the node has it, so a token opens its sandbox on
+ *   whichever node the sandbox is moved to. The node's own secret is still accepted: tokens it
+ *   issued before it joined a cluster (or before this was so) keep working on it.
  */
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
@@ -30,9 +34,15 @@ export function makeApiKeyChecker(
 
 const SECRET_BYTES = 32;
 
-/** Per-sandbox tokens derived from one secret. */
+/** The name of the cluster's shared secret E2B tokens are issued under (core/cluster/shared-secret.ts). */
+export const E2B_TOKEN_SECRET = 'e2b-token';
+
+/** Per-sandbox tokens derived from the node's secret, or the cluster's once it is shared. */
 export class SandboxTokens {
-  private constructor(private readonly secret: Buffer) {}
+  /** The cluster's shared secret: what tokens are issued under once set. */
+  private shared: Buffer | null = null;
+
+  private constructor(private readonly own: Buffer) {}
 
   /** Tokens under a fresh secret (unit tests; a hostd whose tokens need not outlive it). */
   static ephemeral(): SandboxTokens {
@@ -50,38 +60,89 @@ export class SandboxTokens {
     });
     if (existing && existing.length >= SECRET_BYTES) return new SandboxTokens(existing);
     const secret = randomBytes(SECRET_BYTES);
-    await mkdir(dirname(file), { recursive: true, mode: 0o700 });
-    await writeFile(`${file}.tmp`, secret, { mode: 0o600 });
-    await rename(`${file}.tmp`, file);
+    await writeSecret(file, secret);
     return new SandboxTokens(secret);
+  }
+
+  /**
+   * Cluster mode: shares the cluster's secret as this node last had it, kept in `file` by
+   * `share`, so that a node restarted while etcd is unreachable still issues and accepts the
+   * tokens its sandboxes' clients hold. True when there was one.
+   */
+  async loadShared(file: string): Promise<boolean> {
+    const kept = await readFile(file).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT') return null;
+      throw err;
+    });
+    if (!kept || kept.length < SECRET_BYTES) return false;
+    this.shared = kept;
+    return true;
+  }
+
+  /**
+   * Cluster mode, once the node has the cluster's secret: every token issued from now on is
+   * derived from it; those of the node's own secret are still accepted. Never logged or shown;
+   * kept in `file` (mode 0600) for `loadShared`. The cluster's wins over a kept one that differs
+   * (etcd's copy was replaced): tokens of the old one are then refused, as after deleting it.
+   */
+  async share(secret: Buffer, file: string): Promise<void> {
+    if (this.shared?.equals(secret)) return;
+    this.shared = secret;
+    await writeSecret(file, secret);
   }
 
   /** `envdAccessToken`: what envd traffic and `/execute` carry as `X-Access-Token`. */
   accessToken(sandboxId: string): string {
-    return this.derive('access', sandboxId);
+    return derive(this.shared ?? this.own, 'access', sandboxId);
   }
 
   /** `trafficAccessToken`: what the code interpreter's calls carry as `E2B-Traffic-Access-Token`. */
   trafficToken(sandboxId: string): string {
-    return this.derive('traffic', sandboxId);
+    return derive(this.shared ?? this.own, 'traffic', sandboxId);
   }
 
-  /** True when `presented` is the sandbox's access token (constant time). */
+  /**
+   * Every access token this node accepts for the sandbox, the one it issues first: what a signed
+   * `/files` URL may have been signed with.
+   */
+  accessTokens(sandboxId: string): string[] {
+    return this.secrets().map((secret) => derive(secret, 'access', sandboxId));
+  }
+
+  /** True when `presented` is one of the sandbox's access tokens (constant time). */
   isAccessToken(sandboxId: string, presented: string | undefined): boolean {
-    return presented !== undefined && same(this.accessToken(sandboxId), presented);
+    if (presented === undefined) return false;
+    let ok = false;
+    for (const token of this.accessTokens(sandboxId)) ok = same(token, presented) || ok;
+    return ok;
   }
 
-  /** True when `presented` is the sandbox's traffic token or its access token (constant time). */
+  /** True when `presented` is one of the sandbox's traffic or access tokens (constant time). */
   isTrafficToken(sandboxId: string, presented: string | undefined): boolean {
     if (presented === undefined) return false;
-    const traffic = same(this.trafficToken(sandboxId), presented);
-    const access = same(this.accessToken(sandboxId), presented);
-    return traffic || access;
+    let ok = false;
+    for (const secret of this.secrets()) {
+      ok = same(derive(secret, 'traffic', sandboxId), presented) || ok;
+      ok = same(derive(secret, 'access', sandboxId), presented) || ok;
+    }
+    return ok;
   }
 
-  private derive(purpose: string, sandboxId: string): string {
-    return createHmac('sha256', this.secret).update(`e2b-${purpose}:${sandboxId}`).digest('hex');
+  /** The secrets tokens are checked against: the one issued under first. */
+  private secrets(): Buffer[] {
+    return this.shared ? [this.shared, this.own] : [this.own];
   }
+}
+
+/** Writes `secret` to `file` (mode 0600) atomically. */
+async function writeSecret(file: string, secret: Buffer): Promise<void> {
+  await mkdir(dirname(file), { recursive: true, mode: 0o700 });
+  await writeFile(`${file}.tmp`, secret, { mode: 0o600 });
+  await rename(`${file}.tmp`, file);
+}
+
+function derive(secret: Buffer, purpose: string, sandboxId: string): string {
+  return createHmac('sha256', secret).update(`e2b-${purpose}:${sandboxId}`).digest('hex');
 }
 
 /** Constant-time equality that does not reveal where, or whether lengths, differ. */

@@ -69,8 +69,11 @@ declare module 'fastify' {
 /** The running sandbox a data-plane request is for, as the front's hook found it. */
 export interface DataPlaneSandbox {
   readonly id: string;
-  /** Its access token: what signatures of its `/files` URLs are made with. */
-  readonly accessToken: string;
+  /**
+   * Its access tokens, the one issued first (api/e2b/auth.ts): what signatures of its `/files`
+   * URLs are made with.
+   */
+  readonly accessTokens: readonly string[];
   /** False only under `access-or-signature` when no token header came: check the signature. */
   readonly tokenChecked: boolean;
 }
@@ -179,7 +182,7 @@ export function makeContext(opts: {
       manager
         .list()
         .filter((s) => e2bState(s) === 'running')
-        .map((s) => ({ id: s.id, accessToken: tokens.accessToken(s.id), tokenChecked: false })),
+        .map((s) => ({ id: s.id, accessTokens: tokens.accessTokens(s.id), tokenChecked: false })),
     requireRunning,
     cutOnStop: (id, socket) => stopWatch.watch(id, socket),
     onSandboxStopped: (listener) => manager.onSandboxStopped(listener),

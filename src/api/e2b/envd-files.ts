@@ -67,9 +67,14 @@ function queryOf(req: FastifyRequest): FilesQuery {
   };
 }
 
-/** The signature check: null when it holds for `token`, else why not. */
-function signatureProblem(query: FilesQuery, operation: Operation, token: string): string | null {
-  if (query.signature === undefined || query.signature === '') {
+/** The signature check: null when it holds for one of `tokens`, else why not. */
+function signatureProblem(
+  query: FilesQuery,
+  operation: Operation,
+  tokens: readonly string[],
+): string | null {
+  const signature = query.signature;
+  if (signature === undefined || signature === '') {
     return 'missing signature query parameter';
   }
   let expiration: number | undefined;
@@ -77,14 +82,12 @@ function signatureProblem(query: FilesQuery, operation: Operation, token: string
     expiration = Number(query.signature_expiration);
     if (!Number.isSafeInteger(expiration)) return 'invalid signature expiration';
   }
-  const expected = fileSignature(
-    query.path ?? '',
-    operation,
-    query.username ?? '',
-    token,
-    expiration,
-  );
-  if (!sameString(expected, query.signature)) return 'invalid signature';
+  const signed = (token: string): boolean =>
+    sameString(
+      fileSignature(query.path ?? '', operation, query.username ?? '', token, expiration),
+      signature,
+    );
+  if (!tokens.some(signed)) return 'invalid signature';
   if (expiration !== undefined && expiration < Math.floor(Date.now() / 1000)) {
     return 'signature is already expired';
   }
@@ -101,7 +104,7 @@ function sandboxFor(ctx: E2bContext, req: FastifyRequest, operation: Operation):
   const known = ctx.sandboxOf(req);
   if (known) {
     if (known.tokenChecked) return known;
-    const why = signatureProblem(query, operation, known.accessToken);
+    const why = signatureProblem(query, operation, known.accessTokens);
     if (why) throw fail('invalidSignature', why);
     return known;
   }
@@ -110,7 +113,7 @@ function sandboxFor(ctx: E2bContext, req: FastifyRequest, operation: Operation):
   }
   let why = 'invalid signature';
   for (const candidate of ctx.runningSandboxes()) {
-    const problem = signatureProblem(query, operation, candidate.accessToken);
+    const problem = signatureProblem(query, operation, candidate.accessTokens);
     if (problem === null) return candidate;
     if (problem !== 'invalid signature') why = problem;
   }
@@ -131,7 +134,7 @@ export function signedSandboxId(
   const query = queryOf(req);
   if (query.signature === undefined || query.signature === '') return null;
   const match = ctx.runningSandboxes().find((c) => {
-    const problem = signatureProblem(query, operation, c.accessToken);
+    const problem = signatureProblem(query, operation, c.accessTokens);
     return problem === null || problem === 'signature is already expired';
   });
   return match?.id ?? null;

@@ -226,7 +226,7 @@ export async function buildE2bServer(
           }
           tokenChecked = access !== undefined;
         }
-        resolved.set(req.raw, { id, accessToken: tokens.accessToken(id), tokenChecked });
+        resolved.set(req.raw, { id, accessTokens: tokens.accessTokens(id), tokenChecked });
         const unwatch = stopWatch.watch(id, req.raw.socket);
         reply.raw.once('close', unwatch);
       } catch (err) {

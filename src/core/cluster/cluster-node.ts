@@ -19,6 +19,7 @@ import type { RecordStore, SandboxRecord, SnapshotRecord } from '../journal.js';
 import { CatalogView, type Versioned } from './catalog-view.js';
 import { CatalogWriter } from './catalog-writer.js';
 import type { ClusterKv } from './kv.js';
+import { sharedSecret, sharedSecretKey } from './shared-secret.js';
 import { placementOrder } from './placement.js';
 import {
   KEYS,
@@ -1090,6 +1091,28 @@ export class ClusterNode {
       created_at: record.created_at,
       ...(record.state === 'lost' ? { error: record.error ?? 'its VM is gone' } : {}),
     };
+  }
+
+  /**
+   * The cluster's shared secret `name` (shared-secret.ts), retrying with the join's backoff while
+   * etcd cannot be reached: null when the node stops first. Needs no lease, so it can be asked
+   * before the node joins.
+   */
+  async sharedSecret(name: string): Promise<Buffer | null> {
+    for (let attempt = 0; !this.stopped; attempt++) {
+      try {
+        return await sharedSecret(this.kv, name);
+      } catch (err) {
+        if (attempt === 0 || attempt % 10 === 0) {
+          this.options.log.warn(
+            { err: (err as Error).message, secret: sharedSecretKey(name) },
+            "cannot read the cluster's shared secret; retrying",
+          );
+        }
+        await new Promise((r) => setTimeout(r, Math.min(5000, 250 * 2 ** attempt)).unref());
+      }
+    }
+    return null;
   }
 
   /** Connects (lease, record, catalog), retrying with backoff until it works or the node stops. */
