@@ -9,7 +9,7 @@ import { exitOnUncaught } from './fail-fast.js';
 import { authMode, type AuthMode } from './api/auth.js';
 import { createMetrics, type Metrics } from './api/metrics.js';
 import { buildServer } from './api/server.js';
-import { E2B_TOKEN_SECRET, SandboxTokens } from './api/e2b/auth.js';
+import { SandboxTokens } from './api/e2b/auth.js';
 import { peerE2bUrl } from './api/e2b/cluster-hop.js';
 import { buildE2bServer } from './api/e2b/server.js';
 import { sandboxSizing, type SandboxSizing } from './core/admission.js';
@@ -488,7 +488,9 @@ async function buildServers(
     ? await buildE2bServer({
         manager,
         auth,
-        tokens: await e2bTokens(config, cluster, log),
+        tokens: cluster
+          ? await SandboxTokens.ofClusterNode(config.dataDir, cluster, log)
+          : await SandboxTokens.load(join(config.dataDir, 'e2b-token-secret')),
         maxBodyBytes: config.maxBodyBytes,
         maxFileBytes: config.maxFileBytes,
         logger: log,
@@ -505,33 +507,6 @@ async function buildServers(
       })
     : null;
   return { app, e2b: e2b?.app ?? null };
-}
-
-/**
- * The E2B front's token secrets (docs/e2b.md, Auth): the node's own, and in cluster mode the
- * cluster's shared one from etcd, which new tokens are issued under so that they open their
- * sandbox on any node it moves to. A node that has never had the cluster's (its first start in
- * cluster mode) waits for it as long as the join's first try (10 s), then issues under its own
- * until etcd answers; one that kept a copy starts with that at once and takes etcd's when it
- * comes.
- */
-async function e2bTokens(
-  config: Config,
-  cluster: ClusterNode | null,
-  log: Logger,
-): Promise<SandboxTokens> {
-  const tokens = await SandboxTokens.load(join(config.dataDir, 'e2b-token-secret'));
-  if (!cluster) return tokens;
-  const copy = join(config.dataDir, 'e2b-cluster-token-secret');
-  const kept = await tokens.loadShared(copy);
-  const fetched = cluster
-    .sharedSecret(E2B_TOKEN_SECRET)
-    .then((secret) => (secret ? tokens.share(secret, copy) : undefined))
-    .catch((err: unknown) =>
-      log.warn({ err: (err as Error).message }, "the cluster's E2B token secret was not kept"),
-    );
-  if (!kept) await Promise.race([fetched, new Promise((r) => setTimeout(r, 10_000).unref())]);
-  return tokens;
 }
 
 /**

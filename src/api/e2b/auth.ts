@@ -15,7 +15,8 @@
  */
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
+import type { Logger } from 'pino';
 import { fail, type HostdError } from '../../errors.js';
 import { makeKeyMatcher, type AuthMode } from '../auth.js';
 
@@ -65,11 +66,38 @@ export class SandboxTokens {
   }
 
   /**
+   * A cluster node's tokens (docs/e2b.md, Auth): under its own secret (`dir`/e2b-token-secret),
+   * and the cluster's shared one from etcd, which new tokens are issued under so that they open
+   * their sandbox on any node it moves to. A node that has never had the cluster's (its first
+   * start in cluster mode) waits for it as long as the join's first try (`waitMs`), then issues
+   * under its own until etcd answers; one that kept a copy (`dir`/e2b-cluster-token-secret)
+   * starts with that at once and takes etcd's when it comes.
+   */
+  static async ofClusterNode(
+    dir: string,
+    cluster: { sharedSecret(name: string): Promise<Buffer | null> },
+    log: Logger,
+    waitMs = 10_000,
+  ): Promise<SandboxTokens> {
+    const tokens = await SandboxTokens.load(join(dir, 'e2b-token-secret'));
+    const copy = join(dir, 'e2b-cluster-token-secret');
+    const kept = await tokens.loadShared(copy);
+    const fetched = cluster
+      .sharedSecret(E2B_TOKEN_SECRET)
+      .then((secret) => (secret ? tokens.share(secret, copy) : undefined))
+      .catch((err: unknown) =>
+        log.warn({ err: (err as Error).message }, "the cluster's E2B token secret was not kept"),
+      );
+    if (!kept) await Promise.race([fetched, new Promise((r) => setTimeout(r, waitMs).unref())]);
+    return tokens;
+  }
+
+  /**
    * Cluster mode: shares the cluster's secret as this node last had it, kept in `file` by
    * `share`, so that a node restarted while etcd is unreachable still issues and accepts the
    * tokens its sandboxes' clients hold. True when there was one.
    */
-  async loadShared(file: string): Promise<boolean> {
+  private async loadShared(file: string): Promise<boolean> {
     const kept = await readFile(file).catch((err: NodeJS.ErrnoException) => {
       if (err.code === 'ENOENT') return null;
       throw err;
@@ -85,7 +113,7 @@ export class SandboxTokens {
    * kept in `file` (mode 0600) for `loadShared`. The cluster's wins over a kept one that differs
    * (etcd's copy was replaced): tokens of the old one are then refused, as after deleting it.
    */
-  async share(secret: Buffer, file: string): Promise<void> {
+  private async share(secret: Buffer, file: string): Promise<void> {
     if (this.shared?.equals(secret)) return;
     this.shared = secret;
     await writeSecret(file, secret);
