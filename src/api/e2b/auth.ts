@@ -88,7 +88,11 @@ export class SandboxTokens {
       .catch((err: unknown) =>
         log.warn({ err: (err as Error).message }, "the cluster's E2B token secret was not kept"),
       );
-    if (!kept) await Promise.race([fetched, new Promise((r) => setTimeout(r, waitMs).unref())]);
+    if (!kept) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([fetched, new Promise((r) => (timer = setTimeout(r, waitMs)))]);
+      clearTimeout(timer);
+    }
     return tokens;
   }
 

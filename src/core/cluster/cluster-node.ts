@@ -1109,7 +1109,7 @@ export class ClusterNode {
             "cannot read the cluster's shared secret; retrying",
           );
         }
-        await new Promise((r) => setTimeout(r, Math.min(5000, 250 * 2 ** attempt)).unref());
+        await new Promise((r) => setTimeout(r, Math.min(5000, 250 * 2 ** attempt)));
       }
     }
     return null;
