@@ -8,6 +8,9 @@
  * test/integration/cluster.test.ts.
  */
 import { after, before, describe, test } from 'node:test';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import assert from 'node:assert/strict';
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
@@ -103,9 +106,16 @@ interface Node {
   id: string;
   cluster: ClusterNode;
   manager: SandboxManager;
+  handOver: HandOver;
   apps: FastifyInstance[];
   e2bUrl: string;
 }
+
+/** Each node's data directory: where its own token secret, and its copy of the cluster's, are. */
+const dataDirs: string[] = [];
+after(async () => {
+  for (const dir of dataDirs) await rm(dir, { recursive: true, force: true });
+});
 
 async function startNode(
   store: MemoryStore,
@@ -113,6 +123,8 @@ async function startNode(
   overrides: Partial<ManagerOptions> = {},
 ): Promise<Node> {
   const { cluster, manager } = await startClusterManager(store, id, log, overrides);
+  const dataDir = await mkdtemp(join(tmpdir(), `e2b-cluster-${id}-`));
+  dataDirs.push(dataDir);
   const auth = { kind: 'keys' as const, keys: [KEY] };
   // The peer routes and links, for snapshots copied to the node a create is placed on.
   const peers = new HttpPeers({ self: id, clusterKey: CLUSTER_KEY, apiKey: KEY });
@@ -135,8 +147,8 @@ async function startNode(
   const { app: e2b } = await buildE2bServer({
     manager,
     auth,
-    // Each node its own secret, as each node's data directory has: only the holder checks.
-    tokens: SandboxTokens.ephemeral(),
+    // As hostd's: each node's own secret, and the cluster's, which new tokens are issued under.
+    tokens: await SandboxTokens.ofClusterNode(dataDir, cluster, log),
     maxBodyBytes: 1 << 20,
     maxFileBytes: 1 << 20,
     logger: log,
@@ -150,7 +162,7 @@ async function startNode(
   cluster.url = await app.listen({ host: '127.0.0.1', port: 0 });
   cluster.e2bUrl = e2bUrl;
   await cluster.start();
-  return { id, cluster, manager, apps: [app, e2b], e2bUrl };
+  return { id, cluster, manager, handOver, apps: [app, e2b], e2bUrl };
 }
 
 async function e2b(
@@ -687,6 +699,39 @@ describe("E2B's connect of a paused sandbox whose node is full", () => {
     } finally {
       await g.manager.delete(filler.id);
       for (const id of paused) await e2b(g, 'DELETE', `/sandboxes/${id}`);
+    }
+  });
+
+  test("a token issued by the sandbox's old node opens its traffic on the node it was moved to", async () => {
+    const s = await g.manager.create({ template: 'python' });
+    try {
+      const info = await e2b(g, 'GET', `/sandboxes/${s.id}`);
+      assert.equal(info.status, 200, JSON.stringify(info.json));
+      const token = (info.json as Made).envdAccessToken;
+      // As a drain does: paused, handed over, resumed on its next use on h.
+      await g.manager.pause(s.id);
+      await g.handOver.moveOut(s.id, h.cluster.selfRecord());
+      assert.equal(h.manager.holds(s.id), true);
+      assert.equal(g.manager.holds(s.id), false);
+      await h.manager.resume(s.id);
+      for (const via of [g, h]) {
+        const rpc = await e2b(via, 'POST', '/filesystem.Filesystem/Stat', {
+          body: { path: '/definitely/missing' },
+          headers: { 'e2b-sandbox-id': s.id, 'e2b-sandbox-port': '49983', 'x-access-token': token },
+        });
+        assert.equal(rpc.status, 404, `via ${via.id}: ${JSON.stringify(rpc.json)}`);
+        assert.equal((rpc.json as { code: string }).code, 'not_found');
+      }
+      // h's answers name the same token: the client's holds on.
+      const again = await e2b(h, 'GET', `/sandboxes/${s.id}`);
+      assert.equal((again.json as Made).envdAccessToken, token);
+      const wrong = await e2b(h, 'POST', '/filesystem.Filesystem/Stat', {
+        body: { path: '/definitely/missing' },
+        headers: { 'e2b-sandbox-id': s.id, 'e2b-sandbox-port': '49983', 'x-access-token': 'nope' },
+      });
+      assert.equal(wrong.status, 401);
+    } finally {
+      await e2b(h, 'DELETE', `/sandboxes/${s.id}`);
     }
   });
 
