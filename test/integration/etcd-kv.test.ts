@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { EtcdKv } from '../../src/cluster/etcd-kv.js';
 import type { KvEvent } from '../../src/core/cluster/kv.js';
+import { sharedSecret, sharedSecretKey } from '../../src/core/cluster/shared-secret.js';
 import { eventually } from '../../testkit/eventually.js';
 import { startEtcd, type EtcdMember } from '../../testkit/cluster.js';
 
@@ -51,6 +52,22 @@ describe('etcd adapter', () => {
       entries.map((e) => [e.key, e.value]),
       [['sandboxes/a', '{"n":3}']],
     );
+  });
+
+  test("the cluster's shared secret is made once, whichever clients ask at the same time", async () => {
+    const other = new EtcdKv({ endpoints: [members[0]!.clientUrl], callTimeoutMs: 2000 });
+    try {
+      const [one, two] = await Promise.all([
+        sharedSecret(kv, 'test-secret'),
+        sharedSecret(other, 'test-secret'),
+      ]);
+      assert.equal(one.length, 32);
+      assert.deepEqual(two, one);
+      assert.deepEqual(await sharedSecret(kv, 'test-secret'), one);
+      assert.equal((await kv.list(sharedSecretKey(''))).entries.length, 1);
+    } finally {
+      await other.close();
+    }
   });
 
   test('keys written on the lease go when it is revoked; the watch sees it all in order', async () => {
