@@ -64,7 +64,16 @@ CMDLINE="console=ttyS0 quiet panic=-1 tsc=reliable no_timer_check cryptomgr.note
 # vector paths, and a chart rendered to PNG in the guest took about 2.5 times less CPU than on
 # qemu64,+rdrand,+arat (docs/architecture.md, "Compute under TCG"). A frozen state restores
 # only into the QEMU that made it, so `max` changing with QEMU's version changes nothing there.
-TCG_CMDLINE_APPEND='tsc_early_khz={host_tsc_khz}'
+# clearcpuid=erms,rep_good: the kernel's own clear_page, memset, memcpy and copy to/from user
+# space take their unrolled-loop versions rather than `rep stosb`/`rep movsb` (ERMS) or
+# `rep stosq`/`rep movsq` (REP_GOOD). QEMU 7.2's TCG runs a `rep` string instruction one
+# iteration per pass through its translated block, so zeroing one page by `rep stosb` is 4,096
+# passes: with init_on_free that was about half of dropping a written file's cache before a
+# pause (docs/architecture.md, "Where a small file operation and a pause spend their time").
+# Only the kernel's choice changes: CPUID still shows ERMS to user space (glibc's memset and
+# memcpy are issue 29's CPU-model question), and under KVM, where `rep` string operations are
+# the fast ones, nothing is appended.
+TCG_CMDLINE_APPEND='tsc_early_khz={host_tsc_khz} clearcpuid=erms,rep_good'
 TCG_CPU='max'
 
 # Lays out the initramfs tree in $1/tree.
