@@ -286,7 +286,8 @@ def main(argv=None):
     env = DefaultEnvironment(workdir, template.env)
     # Before the first REPL worker starts (in serve()): HTTP(S) clients go out through hostd.net.
     env.merge(net_relay.PROXY_ENV)
-    env.merge(cpu_quirks.emulation_env())
+    # A template that sets one of these itself (its own BLAS kernels, its own tunables) keeps it.
+    env.merge({k: v for k, v in cpu_quirks.emulation_env().items() if k not in template.env})
     try:
         (rfd, wfd), repl_fds = open_channels(args)
     except OSError as e:

@@ -13,12 +13,20 @@ Haswell's took about twice Prescott's (AVX2 and FMA cost more emulated than they
 Zen's more (docs/architecture.md, "Compute under TCG"). They are named rather than left to
 OpenBLAS's detection, so that another QEMU's `max` cannot move them.
 Under KVM the guest sees the host's CPU and OpenBLAS chooses by itself.
+
+glibc is kept off `rep stosb` / `rep movsb` (GLIBC_TUNABLES, ERMS and FSRM off) for the reason
+the kernel is (hostd appends `clearcpuid=erms,rep_good` under TCG): QEMU 7.2's TCG runs a `rep`
+string instruction one iteration per pass, so a 32 MiB `memset` took 121-148 ms in a guest with
+them and 17-22 ms without (docs/architecture.md, "Compute under TCG"). Under KVM they are the
+fast ones and nothing is set.
 """
 
 TCG_MARK = "tsc_early_khz="
 # What OpenBLAS's Opteron_SSE3 kernels need beyond SSE2: SSE3, and 3DNow! (with AMD's MMX
 # extensions) for their prefetches.
 OPTERON_FLAGS = ("pni", "3dnow", "mmxext")  # SSE3 is "pni" in /proc/cpuinfo
+# glibc's string functions without the `rep` variants: its SSE2/AVX loops, which TCG runs well.
+GLIBC_NO_REP_STRINGS = "glibc.cpu.hwcaps=-ERMS,-FSRM"
 
 
 def _read(path):
@@ -42,6 +50,5 @@ def emulation_env(cmdline_path="/proc/cmdline", cpuinfo_path="/proc/cpuinfo"):
     if cmdline is None or TCG_MARK not in cmdline:
         return {}
     flags = _cpu_flags(_read(cpuinfo_path) or "")
-    if set(OPTERON_FLAGS) <= flags:
-        return {"OPENBLAS_CORETYPE": "Opteron_SSE3"}
-    return {"OPENBLAS_CORETYPE": "Prescott"}
+    coretype = "Opteron_SSE3" if set(OPTERON_FLAGS) <= flags else "Prescott"
+    return {"OPENBLAS_CORETYPE": coretype, "GLIBC_TUNABLES": GLIBC_NO_REP_STRINGS}

@@ -6,7 +6,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from cpu_quirks import emulation_env  # noqa: E402
+from cpu_quirks import GLIBC_NO_REP_STRINGS, emulation_env  # noqa: E402
 
 TCG = "console=ttyS0 quiet tsc_early_khz=2100000\n"
 # /proc/cpuinfo's flags in a guest on `-cpu max` (QEMU 7.2, read in a sandbox), and qemu64's
@@ -35,14 +35,18 @@ class EmulationEnvironment(unittest.TestCase):
                              self.file("processor\t: 0\nflags\t\t: %s\n" % flags))
 
     def test_on_max_openblas_gets_the_opteron_kernels_it_runs_fastest(self):
-        self.assertEqual(self.env(TCG, MAX), {"OPENBLAS_CORETYPE": "Opteron_SSE3"})
+        self.assertEqual(self.env(TCG, MAX)["OPENBLAS_CORETYPE"], "Opteron_SSE3")
 
     def test_on_qemu64_without_3dnow_openblas_is_kept_to_sse3_kernels(self):
-        self.assertEqual(self.env(TCG, QEMU64), {"OPENBLAS_CORETYPE": "Prescott"})
+        self.assertEqual(self.env(TCG, QEMU64)["OPENBLAS_CORETYPE"], "Prescott")
 
     def test_an_unreadable_cpuinfo_under_tcg_means_the_safe_kernels(self):
-        self.assertEqual(emulation_env(self.file(TCG), "/nonexistent/cpuinfo"),
-                         {"OPENBLAS_CORETYPE": "Prescott"})
+        self.assertEqual(emulation_env(self.file(TCG), "/nonexistent/cpuinfo")["OPENBLAS_CORETYPE"],
+                         "Prescott")
+
+    def test_under_tcg_glibc_keeps_off_the_rep_string_instructions_tcg_runs_a_byte_a_pass(self):
+        self.assertEqual(self.env(TCG, MAX)["GLIBC_TUNABLES"], GLIBC_NO_REP_STRINGS)
+        self.assertEqual(self.env(TCG, QEMU64)["GLIBC_TUNABLES"], GLIBC_NO_REP_STRINGS)
 
     def test_under_kvm_nothing_is_added(self):
         self.assertEqual(self.env("console=ttyS0 quiet\n", MAX), {})
