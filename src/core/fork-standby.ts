@@ -54,6 +54,18 @@ export class ForkStandby {
     const entry = origin ? this.entries.get(origin) : undefined;
     if (!entry) return null;
     entry.lastFork = children;
+    return this.takeImage(origin);
+  }
+
+  /**
+   * The ready target for a capture that starts no machine (a snapshot): the request is spared
+   * copying the base image, the largest part of its time and the one that varies with the
+   * host's disk; the machines waiting in the target are bound to that copy and go with it. The
+   * width of the next target stays that of the last fork. Call `refill` once the capture is over.
+   */
+  takeImage(origin: FrozenState | null): ForkTarget | null {
+    const entry = origin ? this.entries.get(origin) : undefined;
+    if (!entry) return null;
     const target = entry.ready;
     entry.ready = null;
     return target;

@@ -855,9 +855,13 @@ export class SandboxManager {
 
   private async takeSnapshot(id: string, name: string | null): Promise<SnapshotInfo> {
     const { sandbox, release } = await this.registry.acquire(id, undefined, 'both');
+    let tookTarget = false;
     try {
       this.ensureStorage(sandbox.machine.captureCostMib());
-      const state = await sandbox.machine.capture(1, null).catch((err: unknown) => {
+      // A fork's prepared copy of the base image, when one is ready (core/fork-standby.ts).
+      const target = this.standby.takeImage(sandbox.machine.origin);
+      tookTarget = target !== null;
+      const state = await sandbox.machine.capture(1, target).catch((err: unknown) => {
         if (!this.registry.holds(sandbox)) throw fail('sandboxDeleted', id);
         throw asMachineError(
           err,
@@ -871,9 +875,13 @@ export class SandboxManager {
       const size = this.hypervisor.stateSizeBytes(state);
       const info = this.snapshots.add(state, sandbox, size, name);
       sandbox.touch();
-      this.log.info({ sandbox: id, snapshot: info.snapshot_id, size }, 'snapshot taken');
+      this.log.info(
+        { sandbox: id, snapshot: info.snapshot_id, size, prepared: tookTarget },
+        'snapshot taken',
+      );
       return info;
     } finally {
+      if (tookTarget) this.standby.refill();
       release();
     }
   }
