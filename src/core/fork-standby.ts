@@ -58,15 +58,16 @@ export class ForkStandby {
   }
 
   /**
-   * The ready target for a capture that starts no machine (a snapshot): the request is spared
-   * copying the base image, the largest part of its time and the one that varies with the
-   * host's disk; the machines waiting in the target are bound to that copy and go with it. The
-   * width of the next target stays that of the last fork. Call `refill` once the capture is over.
+   * The ready target for a capture that starts no machine (a snapshot), if at most `maxWaiting`
+   * machines wait in it: the request is spared copying the base image, the largest part of its
+   * time and the one that varies with the host's disk, but the waiting machines are bound to
+   * that copy and go with it, so a wide fork's target is left to the next fork. The width of
+   * the next target stays that of the last fork. Call `refill` once the capture is over.
    */
-  takeImage(origin: FrozenState | null): ForkTarget | null {
+  takeImage(origin: FrozenState | null, maxWaiting = Infinity): ForkTarget | null {
     const entry = origin ? this.entries.get(origin) : undefined;
-    if (!entry) return null;
-    const target = entry.ready;
+    const target = entry?.ready;
+    if (!entry || !target || target.incoming > maxWaiting) return null;
     entry.ready = null;
     return target;
   }

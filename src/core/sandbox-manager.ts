@@ -858,8 +858,9 @@ export class SandboxManager {
     let tookTarget = false;
     try {
       this.ensureStorage(sandbox.machine.captureCostMib());
-      // A fork's prepared copy of the base image, when one is ready (core/fork-standby.ts).
-      const target = this.standby.takeImage(sandbox.machine.origin);
+      // A fork's prepared copy of the base image, when one is ready (core/fork-standby.ts) and
+      // no more than one machine, which the snapshot does not use, waits on it.
+      const target = this.standby.takeImage(sandbox.machine.origin, 1);
       tookTarget = target !== null;
       const state = await sandbox.machine.capture(1, target).catch((err: unknown) => {
         if (!this.registry.holds(sandbox)) throw fail('sandboxDeleted', id);

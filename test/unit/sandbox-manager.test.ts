@@ -465,10 +465,6 @@ describe('snapshots', () => {
     const { manager, hv } = await started();
     const { id } = await manager.create({ template: 'slim' });
     await eventually('a target for each template', () => hv.targets.length === 2);
-    await manager.fork(id, 3); // forks of this template are 3 wide from now on
-    await eventually('a new target with 3 incoming machines', () =>
-      hv.targets.some((t) => !t.discarded && t.incoming === 3),
-    );
     const made = hv.targets.length;
     await run(manager, id, 'set x kept');
     const snap = await manager.snapshot(id);
@@ -477,9 +473,24 @@ describe('snapshots', () => {
       await stdout(manager, (await manager.create({ snapshot: snap.snapshot_id })).id, 'get x'),
       'kept',
     );
-    await eventually('the next target, still 3 wide', () =>
-      hv.targets.slice(made).some((t) => !t.discarded && t.incoming === 3),
+    await eventually('the next target', () =>
+      hv.targets.slice(made).some((t) => !t.discarded && t.incoming === 1),
     );
+    await manager.shutdown();
+  });
+
+  test("a snapshot leaves a wide fork's prepared target to the next fork", async () => {
+    const { manager, hv } = await started();
+    const { id } = await manager.create({ template: 'slim' });
+    await eventually('a target for each template', () => hv.targets.length === 2);
+    await manager.fork(id, 3); // forks of this template are 3 wide from now on
+    await eventually('a new target with 3 incoming machines', () =>
+      hv.targets.some((t) => !t.discarded && t.incoming === 3),
+    );
+    await manager.snapshot(id);
+    assert.equal(hv.captures.at(-1)!.target, false);
+    await manager.fork(id, 3);
+    assert.equal(hv.captures.at(-1)!.target, true);
     await manager.shutdown();
   });
 
