@@ -110,3 +110,49 @@ test('frozen overlays reopen as the same chain after a restart; garbage collecti
     await rm(data, { recursive: true, force: true });
   }
 });
+
+test('opens of one frozen layer at once share its reopening; a record naming itself is refused', async () => {
+  const data = await mkdtemp(join(tmpdir(), 'hostd-disks-'));
+  try {
+    const templates = join(data, 'templates');
+    await mkdir(join(templates, 'abc1'), { recursive: true });
+    await writeFile(join(templates, 'abc1', 'disk.qcow2'), 'template');
+    const first = new DiskStore(data, templates);
+    await first.init();
+    const template = first.templateLayer('abc1').retain();
+    // A fork point two sandboxes sit on, each with a frozen layer of its own above it.
+    const vm = first.newTopId();
+    await writeFile(first.topPath(vm), 'fork point');
+    await first.recordTop(vm, template);
+    const fork = (await first.freezeTop(vm, template)).retain();
+    const tops: string[] = [];
+    for (const name of ['a', 'b']) {
+      const top = first.newTopId();
+      await writeFile(first.topPath(top), name);
+      await first.recordTop(top, fork.retain());
+      tops.push((await first.freezeTop(top, fork)).retain().id);
+    }
+
+    // Two sandboxes reopened at once (two hand-overs onto one node, a start): both reach the
+    // shared fork point while neither has registered it yet.
+    const second = new DiskStore(data, templates);
+    const [a, b] = await Promise.all(tops.map((id) => second.open(id)));
+    assert.equal(a!.backing, b!.backing, 'one fork point, opened once');
+    assert.deepEqual(
+      a!.chain().map((l) => l.id),
+      ['template-abc1', fork.id, tops[0]],
+    );
+    const [again, twice] = await Promise.all([second.open(tops[0]!), second.open(tops[0]!)]);
+    assert.equal(again, a);
+    assert.equal(twice, a);
+
+    // A record whose chain comes back to itself is corrupt, not a layer to open.
+    const looped = 'layer-00000000000000ff';
+    await writeFile(join(second.dir, `${looped}.qcow2`), 'x');
+    await writeFile(join(second.dir, `${looped}.json`), JSON.stringify({ backing: looped }));
+    await assert.rejects(second.open(looped));
+    await assert.rejects(second.open(looped), 'refused again, not left half open');
+  } finally {
+    await rm(data, { recursive: true, force: true });
+  }
+});

@@ -51,6 +51,8 @@ export class DiskStore {
   private readonly live = new Map<string, DiskLayer>();
   private readonly liveTops = new Set<string>();
   private readonly empties = new Map<string, Promise<string>>();
+  /** Layers being reopened from their records now, joined by further opens of the same. */
+  private readonly opening = new Map<string, Promise<DiskLayer>>();
 
   constructor(
     dataDir: string,
@@ -254,21 +256,36 @@ export class DiskStore {
     );
   }
 
-  /** The layer `id` names: the live one, or reopened from its record (with its backing chain). */
+  /**
+   * The layer `id` names: the live one, or reopened from its record (with its backing chain).
+   * Opens of one layer at once (two sandboxes on one fork point moving in together, a start
+   * reopening siblings) share one reopening: each would otherwise register the layer, and the
+   * second found it live and took it for a record naming itself.
+   */
   async open(id: string): Promise<DiskLayer> {
+    return this.openIn(id, new Set());
+  }
+
+  /** `open`, within the chain of layers `above` being reopened (a record naming one is refused). */
+  private async openIn(id: string, above: ReadonlySet<string>): Promise<DiskLayer> {
     const known = this.live.get(id);
     if (known) return known;
     if (TEMPLATE_ID.test(id)) return this.templateLayer(id.slice('template-'.length));
     if (!LAYER_ID.test(id)) throw new Error(`not a disk layer id: ${id}`);
+    if (above.has(id)) throw new Error(`disk layer ${id} is its own backing`);
+    const pending = this.opening.get(id);
+    if (pending) return pending;
+    const opening = this.reopen(id, new Set([...above, id])).finally(() => this.opening.delete(id));
+    this.opening.set(id, opening);
+    return opening;
+  }
+
+  private async reopen(id: string, chain: ReadonlySet<string>): Promise<DiskLayer> {
     const record = await readRecord(join(this.dir, `${id}.json`));
     const path = join(this.dir, `${id}.qcow2`);
     await stat(path);
-    const backing = record.backing === null ? null : (await this.open(record.backing)).retain();
-    // Opening the backing may have opened this layer too (a record naming itself is refused).
-    if (this.live.has(id)) {
-      backing?.release();
-      throw new Error(`disk layer ${id} is its own backing`);
-    }
+    const backing =
+      record.backing === null ? null : (await this.openIn(record.backing, chain)).retain();
     return this.add(id, path, backing, [join(this.dir, `${id}.json`)], false);
   }
 
