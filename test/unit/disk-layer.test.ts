@@ -67,7 +67,13 @@ test('a chain lists its layers bottom first', () => {
   );
 });
 
-test('frozen overlays reopen as the same chain after a restart; garbage collection spares them', async () => {
+/**
+ * Runs `body` on a store over a new data directory holding one cached template `abc1`, with
+ * that template's layer retained, and removes the directory after.
+ */
+async function withStore(
+  body: (first: DiskStore, template: DiskLayer, data: string, templates: string) => Promise<void>,
+): Promise<void> {
   const data = await mkdtemp(join(tmpdir(), 'hostd-disks-'));
   try {
     const templates = join(data, 'templates');
@@ -75,7 +81,14 @@ test('frozen overlays reopen as the same chain after a restart; garbage collecti
     await writeFile(join(templates, 'abc1', 'disk.qcow2'), 'template');
     const first = new DiskStore(data, templates);
     await first.init();
-    const template = first.templateLayer('abc1').retain();
+    await body(first, first.templateLayer('abc1').retain(), data, templates);
+  } finally {
+    await rm(data, { recursive: true, force: true });
+  }
+}
+
+test('frozen overlays reopen as the same chain after a restart; garbage collection spares them', async () => {
+  await withStore(async (first, template, data, templates) => {
     // A VM's overlay over the template is frozen by a fork, then its child's by a snapshot.
     const vm = first.newTopId();
     await writeFile(first.topPath(vm), 'fork point');
@@ -106,20 +119,11 @@ test('frozen overlays reopen as the same chain after a restart; garbage collecti
       return left.length === 0;
     });
     assert.ok(existsSync(join(templates, 'abc1', 'disk.qcow2')), 'the template layer is kept');
-  } finally {
-    await rm(data, { recursive: true, force: true });
-  }
+  });
 });
 
 test('opens of one frozen layer at once share its reopening; a record naming itself is refused', async () => {
-  const data = await mkdtemp(join(tmpdir(), 'hostd-disks-'));
-  try {
-    const templates = join(data, 'templates');
-    await mkdir(join(templates, 'abc1'), { recursive: true });
-    await writeFile(join(templates, 'abc1', 'disk.qcow2'), 'template');
-    const first = new DiskStore(data, templates);
-    await first.init();
-    const template = first.templateLayer('abc1').retain();
+  await withStore(async (first, template, data, templates) => {
     // A fork point two sandboxes sit on, each with a frozen layer of its own above it.
     const vm = first.newTopId();
     await writeFile(first.topPath(vm), 'fork point');
@@ -152,7 +156,5 @@ test('opens of one frozen layer at once share its reopening; a record naming its
     await writeFile(join(second.dir, `${looped}.json`), JSON.stringify({ backing: looped }));
     await assert.rejects(second.open(looped));
     await assert.rejects(second.open(looped), 'refused again, not left half open');
-  } finally {
-    await rm(data, { recursive: true, force: true });
-  }
+  });
 });
