@@ -689,3 +689,29 @@ describe('a state whose template build the target lacks', () => {
     }
   });
 });
+
+describe('a fork point reopened by two at once', () => {
+  it('is one state, whose files stay until the last of them lets it go', async () => {
+    const cache = join(root, 'cache-reopen');
+    const on = await buildImage(cache, BUILD);
+    const first = await newStore('reopen-twice', cache);
+    await freezeTemplate(first);
+    const made = await freezeFork(first, on);
+    // Another run of hostd on the same data directory: two sandboxes on the fork point handed
+    // over together (or reopened at a start) open it at the same moment.
+    const second = await newStore('reopen-twice', cache);
+    const desc = { format: STATE_FORMAT, id: made.id, spec: on };
+    const [a, b] = await Promise.all([second.open(desc), second.open(desc)]);
+    assert.equal(a, b, 'one state, not two registrations of one id');
+    a.retain();
+    b.retain();
+    a.release();
+    assert.ok(existsSync(join(second.imagesDir, `${made.id}.mem`)), 'the other still runs on it');
+    assert.equal(await second.open(desc), b);
+    b.release();
+    await eventually(
+      'the fork point deleted with its last reference',
+      async () => !existsSync(join(second.imagesDir, `${made.id}.mem`)),
+    );
+  });
+});

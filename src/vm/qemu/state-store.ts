@@ -59,6 +59,12 @@ export class StateStore {
   readonly builds: BuildCopies | null;
   private readonly live = new Map<string, QemuState>();
   private readonly livePaused = new Set<string>();
+  /**
+   * States being reopened now, by id, joined by further opens of the same: two reopenings of one
+   * fork point (two sandboxes on it handed over together) would each register it, and the
+   * first one freed would delete the files the other still runs on.
+   */
+  private readonly opening = new Map<string, Promise<QemuState | null>>();
 
   constructor(
     readonly dataDir: string,
@@ -104,8 +110,14 @@ export class StateStore {
   /** A frozen template for `key` cached by an earlier run, or null. */
   async cachedTemplate(key: string, spec: MachineSpec): Promise<QemuState | null> {
     const id = `template-${key}`;
-    const known = this.live.get(id);
-    if (known) return known;
+    return this.live.get(id) ?? this.reopenOnce(id, () => this.reopenTemplate(key, id, spec));
+  }
+
+  private async reopenTemplate(
+    key: string,
+    id: string,
+    spec: MachineSpec,
+  ): Promise<QemuState | null> {
     const dir = join(this.templatesDir, key);
     if (!existsSync(join(dir, 'complete'))) return null;
     if (spec.image.disk && !existsSync(join(dir, 'disk.qcow2'))) return null;
@@ -200,19 +212,34 @@ export class StateStore {
       return state;
     }
     if (!/^fork-[0-9a-f]{16}$/.test(desc.id)) throw new Error(`not a state id: ${desc.id}`);
-    const deviceState = await readBounded(
-      join(this.imagesDir, `${desc.id}.state`),
-      MAX_DEVICE_STATE,
-    );
+    const state = await this.reopenOnce(desc.id, () => this.reopenFork(desc.id, spec));
+    if (!state) throw new Error(`state ${desc.id} could not be reopened`);
+    return state;
+  }
+
+  /** One reopening of state `id` at a time: a second asks the first (see `opening`). */
+  private reopenOnce(
+    id: string,
+    reopen: () => Promise<QemuState | null>,
+  ): Promise<QemuState | null> {
+    const pending = this.opening.get(id);
+    if (pending) return pending;
+    const opening = reopen().finally(() => this.opening.delete(id));
+    this.opening.set(id, opening);
+    return opening;
+  }
+
+  private async reopenFork(id: string, spec: MachineSpec): Promise<QemuState> {
+    const deviceState = await readBounded(join(this.imagesDir, `${id}.state`), MAX_DEVICE_STATE);
     const meta = JSON.parse(
-      (await readBounded(join(this.imagesDir, `${desc.id}.json`), 4096)).toString('utf8'),
+      (await readBounded(join(this.imagesDir, `${id}.json`), 4096)).toString('utf8'),
     ) as { disk?: unknown };
     if (meta.disk !== null && typeof meta.disk !== 'string') {
-      throw new Error(`state ${desc.id} names no disk layer`);
+      throw new Error(`state ${id} names no disk layer`);
     }
     const layer = meta.disk === null ? null : await this.disks.open(meta.disk);
-    const image = join(this.imagesDir, `${desc.id}.mem`);
-    return this.adopt(desc.id, spec, image, deviceState, false, layer);
+    const image = join(this.imagesDir, `${id}.mem`);
+    return this.adopt(id, spec, image, deviceState, false, layer);
   }
 
   /** A fresh, empty folder for a machine being paused. */
