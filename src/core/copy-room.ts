@@ -7,10 +7,26 @@
  * insufficient_resources`, as a node short of disk refuses a create: a drain and a placement
  * pass a 503 on to the next node, where a 507 would end a create's placement.
  */
-import { fail } from '../errors.js';
+import { fail, type HostdError } from '../errors.js';
 import type { PausedManifest, StateManifest } from '../vm/machine.js';
 
 const MIB = 1024 * 1024;
+
+/**
+ * `507 storage_limit_reached` when `moreMib` on top of `usedBytes` would pass the storage cap
+ * `limitMib` (0: none), else null: the one rule a snapshot, a pause and a copy are held to.
+ */
+export function storageCapRefusal(
+  usedBytes: number,
+  moreMib: number,
+  limitMib: number,
+): HostdError | null {
+  if (limitMib <= 0) return null;
+  const usedMib = Math.ceil(usedBytes / MIB);
+  return usedMib + moreMib > limitMib
+    ? fail('storageLimit', usedMib, Math.ceil(moreMib), limitMib)
+    : null;
+}
 
 /**
  * Bytes a copy counts against the storage cap once it is here, at most: the paused machine's
@@ -55,14 +71,9 @@ export class CopyRoom {
   admit(manifest: PausedManifest | StateManifest): () => void {
     const bytes = copiedBytes(manifest);
     const needMib = bytes / MIB;
-    const limit = this.limits.maxStorageMib;
-    if (limit > 0) {
-      const usedMib = Math.ceil((this.limits.usedBytes() + this.incoming) / MIB);
-      if (usedMib + needMib > limit) {
-        const full = fail('storageLimit', usedMib, Math.ceil(needMib), limit);
-        throw fail('insufficientResources', full.message);
-      }
-    }
+    const used = this.limits.usedBytes() + this.incoming;
+    const full = storageCapRefusal(used, needMib, this.limits.maxStorageMib);
+    if (full) throw fail('insufficientResources', full.message);
     const why = this.limits.diskShortage(needMib + this.incoming / MIB);
     if (why) throw fail('insufficientResources', why);
     this.incoming += bytes;

@@ -20,7 +20,7 @@ import type {
 } from '../vm/machine.js';
 import { VmError } from '../vm/machine.js';
 import { Admission } from './admission.js';
-import { CopyRoom } from './copy-room.js';
+import { CopyRoom, storageCapRefusal } from './copy-room.js';
 import { eachAtOnce } from './each-at-once.js';
 import { ExecRun } from './exec-run.js';
 import { ForkStandby } from './fork-standby.js';
@@ -1166,12 +1166,8 @@ export class SandboxManager {
 
   /** 507 when snapshots and paused sandboxes would pass SERVICE_MAX_STORAGE_MIB. */
   private ensureStorage(moreMib: number): void {
-    const limit = this.options.maxStorageMib ?? 0;
-    if (limit <= 0) return;
-    const usedMib = Math.ceil(this.storageBytes() / (1024 * 1024));
-    if (usedMib + moreMib > limit) {
-      throw fail('storageLimit', usedMib, Math.ceil(moreMib), limit);
-    }
+    const full = storageCapRefusal(this.storageBytes(), moreMib, this.options.maxStorageMib ?? 0);
+    if (full) throw full;
   }
 
   /** Cluster mode: the info says its node; a single hostd's info is as it always was. */
