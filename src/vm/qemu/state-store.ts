@@ -341,6 +341,9 @@ export class StateStore {
         this.builds?.released(dirname(spec.image.rootfs), (dir) => this.buildInUse(dir));
       },
     });
+    // Complete from here on (a template's punched, a fork point's pages copied in): its holes
+    // spare a pause or a fork reading the base's zero pages (vm/storage/zero-pages.ts).
+    image.learnZeroPages();
     const state = new QemuState(id, spec, image, deviceState, layer, incoming);
     this.live.set(id, state);
     return state;

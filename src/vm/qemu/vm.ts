@@ -593,7 +593,8 @@ export class Vm implements Machine {
       const pending = overlay;
       const deviceState = await whileStopped(this.runState(), 'always', async () => {
         const saved = await this.process.saveDeviceState();
-        await copyWrittenPages(pid, base.path, this.spec.memoryMib * 1024 * 1024, path);
+        const ram = this.spec.memoryMib * 1024 * 1024;
+        await copyWrittenPages(pid, base.path, ram, path, base.zeroPages);
         // `stop` drained and flushed the disk: the overlay now is the disk of this instant.
         await pending?.stack();
         return saved;
@@ -671,7 +672,7 @@ export class Vm implements Machine {
         const saved = await this.process.saveDeviceState();
         const delta = join(dir, 'memory.delta');
         const ram = this.spec.memoryMib * 1024 * 1024;
-        const written = await saveWrittenPages(pid, base.path, ram, delta);
+        const written = await saveWrittenPages(pid, base.path, ram, delta, base.zeroPages);
         await writeDurably(join(dir, 'device.state'), saved);
         if (this.disk) await store.disks.recordPaused(dir, this.disk.layer);
         return { deviceState: saved, bytes: written };

@@ -10,6 +10,7 @@ import { chmod, lchown, lstat, readdir, rm } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { SharedFile } from './shared-file.js';
+import { readZeroPages, type ZeroPages } from './zero-pages.js';
 
 const run = promisify(execFile);
 
@@ -41,6 +42,34 @@ export async function closeRamImages(templatesDir: string, imagesDir: string): P
 }
 
 export class MemImage extends SharedFile {
+  private zero: ZeroPages | null = null;
+  private learning: Promise<void> | null = null;
+
+  /**
+   * Starts learning, in the background, which of the image's pages are holes (zero-pages.ts),
+   * once; call it when the image is complete and will not be written again. Until that is
+   * known, and if it cannot be, `zeroPages` is null.
+   */
+  learnZeroPages(): void {
+    // Expected: no perl, a filesystem that fails lseek, a file gone: only a cost, as a pause
+    // then reads the base's pages, as it always did.
+    this.learning ??= readZeroPages(this.path).then(
+      (zero) => void (this.zero = zero),
+      () => undefined,
+    );
+  }
+
+  /** The image's pages known to be zero, if learnt (learnZeroPages); else null. */
+  get zeroPages(): ZeroPages | null {
+    return this.zero;
+  }
+
+  /** Settles once learnZeroPages is done (tests and probes). */
+  async zeroPagesLearnt(): Promise<ZeroPages | null> {
+    await this.learning;
+    return this.zero;
+  }
+
   /**
    * Copies `from` to `to`, keeping holes (zero pages cost nothing) and sharing blocks where the
    * filesystem can (reflinks on XFS or btrfs make the copy instant). With jailed QEMUs, the copy

@@ -11,6 +11,7 @@ import { closeSync, fstatSync, fsyncSync, openSync, readSync, writeSync } from '
 import { readFile, stat } from 'node:fs/promises';
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import { VmError } from '../vm-error.js';
+import type { ZeroPages } from './zero-pages.js';
 
 const PAGE = 4096;
 // Flags in the high 32-bit half of a pagemap entry (bits 63, 62, 61 of the 64-bit entry).
@@ -131,20 +132,24 @@ function isZeroPage(buf: Buffer, at: number): boolean {
 
 /**
  * The runs [first page, count) of a chunk of written pages (`length` bytes of `data`) that a
- * copy must keep: a page that is zero now and zero in the base (`readBase()`: the base's bytes
- * at the chunk's offset, read only when a zero page needs it) comes back identical from the base
- * and is left out. The guest kernel zeroes every page it frees (`init_on_free`, see
- * guest/image/build-boot.sh), so this leaves out most of what a guest allocated and freed since
- * its restore (a dropped page cache, a freed buffer), which it did write.
+ * copy must keep: a page that is zero now and zero in the base comes back identical from the
+ * base and is left out. Whether the base's page is zero: `baseIsZero(page in the chunk)` when it
+ * knows (the base's holes, zero-pages.ts), else `readBase()`'s bytes (the base's at the chunk's
+ * offset, read at most once, and only when a zero page needs it). The guest kernel zeroes every
+ * page it frees (`init_on_free`, see guest/image/build-boot.sh), so this leaves out most of what
+ * a guest allocated and freed since its restore (a dropped page cache, a freed buffer), which it
+ * did write.
  */
 export function keptPages(
   data: Buffer,
   length: number,
   readBase: () => Buffer,
+  baseIsZero: (page: number) => boolean = () => false,
 ): Array<[number, number]> {
   let base: Buffer | null = null;
   return runsWhere(length / PAGE, (p) => {
     if (!isZeroPage(data, p * PAGE)) return true;
+    if (baseIsZero(p)) return false;
     base ??= readBase();
     return !isZeroPage(base, p * PAGE);
   });
@@ -153,24 +158,30 @@ export function keptPages(
 /**
  * Calls `sink` with every run of written pages (as forEachWrittenChunk) that differs from the
  * base `basePath` (see keptPages), as (byte offset in the mapping, buffer, offset in the
- * buffer, length). Returns the bytes passed on.
+ * buffer, length). `baseZero`: the base's pages known to be zero, used only if it was made from
+ * the file open now (else every zero page's base page is read, as without it). Returns the
+ * bytes passed on.
  */
 async function forEachKeptRun(
   pid: number,
   basePath: string,
   bytes: number,
+  baseZero: ZeroPages | null,
   sink: (offset: number, data: Buffer, from: number, length: number) => void,
 ): Promise<number> {
   const base = openSync(basePath, 'r');
   const baseChunk = Buffer.alloc(CHUNK_BYTES);
   let kept = 0;
   try {
+    const zero = baseZero?.matches(fstatSync(base, { bigint: true })) ? baseZero : null;
     await forEachWrittenChunk(pid, basePath, bytes, (offset, data, length) => {
       const readBase = (): Buffer => {
         readExactly(base, baseChunk, length, offset, `${basePath} is shorter than guest RAM`);
         return baseChunk;
       };
-      for (const [first, count] of keptPages(data, length, readBase)) {
+      const firstPage = offset / PAGE;
+      const baseIsZero = zero ? (p: number) => zero.has(firstPage + p) : undefined;
+      for (const [first, count] of keptPages(data, length, readBase, baseIsZero)) {
         sink(offset + first * PAGE, data, first * PAGE, count * PAGE);
         kept += count * PAGE;
       }
@@ -185,17 +196,18 @@ async function forEachKeptRun(
  * Copies every page process `pid` has written in its private mapping of `basePath` into the
  * same offsets of `target` (a copy of the base): the image of a fork point. The process must be
  * paused. Written pages that are zero, as the base is there, are left as they are in the
- * copy. Returns bytes copied.
+ * copy; `baseZero` as in forEachKeptRun. Returns bytes copied.
  */
 export async function copyWrittenPages(
   pid: number,
   basePath: string,
   bytes: number,
   target: string,
+  baseZero: ZeroPages | null = null,
 ): Promise<number> {
   const out = openSync(target, 'r+');
   try {
-    return await forEachKeptRun(pid, basePath, bytes, (offset, data, from, length) =>
+    return await forEachKeptRun(pid, basePath, bytes, baseZero, (offset, data, from, length) =>
       writeSync(out, data, from, length, offset),
     );
   } finally {
@@ -217,27 +229,34 @@ const HEADER_BYTES = 16;
 
 /**
  * Writes the pages process `pid` has written in its mapping of `basePath` to `deltaPath` as a
- * page delta file, durably; pages zero here and in the base are left out (keptPages). The
- * process must be paused. Returns bytes of pages written.
+ * page delta file, durably; pages zero here and in the base are left out (keptPages; `baseZero`
+ * as in forEachKeptRun). The process must be paused. Returns bytes of pages written.
  */
 export async function saveWrittenPages(
   pid: number,
   basePath: string,
   bytes: number,
   deltaPath: string,
+  baseZero: ZeroPages | null = null,
 ): Promise<number> {
   const out = openSync(deltaPath, 'wx', 0o640);
   const runs: Array<[number, number]> = [];
   let at = HEADER_BYTES;
   try {
-    const saved = await forEachKeptRun(pid, basePath, bytes, (offset, data, from, length) => {
-      writeSync(out, data, from, length, at);
-      at += length;
-      const first = offset / PAGE;
-      const last = runs[runs.length - 1];
-      if (last && last[0] + last[1] === first) last[1] += length / PAGE;
-      else runs.push([first, length / PAGE]);
-    });
+    const saved = await forEachKeptRun(
+      pid,
+      basePath,
+      bytes,
+      baseZero,
+      (offset, data, from, length) => {
+        writeSync(out, data, from, length, at);
+        at += length;
+        const first = offset / PAGE;
+        const last = runs[runs.length - 1];
+        if (last && last[0] + last[1] === first) last[1] += length / PAGE;
+        else runs.push([first, length / PAGE]);
+      },
+    );
     const table = Buffer.alloc(runs.length * 8);
     runs.forEach(([first, count], i) => {
       table.writeUInt32LE(first, i * 8);
