@@ -8,6 +8,7 @@ import { statSync } from 'node:fs';
 import { mkdtemp, rm, truncate, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { MemImage } from '../../src/vm/storage/mem-image.js';
 import {
   fileVersion,
   parseHoles,
@@ -62,6 +63,25 @@ test('a map holds for the file version it was made from only', async () => {
     await truncate(file, 5 * 4096);
     assert.equal(zero.matches(statSync(file, { bigint: true })), false);
     assert.equal(await readZeroPages(file, join(dir, 'no-perl')), null, 'no perl: no map');
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test('an image learns its holes once complete; one that cannot be read has none', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'zero-pages-'));
+  try {
+    const file = join(dir, 'image');
+    await writeFile(file, Buffer.alloc(4096, 1));
+    await truncate(file, 4 * 4096);
+    const image = new MemImage(file);
+    assert.equal(image.zeroPages, null, 'nothing known before it is learnt');
+    image.learnZeroPages();
+    const zero = await image.zeroPagesLearnt();
+    assert.equal(image.zeroPages, zero);
+    const gone = new MemImage(join(dir, 'gone'));
+    gone.learnZeroPages();
+    assert.equal(await gone.zeroPagesLearnt(), null, 'a missing file: no map, no failure');
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
