@@ -163,6 +163,33 @@ describe('snapshots and pause', () => {
     });
   });
 
+  test('a sandbox from a snapshot pauses whole: memory it freed comes back zero', async () => {
+    await withSandbox(hostd, async (id) => {
+      // 32 MiB of random bytes alive in the snapshot: data in its image, not holes
+      await out(hostd, id, 'import mmap, os\ndata = os.urandom(32 << 20)\nkept = len(data)');
+      const snap = await hostd.json<SnapshotBody>('POST', `/v1/sandboxes/${id}/snapshot`);
+      assert.equal(snap.status, 200);
+      let copy: string | null = null;
+      try {
+        copy = await createSandbox(hostd, { snapshot: snap.body.snapshot_id });
+        // Freed, so zero (init_on_free) where the snapshot's image holds data: a pause that
+        // took those pages from the image would hand the next allocation its old bytes.
+        await out(hostd, copy, 'del data');
+        const paused = await hostd.request('POST', `/v1/sandboxes/${copy}/pause`);
+        assert.equal(paused.status, 200);
+        const fresh = [
+          'm = mmap.mmap(-1, 64 << 20)',
+          'for i in range(0, len(m), 4096):\n    m[i] = 1',
+          'print(kept, m[:].count(0) == len(m) - len(m) // 4096)',
+        ].join('\n');
+        assert.equal(await out(hostd, copy, fresh), `${32 << 20} True`);
+      } finally {
+        if (copy) await hostd.request('DELETE', `/v1/sandboxes/${copy}`);
+        await hostd.request('DELETE', `/v1/snapshots/${snap.body.snapshot_id}`);
+      }
+    });
+  });
+
   test('resume is explicit too, and a no-op on a running sandbox; forks of a paused one work', async () => {
     await withSandbox(hostd, async (id) => {
       await out(hostd, id, 'v = "kept"');
