@@ -341,9 +341,11 @@ export class StateStore {
         this.builds?.released(dirname(spec.image.rootfs), (dir) => this.buildInUse(dir));
       },
     });
-    // Complete from here on (a template's punched, a fork point's pages copied in): its holes
-    // spare a pause or a fork reading the base's zero pages (vm/storage/zero-pages.ts).
-    image.learnZeroPages();
+    // A template's image is complete and punched from here on: its holes spare a pause or a
+    // fork reading the base's zero pages (vm/storage/zero-pages.ts). A fork point's image learns
+    // its own when a machine on it first pauses or forks (Vm), so that a fork does not pay the
+    // walk of its new image while its children start.
+    if (keep) image.learnZeroPages();
     const state = new QemuState(id, spec, image, deviceState, layer, incoming);
     this.live.set(id, state);
     return state;

@@ -574,6 +574,8 @@ export class Vm implements Machine {
     if (!base || pid === undefined) {
       throw new VmError('unsupported', 'only a running clone can be captured');
     }
+    // For the next capture or pause on this base (a fork point learns its holes on first use).
+    base.learnZeroPages();
     if (target && !isPreparedCopy(target)) {
       throw new VmError('unsupported', 'a fork target of another hypervisor');
     }
@@ -664,7 +666,11 @@ export class Vm implements Machine {
     }
     const { store } = this.ctx;
     const { id, dir } = await store.newPausedDir();
+    // Learnt once per image, while the guest drops its caches (the walk takes tens of ms, the
+    // drop hundreds), so that this pause's delta already skips the base's holes.
+    base.learnZeroPages();
     await this.releaseWrittenFiles();
+    await base.zeroPagesLearnt();
     // On failure the guest runs on as before (or, if QEMU will not run it again, the machine
     // is lost: whileStopped), and nothing is left on disk.
     const { deviceState, bytes } = await whileStopped(this.runState(), 'on-failure', async () => {

@@ -64,7 +64,7 @@ export class MemImage extends SharedFile {
     return this.zero;
   }
 
-  /** Settles once learnZeroPages is done (tests and probes). */
+  /** Settles once learnZeroPages is done, or at once if it was not called; a pause waits here. */
   async zeroPagesLearnt(): Promise<ZeroPages | null> {
     await this.learning;
     return this.zero;
