@@ -7,6 +7,7 @@
  */
 import { fail, type HostdError } from '../errors.js';
 import { diskShortage, shortage, type HostFree } from './host-resources.js';
+import { once } from './once.js';
 
 /**
  * Host memory the default sandbox cap leaves free (docs/api.md, Limits: hosts are sized with 2 GiB left): room
@@ -105,12 +106,9 @@ export class Admission {
     const refused = this.refusal(vms, imageMib);
     if (refused) throw refused;
     this.pending += vms;
-    let released = false;
-    return () => {
-      if (released) return;
-      released = true;
+    return once(() => {
       this.pending -= vms;
-    };
+    });
   }
 
   /** Whether `admit(vms)` would refuse now (the cap reached, or the host short of memory). */

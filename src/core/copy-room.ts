@@ -9,6 +9,7 @@
  */
 import { fail, type HostdError } from '../errors.js';
 import type { PausedManifest, StateManifest } from '../vm/machine.js';
+import { once } from './once.js';
 
 const MIB = 1024 * 1024;
 
@@ -77,11 +78,8 @@ export class CopyRoom {
     const why = this.limits.diskShortage(needMib + this.incoming / MIB);
     if (why) throw fail('insufficientResources', why);
     this.incoming += bytes;
-    let released = false;
-    return () => {
-      if (released) return;
-      released = true;
+    return once(() => {
       this.incoming -= bytes;
-    };
+    });
   }
 }

@@ -4,6 +4,7 @@
  * can be closed (sandbox deleted or merged away), which rejects every waiter.
  */
 import { fail, type HostdError } from '../errors.js';
+import { once } from './once.js';
 
 export type Release = () => void;
 
@@ -75,13 +76,10 @@ export class SerialQueue {
   }
 
   private releaser(): Release {
-    let released = false;
-    return () => {
-      if (released) return;
-      released = true;
+    return once(() => {
       const next = this.waiters.shift();
       if (next) next.grant(this.releaser());
       else this.busy = false;
-    };
+    });
   }
 }
