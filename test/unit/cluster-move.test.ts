@@ -1,130 +1,32 @@
 /**
  * Moving sandboxes between nodes (core/cluster/hand-over.ts, core/cluster/drain.ts): two or three
  * nodes' managers on the fake hypervisor, one in-memory store with etcd's semantics, and peers
- * that call each other directly. The bookkeeping a hand-over must get right: the catalog entry
- * goes moving and then the target's, the sandbox keeps its id and its state, the source forgets
- * it without touching the entry, a failed hand-over leaves everything where it was, and a drain
- * empties its node onto the least loaded others.
+ * that call each other directly (test/helpers/in-process-cluster.ts). The bookkeeping a
+ * hand-over must get right: the catalog entry goes moving and then the target's, the sandbox
+ * keeps its id and its state, the source forgets it without touching the entry, a failed
+ * hand-over leaves everything where it was, and a drain empties its node onto the least loaded
+ * others.
  */
 import assert from 'node:assert/strict';
-import { after, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { pino } from 'pino';
-import type { ClusterNode, NodeInfo } from '../../src/core/cluster/cluster-node.js';
-import { Drainer } from '../../src/core/cluster/drain.js';
-import {
-  HandOver,
-  type HandOverOffer,
-  type PeerLink,
-  type SnapshotExport,
-  type SnapshotOffer,
-} from '../../src/core/cluster/hand-over.js';
+import type { NodeInfo } from '../../src/core/cluster/cluster-node.js';
 import { KEYS, type SandboxEntry, type SnapshotEntry } from '../../src/core/cluster/records.js';
-import type { ManagerOptions, SandboxManager } from '../../src/core/sandbox-manager.js';
-import { SnapshotCopies } from '../../src/core/cluster/snapshot-copies.js';
-import { fail, toHostdError } from '../../src/errors.js';
+import type { SandboxManager } from '../../src/core/sandbox-manager.js';
+import { toHostdError } from '../../src/errors.js';
 import { eventually } from '../../testkit/eventually.js';
-import type { FakeHypervisor } from '../helpers/fake-hypervisor.js';
-import { FakeImages } from '../helpers/fake-images.js';
 import { startClusterManager, untilNodesMeet } from '../helpers/cluster-manager.js';
+import { clustersStoppedAfter, type InProcessNode } from '../helpers/in-process-cluster.js';
 import { run } from '../helpers/manager.js';
 import { MemoryStore } from '../helpers/memory-kv.js';
 
 const log = pino({ level: 'silent' });
-
-interface Node {
-  cluster: ClusterNode;
-  hv: FakeHypervisor;
-  manager: SandboxManager;
-  handOver: HandOver;
-  drainer: Drainer;
-}
 
 const stdout = async (manager: SandboxManager, id: string, code: string): Promise<string> =>
   (await run(manager, id, code))
     .filter((e) => e.type === 'stdout')
     .map((e) => e.data)
     .join('\n');
-
-/** Peers that call each other in-process; `refuse` makes a node reject every offer. */
-function peers(nodes: Map<string, Node>, refuse: Set<string>): PeerLink {
-  return {
-    fetchFile: async (from, file, offset) =>
-      (await nodes.get(from.id)!.manager.readExported(file.path, offset))
-        .stream as AsyncIterable<Uint8Array>,
-    offer: async (to, offer) => {
-      if (refuse.has(to.id)) throw fail('nodeUnreachable', to.id, 'connection refused');
-      // Through JSON, as over HTTP.
-      return nodes.get(to.id)!.handOver.moveIn(JSON.parse(JSON.stringify(offer)) as HandOverOffer);
-    },
-    offerSnapshot: async (to, offer) => {
-      if (refuse.has(to.id)) throw fail('nodeUnreachable', to.id, 'connection refused');
-      return nodes
-        .get(to.id)!
-        .handOver.moveSnapshotIn(JSON.parse(JSON.stringify(offer)) as SnapshotOffer);
-    },
-    exportSnapshot: async (from, id) =>
-      JSON.parse(
-        JSON.stringify(await nodes.get(from.id)!.manager.exportSnapshot(id)),
-      ) as SnapshotExport,
-  };
-}
-
-/**
- * Nodes `ids` on one store; `variants` gives a node's image cache builds of its own (other keys),
- * as a node built at another time or from another version has.
- */
-async function cluster(
-  ids: string[],
-  variants: Record<string, string> = {},
-  overrides: Record<string, Partial<ManagerOptions>> = {},
-): Promise<{
-  nodes: Map<string, Node>;
-  store: MemoryStore;
-  refuse: Set<string>;
-  stop(): Promise<void>;
-}> {
-  const store = new MemoryStore();
-  const nodes = new Map<string, Node>();
-  const refuse = new Set<string>();
-  const link = peers(nodes, refuse);
-  for (const id of ids) {
-    const images = new FakeImages(['python', 'slim'], variants[id] ?? '');
-    const {
-      cluster: c,
-      manager,
-      hv,
-    } = await startClusterManager(store, id, log, {
-      images,
-      ...overrides[id],
-    });
-    c.url = `http://${id}`;
-    await c.start();
-    const handOver = new HandOver(c, manager, link, log);
-    c.bindCopies(new SnapshotCopies(c, manager, link, log));
-    nodes.set(id, {
-      cluster: c,
-      hv,
-      manager,
-      handOver,
-      drainer: new Drainer(c, manager, handOver, log),
-    });
-  }
-  await untilNodesMeet(
-    [...nodes.values()].map((n) => n.cluster),
-    (r) => r.templates.python?.state === 'ready',
-  );
-  return {
-    nodes,
-    store,
-    refuse,
-    stop: async () => {
-      for (const n of nodes.values()) {
-        await n.manager.shutdown();
-        await n.cluster.stop();
-      }
-    },
-  };
-}
 
 async function snapshotEntry(store: MemoryStore, id: string): Promise<SnapshotEntry | null> {
   const e = await store.client().get(KEYS.snapshot(id));
@@ -137,16 +39,11 @@ async function entry(store: MemoryStore, id: string): Promise<SandboxEntry | nul
 }
 
 describe('hand-over of a sandbox to another node', () => {
-  const stops: (() => Promise<void>)[] = [];
-  after(async () => {
-    for (const s of stops) await s();
-  });
+  const cluster = clustersStoppedAfter();
 
   test('a running sandbox moves paused under its id, its state intact, and resumes on the target', async () => {
     const c = await cluster(['a', 'b']);
-    stops.push(c.stop);
-    const a = c.nodes.get('a')!;
-    const b = c.nodes.get('b')!;
+    const [a, b] = c.at;
     const s = await a.manager.create({ template: 'python' });
     await run(a.manager, s.id, 'set x 41');
     await a.handOver.moveOut(s.id, b.cluster.selfRecord());
@@ -170,9 +67,7 @@ describe('hand-over of a sandbox to another node', () => {
 
   test('a paused sandbox moves as it is, and its pauser is kept', async () => {
     const c = await cluster(['a', 'b']);
-    stops.push(c.stop);
-    const a = c.nodes.get('a')!;
-    const b = c.nodes.get('b')!;
+    const [a, b] = c.at;
     const s = await a.manager.create({ template: 'python' });
     await run(a.manager, s.id, 'set y 7');
     await a.manager.pause(s.id);
@@ -185,9 +80,7 @@ describe('hand-over of a sandbox to another node', () => {
 
   test('a hand-over the target refuses leaves the sandbox where it was, its entry its node’s', async () => {
     const c = await cluster(['a', 'b']);
-    stops.push(c.stop);
-    const a = c.nodes.get('a')!;
-    const b = c.nodes.get('b')!;
+    const [a, b] = c.at;
     const s = await a.manager.create({ template: 'python' });
     await run(a.manager, s.id, 'set x 1');
     c.refuse.add('b');
@@ -208,9 +101,7 @@ describe('hand-over of a sandbox to another node', () => {
 
   test('a target refuses a sandbox whose entry is not moving to it', async () => {
     const c = await cluster(['a', 'b']);
-    stops.push(c.stop);
-    const a = c.nodes.get('a')!;
-    const b = c.nodes.get('b')!;
+    const [a, b] = c.at;
     const s = await a.manager.create({ template: 'python' });
     const move = await a.manager.moveOut(s.id, 'b');
     try {
@@ -226,8 +117,7 @@ describe('hand-over of a sandbox to another node', () => {
 
   test('a drain hands every sandbox to the least loaded other nodes and ends drained', async () => {
     const c = await cluster(['a', 'b', 'c']);
-    stops.push(c.stop);
-    const a = c.nodes.get('a')!;
+    const [a] = c.at;
     const ids: string[] = [];
     for (let i = 0; i < 4; i++) {
       const s = await a.manager.create({ template: 'python' });
@@ -253,21 +143,16 @@ describe('hand-over of a sandbox to another node', () => {
 });
 
 /** Node `id` as `from`'s `GET /v1/cluster` shows it. */
-function shown(from: Node, id: string): NodeInfo | undefined {
+function shown(from: InProcessNode, id: string): NodeInfo | undefined {
   return from.cluster.info().nodes.find((n) => n.id === id);
 }
 
 describe('a drain’s report on the node’s record', () => {
-  const stops: (() => Promise<void>)[] = [];
-  after(async () => {
-    for (const s of stops) await s();
-  });
+  const cluster = clustersStoppedAfter();
 
   test('a drain shows it runs at once, then ends drained with what it moved, on every node', async () => {
     const c = await cluster(['a', 'b']);
-    stops.push(c.stop);
-    const a = c.nodes.get('a')!;
-    const b = c.nodes.get('b')!;
+    const [a, b] = c.at;
     assert.equal(shown(b, 'a')?.drain, null);
     const s = await a.manager.create({ template: 'python' });
     await a.manager.snapshot(s.id);
@@ -294,9 +179,7 @@ describe('a drain’s report on the node’s record', () => {
 
   test('a drain whose hand-overs fail ends with what it left, and the node stays draining', async () => {
     const c = await cluster(['a', 'b']);
-    stops.push(c.stop);
-    const a = c.nodes.get('a')!;
-    const b = c.nodes.get('b')!;
+    const [a, b] = c.at;
     const one = await a.manager.create({ template: 'python' });
     await run(a.manager, one.id, 'set x 7');
     await a.manager.create({ template: 'python' });
@@ -327,9 +210,7 @@ describe('a drain’s report on the node’s record', () => {
 
   test('a drain that cannot reach etcd ends at once, saying what it left; the others see it once etcd is back', async () => {
     const c = await cluster(['a', 'b']);
-    stops.push(c.stop);
-    const a = c.nodes.get('a')!;
-    const b = c.nodes.get('b')!;
+    const [a, b] = c.at;
     const s = await a.manager.create({ template: 'python' });
     c.store.down = true;
     assert.deepEqual(await a.drainer.drain(), {
@@ -352,9 +233,7 @@ describe('a drain’s report on the node’s record', () => {
 
   test('draining again once the cause is gone is a new round that moves what was left', async () => {
     const c = await cluster(['a', 'b']);
-    stops.push(c.stop);
-    const a = c.nodes.get('a')!;
-    const b = c.nodes.get('b')!;
+    const [a, b] = c.at;
     const s = await a.manager.create({ template: 'python' });
     await run(a.manager, s.id, 'set x 9');
     await a.manager.snapshot(s.id);
@@ -388,16 +267,11 @@ describe('a drain’s report on the node’s record', () => {
 });
 
 describe('hand-over of a snapshot to another node', () => {
-  const stops: (() => Promise<void>)[] = [];
-  after(async () => {
-    for (const s of stops) await s();
-  });
+  const cluster = clustersStoppedAfter();
 
   test('a snapshot moves under its id and name, its entry the target’s, and restores there', async () => {
     const c = await cluster(['a', 'b']);
-    stops.push(c.stop);
-    const a = c.nodes.get('a')!;
-    const b = c.nodes.get('b')!;
+    const [a, b] = c.at;
     const s = await a.manager.create({ template: 'python' });
     await run(a.manager, s.id, 'set x 5');
     const snap = await a.manager.snapshot(s.id, 'five');
@@ -423,9 +297,7 @@ describe('hand-over of a snapshot to another node', () => {
 
   test('a snapshot the target refuses stays, its entry its node’s, and a delete meanwhile waits for none', async () => {
     const c = await cluster(['a', 'b']);
-    stops.push(c.stop);
-    const a = c.nodes.get('a')!;
-    const b = c.nodes.get('b')!;
+    const [a, b] = c.at;
     const s = await a.manager.create({ template: 'python' });
     const snap = await a.manager.snapshot(s.id);
     c.refuse.add('b');
@@ -446,9 +318,7 @@ describe('hand-over of a snapshot to another node', () => {
 
   test('a snapshot deleted through another node while it moves is dropped by the target', async () => {
     const c = await cluster(['a', 'b']);
-    stops.push(c.stop);
-    const a = c.nodes.get('a')!;
-    const b = c.nodes.get('b')!;
+    const [a, b] = c.at;
     const s = await a.manager.create({ template: 'python' });
     const snap = await a.manager.snapshot(s.id);
     const move = await a.manager.moveSnapshotOut(snap.snapshot_id, 'b');
@@ -473,8 +343,7 @@ describe('hand-over of a snapshot to another node', () => {
 
   test('a drain moves snapshots after sandboxes, to where the sandboxes made from them went, copying the state once', async () => {
     const c = await cluster(['a', 'b', 'c']);
-    stops.push(c.stop);
-    const a = c.nodes.get('a')!;
+    const [a] = c.at;
     const s = await a.manager.create({ template: 'python' });
     await run(a.manager, s.id, 'set k 9');
     const snap = await a.manager.snapshot(s.id, 'nine');
@@ -498,9 +367,7 @@ describe('hand-over of a snapshot to another node', () => {
 
   test('a drain leaves a snapshot another live node holds a copy of to that node, copying nothing', async () => {
     const c = await cluster(['a', 'b', 'c']);
-    stops.push(c.stop);
-    const a = c.nodes.get('a')!;
-    const b = c.nodes.get('b')!;
+    const [a, b] = c.at;
     const s = await a.manager.create({ template: 'python' });
     await run(a.manager, s.id, 'set k 3');
     const snap = await a.manager.snapshot(s.id, 'three');
@@ -589,16 +456,11 @@ describe('a node gone for good', () => {
 });
 
 describe('hand-over between nodes whose template builds differ', () => {
-  const stops: (() => Promise<void>)[] = [];
-  after(async () => {
-    for (const s of stops) await s();
-  });
+  const cluster = clustersStoppedAfter();
 
   test('sandboxes and a snapshot move onto the source’s build, copied once; the target’s creates keep its own', async () => {
     const c = await cluster(['a', 'b'], { b: '-rebuilt' });
-    stops.push(c.stop);
-    const a = c.nodes.get('a')!;
-    const b = c.nodes.get('b')!;
+    const [a, b] = c.at;
     assert.equal(a.manager.describeTemplate('python').image_key, 'key-python');
     assert.equal(b.manager.describeTemplate('python').image_key, 'key-python-rebuilt');
     const s1 = await a.manager.create({ template: 'python' });
@@ -629,10 +491,7 @@ describe('hand-over between nodes whose template builds differ', () => {
 });
 
 describe('a node without room for a copy refuses it before fetching anything', () => {
-  const stops: (() => Promise<void>)[] = [];
-  after(async () => {
-    for (const s of stops) await s();
-  });
+  const cluster = clustersStoppedAfter();
 
   /** Asserts `p` rejects with 503 insufficient_resources (or a hand-over failing for it). */
   const refusedForRoom = async (p: Promise<unknown>, words: RegExp): Promise<void> => {
@@ -651,9 +510,7 @@ describe('a node without room for a copy refuses it before fetching anything', (
   test('a hand-over to a node at its storage cap is refused there; the sandbox stays', async () => {
     // b holds a paused sandbox: 1 MiB of storage is all it may take.
     const c = await cluster(['a', 'b'], {}, { b: { maxStorageMib: 1 } });
-    stops.push(c.stop);
-    const a = c.nodes.get('a')!;
-    const b = c.nodes.get('b')!;
+    const [a, b] = c.at;
     const there = await b.manager.create({ template: 'python' });
     await b.manager.pause(there.id);
     const s = await a.manager.create({ template: 'python' });
@@ -670,9 +527,7 @@ describe('a node without room for a copy refuses it before fetching anything', (
 
   test("a snapshot's hand-over and a snapshot's copy to a node at its cap are refused there", async () => {
     const c = await cluster(['a', 'b'], {}, { b: { maxStorageMib: 1 } });
-    stops.push(c.stop);
-    const a = c.nodes.get('a')!;
-    const b = c.nodes.get('b')!;
+    const [a, b] = c.at;
     const there = await b.manager.create({ template: 'python' });
     await b.manager.pause(there.id);
     const s = await a.manager.create({ template: 'python' });
@@ -708,10 +563,7 @@ describe('a node without room for a copy refuses it before fetching anything', (
         },
       },
     );
-    stops.push(c.stop);
-    const a = c.nodes.get('a')!;
-    const b = c.nodes.get('b')!;
-    const third = c.nodes.get('c')!;
+    const [a, b, third] = c.at;
     const ids: string[] = [];
     for (const v of [1, 2, 3]) {
       const s = await a.manager.create({ template: 'python' });

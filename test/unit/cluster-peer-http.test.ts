@@ -8,70 +8,35 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
-import { buildServer } from '../../src/api/server.js';
-import { createMetrics } from '../../src/api/metrics.js';
-import { HttpPeers } from '../../src/cluster/peer-http.js';
 import type { ClusterNode as WireNode } from '../../src/api/wire/cluster.js';
-import type { ClusterNode } from '../../src/core/cluster/cluster-node.js';
-import { Drainer } from '../../src/core/cluster/drain.js';
-import { HandOver } from '../../src/core/cluster/hand-over.js';
-import type { SandboxManager } from '../../src/core/sandbox-manager.js';
 import { eventually } from '../../testkit/eventually.js';
-import { connect, type Api, type ErrorBody } from '../../testkit/hostd.js';
-import { startClusterManager, untilNodesMeet } from '../helpers/cluster-manager.js';
+import type { ErrorBody } from '../../testkit/hostd.js';
+import { untilNodesMeet } from '../helpers/cluster-manager.js';
+import {
+  execStdout,
+  startServedNode,
+  stopServedNodes,
+  type ServedNode,
+} from '../helpers/cluster-server.js';
 import { MemoryStore } from '../helpers/memory-kv.js';
 
 const API_KEY = 'peer-test-key';
 const CLUSTER_KEY = 'the-cluster-secret';
 const log = pino({ level: 'silent' });
 
-interface Node {
-  id: string;
-  cluster: ClusterNode;
-  manager: SandboxManager;
-  app: FastifyInstance;
-  api: Api;
-  peers: HttpPeers;
-  url: string;
-}
+type Node = ServedNode;
 
-async function startNode(store: MemoryStore, id: string): Promise<Node> {
-  const { cluster, manager } = await startClusterManager(store, id, log);
-  const peers = new HttpPeers({ self: id, clusterKey: CLUSTER_KEY, apiKey: API_KEY });
-  const handOver = new HandOver(cluster, manager, peers, log);
-  const drainer = new Drainer(cluster, manager, handOver, log);
-  const app = await buildServer({
-    manager,
-    auth: { kind: 'keys', keys: [API_KEY] },
-    maxBodyBytes: 1 << 20,
-    maxFileBytes: 1 << 20,
-    logger: log,
-    metrics: createMetrics({ accel: 'tcg', version: 'test' }),
-    cluster: {
-      node: cluster,
-      drain: () => void drainer.drain(),
-      peer: { key: CLUSTER_KEY, handOver, manager },
-    },
+const startNode = (store: MemoryStore, id: string): Promise<Node> =>
+  startServedNode(store, id, {
+    apiKey: API_KEY,
+    clusterKey: CLUSTER_KEY,
+    log,
+    copies: false,
+    drain: 'drainer',
   });
-  const url = await app.listen({ host: '127.0.0.1', port: 0 });
-  cluster.url = url;
-  await cluster.start();
-  return { id, cluster, manager, app, api: connect(url, API_KEY), peers, url };
-}
 
-async function stdout(api: Api, id: string, code: string): Promise<string> {
-  const res = await api.request('POST', `/v1/sandboxes/${id}/exec`, { code });
-  assert.equal(res.status, 200, await res.clone().text());
-  return (await res.text())
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => JSON.parse(l) as { type: string; data: unknown })
-    .filter((e) => e.type === 'stdout')
-    .map((e) => String(e.data))
-    .join('\n');
-}
+const stdout = execStdout;
 
 describe('routes between nodes', () => {
   const store = new MemoryStore();
@@ -84,15 +49,7 @@ describe('routes between nodes', () => {
     await untilNodesMeet([a.cluster, b.cluster], (r) => r.templates.python?.state === 'ready');
   });
 
-  after(async () => {
-    for (const n of [a, b]) {
-      if (!n) continue;
-      await n.manager.shutdown();
-      await n.cluster.stop();
-      n.peers.close();
-      await n.app.close();
-    }
-  });
+  after(() => stopServedNodes(a, b));
 
   test('a drain asked through the API moves the sandbox over HTTP; it answers from its new node', async () => {
     const created = await a.api.json<{ id: string }>('POST', '/v1/sandboxes', {

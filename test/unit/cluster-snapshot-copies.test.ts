@@ -10,20 +10,21 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
-import { buildServer } from '../../src/api/server.js';
-import { createMetrics } from '../../src/api/metrics.js';
 import { HttpPeers } from '../../src/cluster/peer-http.js';
-import type { ClusterNode } from '../../src/core/cluster/cluster-node.js';
-import { HandOver, type SnapshotExport } from '../../src/core/cluster/hand-over.js';
+import type { SnapshotExport } from '../../src/core/cluster/hand-over.js';
 import type { NodeRecord, SnapshotEntry } from '../../src/core/cluster/records.js';
 import { KEYS } from '../../src/core/cluster/records.js';
-import { SnapshotCopies } from '../../src/core/cluster/snapshot-copies.js';
-import type { ManagerOptions, SandboxManager } from '../../src/core/sandbox-manager.js';
+import type { ManagerOptions } from '../../src/core/sandbox-manager.js';
 import { eventually } from '../../testkit/eventually.js';
-import { connect, type Api, type ErrorBody } from '../../testkit/hostd.js';
-import { startClusterManager, untilNodesMeet } from '../helpers/cluster-manager.js';
+import type { ErrorBody } from '../../testkit/hostd.js';
+import { untilNodesMeet } from '../helpers/cluster-manager.js';
+import {
+  execStdout,
+  startServedNode,
+  stopServedNodes,
+  type ServedNode,
+} from '../helpers/cluster-server.js';
 import { MemoryStore } from '../helpers/memory-kv.js';
 
 const API_KEY = 'copies-test-key';
@@ -39,64 +40,24 @@ class CountingPeers extends HttpPeers {
   }
 }
 
-interface Node {
-  id: string;
-  cluster: ClusterNode;
-  manager: SandboxManager;
-  app: FastifyInstance;
-  api: Api;
-  peers: CountingPeers;
-  stopped: boolean;
-}
+type Node = ServedNode<CountingPeers>;
 
-async function startNode(
+const startNode = (
   store: MemoryStore,
   id: string,
   overrides: Partial<ManagerOptions> = {},
-): Promise<Node> {
-  const { cluster, manager } = await startClusterManager(store, id, log, overrides);
-  const peers = new CountingPeers({ self: id, clusterKey: CLUSTER_KEY, apiKey: API_KEY });
-  const handOver = new HandOver(cluster, manager, peers, log);
-  cluster.bindCopies(new SnapshotCopies(cluster, manager, peers, log));
-  const app = await buildServer({
-    manager,
-    auth: { kind: 'keys', keys: [API_KEY] },
-    maxBodyBytes: 1 << 20,
-    maxFileBytes: 1 << 20,
-    logger: log,
-    metrics: createMetrics({ accel: 'tcg', version: 'test' }),
-    cluster: {
-      node: cluster,
-      drain: () => void cluster.setState('draining'),
-      peer: { key: CLUSTER_KEY, handOver, manager },
-    },
+): Promise<Node> =>
+  startServedNode(store, id, {
+    apiKey: API_KEY,
+    clusterKey: CLUSTER_KEY,
+    log,
+    overrides,
+    peers: (options) => new CountingPeers(options),
   });
-  const url = await app.listen({ host: '127.0.0.1', port: 0 });
-  cluster.url = url;
-  await cluster.start();
-  return { id, cluster, manager, app, api: connect(url, API_KEY), peers, stopped: false };
-}
 
-async function stop(n: Node): Promise<void> {
-  if (n.stopped) return;
-  n.stopped = true;
-  await n.manager.shutdown();
-  await n.cluster.stop();
-  n.peers.close();
-  await n.app.close();
-}
+const stop = (n: Node): Promise<void> => stopServedNodes(n);
 
-async function stdout(api: Api, id: string, code: string): Promise<string> {
-  const res = await api.request('POST', `/v1/sandboxes/${id}/exec`, { code });
-  assert.equal(res.status, 200, await res.clone().text());
-  return (await res.text())
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => JSON.parse(l) as { type: string; data: unknown })
-    .filter((e) => e.type === 'stdout')
-    .map((e) => String(e.data))
-    .join('\n');
-}
+const stdout = execStdout;
 
 async function entryOf(store: MemoryStore, id: string): Promise<SnapshotEntry | null> {
   const e = await store.client().get(KEYS.snapshot(id));
@@ -151,7 +112,7 @@ describe('snapshots on any node', () => {
   });
 
   after(async () => {
-    for (const n of [a, b, c]) if (n) await stop(n);
+    await stopServedNodes(a, b, c);
   });
 
   test('a create from a snapshot whose node is full is made on another, which copies the snapshot', async () => {

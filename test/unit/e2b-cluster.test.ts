@@ -19,20 +19,19 @@ import { e2bSubject, e2bTarget, peerE2bUrl } from '../../src/api/e2b/cluster-hop
 import { fileSignature } from '../../src/api/e2b/envd-files.js';
 import { e2bErrorBody } from '../../src/api/e2b/errors.js';
 import { buildE2bServer } from '../../src/api/e2b/server.js';
-import { buildServer } from '../../src/api/server.js';
-import { createMetrics } from '../../src/api/metrics.js';
-import { HttpPeers } from '../../src/cluster/peer-http.js';
-import { ClusterNode } from '../../src/core/cluster/cluster-node.js';
-import { HandOver } from '../../src/core/cluster/hand-over.js';
-import { SnapshotCopies } from '../../src/core/cluster/snapshot-copies.js';
 import type { NodeRecord } from '../../src/core/cluster/records.js';
 import { fail } from '../../src/errors.js';
-import type { ManagerOptions, SandboxManager } from '../../src/core/sandbox-manager.js';
-import { startClusterManager, untilNodesMeet } from '../helpers/cluster-manager.js';
+import type { ManagerOptions } from '../../src/core/sandbox-manager.js';
+import { untilNodesMeet } from '../helpers/cluster-manager.js';
+import {
+  execStdout,
+  startServedNode,
+  stopServedNodes,
+  type ServedNode,
+} from '../helpers/cluster-server.js';
 import { FakeImages, plan } from '../helpers/fake-images.js';
 import { MemoryStore } from '../helpers/memory-kv.js';
 import { eventually } from '../../testkit/eventually.js';
-import { connect as connectNative } from '../../testkit/hostd.js';
 
 const KEY = 'e2b-cluster-key';
 const CLUSTER_KEY = 'e2b-cluster-secret';
@@ -102,14 +101,8 @@ describe('which node answers an E2B request', () => {
   });
 });
 
-interface Node {
-  id: string;
-  cluster: ClusterNode;
-  manager: SandboxManager;
-  handOver: HandOver;
-  apps: FastifyInstance[];
-  e2bUrl: string;
-}
+/** A node served on loopback (test/helpers/cluster-server.ts) with its E2B front. */
+type Node = ServedNode & { e2b: FastifyInstance; e2bUrl: string };
 
 /** Each node's data directory: where its own token secret, and its copy of the cluster's, are. */
 const dataDirs: string[] = [];
@@ -122,47 +115,45 @@ async function startNode(
   id: string,
   overrides: Partial<ManagerOptions> = {},
 ): Promise<Node> {
-  const { cluster, manager } = await startClusterManager(store, id, log, overrides);
   const dataDir = await mkdtemp(join(tmpdir(), `e2b-cluster-${id}-`));
   dataDirs.push(dataDir);
-  const auth = { kind: 'keys' as const, keys: [KEY] };
+  let front: { e2b: FastifyInstance; e2bUrl: string } | null = null;
   // The peer routes and links, for snapshots copied to the node a create is placed on.
-  const peers = new HttpPeers({ self: id, clusterKey: CLUSTER_KEY, apiKey: KEY });
-  const handOver = new HandOver(cluster, manager, peers, log);
-  cluster.bindCopies(new SnapshotCopies(cluster, manager, peers, log));
-  const app = await buildServer({
-    manager,
-    auth,
-    maxBodyBytes: 1 << 20,
-    maxFileBytes: 1 << 20,
-    logger: log,
-    metrics: createMetrics({ accel: 'tcg', version: 'test' }),
-    cluster: {
-      node: cluster,
-      drain: () => void cluster.setState('draining'),
-      peer: { key: CLUSTER_KEY, handOver, manager },
+  const node = await startServedNode(store, id, {
+    apiKey: KEY,
+    clusterKey: CLUSTER_KEY,
+    log,
+    overrides,
+    beforeStart: async ({ cluster, manager, handOver }) => {
+      const { app: e2b } = await buildE2bServer({
+        manager,
+        auth: { kind: 'keys', keys: [KEY] },
+        // As hostd's: each node's own secret, and the cluster's, which new tokens are issued under.
+        tokens: await SandboxTokens.ofClusterNode(dataDir, cluster, log),
+        maxBodyBytes: 1 << 20,
+        maxFileBytes: 1 << 20,
+        logger: log,
+        cluster,
+        room: {
+          pausedWithoutRoom: (sandbox) => manager.pausedWithoutRoom(sandbox),
+          moveToRoom: (sandbox, template) => handOver.moveToRoom(sandbox, template),
+        },
+      });
+      const e2bUrl = await e2b.listen({ host: '127.0.0.1', port: 0 });
+      cluster.e2bUrl = e2bUrl;
+      front = { e2b, e2bUrl };
     },
   });
-  app.addHook('onClose', async () => peers.close());
-  const { app: e2b } = await buildE2bServer({
-    manager,
-    auth,
-    // As hostd's: each node's own secret, and the cluster's, which new tokens are issued under.
-    tokens: await SandboxTokens.ofClusterNode(dataDir, cluster, log),
-    maxBodyBytes: 1 << 20,
-    maxFileBytes: 1 << 20,
-    logger: log,
-    cluster,
-    room: {
-      pausedWithoutRoom: (sandbox) => manager.pausedWithoutRoom(sandbox),
-      moveToRoom: (sandbox, template) => handOver.moveToRoom(sandbox, template),
-    },
-  });
-  const e2bUrl = await e2b.listen({ host: '127.0.0.1', port: 0 });
-  cluster.url = await app.listen({ host: '127.0.0.1', port: 0 });
-  cluster.e2bUrl = e2bUrl;
-  await cluster.start();
-  return { id, cluster, manager, handOver, apps: [app, e2b], e2bUrl };
+  return { ...node, ...front! };
+}
+
+/** Closes each node's E2B front, then the node. */
+async function stopNodes(...nodes: (Node | undefined)[]): Promise<void> {
+  for (const n of nodes) {
+    if (!n) continue;
+    await n.e2b.close();
+    await stopServedNodes(n);
+  }
 }
 
 async function e2b(
@@ -197,14 +188,7 @@ describe('the E2B front of a two-node cluster', () => {
     await untilNodesMeet([a.cluster, b.cluster], (r) => Boolean(r.e2b_url));
   });
 
-  after(async () => {
-    for (const n of [a, b]) {
-      if (!n) continue;
-      for (const app of n.apps) await app.close();
-      await n.manager.shutdown();
-      await n.cluster.stop();
-    }
-  });
+  after(() => stopNodes(a, b));
 
   test('a create of a draining node is placed on the other, whose front answers it', async () => {
     await a.cluster.setState('draining');
@@ -560,14 +544,7 @@ describe('the batch metrics of a cluster with a node gone', () => {
     await untilNodesMeet([c.cluster, d.cluster], (r) => Boolean(r.e2b_url));
   });
 
-  after(async () => {
-    for (const n of [c, d]) {
-      if (!n) continue;
-      for (const app of n.apps) await app.close();
-      await n.manager.shutdown();
-      await n.cluster.stop();
-    }
-  });
+  after(() => stopNodes(c, d));
 
   test('an id lost with its node fails the request as a lost sandbox does alone (404 sandbox_lost)', async () => {
     const here = await c.manager.create({ template: 'python' });
@@ -606,14 +583,7 @@ describe("E2B's template aliases in a cluster whose nodes serve different templa
     });
   });
 
-  after(async () => {
-    for (const n of [e, f]) {
-      if (!n) continue;
-      for (const app of n.apps) await app.close();
-      await n.manager.shutdown();
-      await n.cluster.stop();
-    }
-  });
+  after(() => stopNodes(e, f));
 
   test('an alias maps onto the template any live node serves, and the create is made there', async () => {
     for (const alias of ['base', 'code-interpreter-v1']) {
@@ -634,21 +604,8 @@ describe("E2B's connect of a paused sandbox whose node is full", () => {
   let h: Node;
 
   /** What `code` prints on sandbox `id`, asked of `via`'s native API. */
-  const stdout = async (via: Node, id: string, code: string): Promise<string> => {
-    const res = await connectNative(via.cluster.url, KEY).request(
-      'POST',
-      `/v1/sandboxes/${id}/exec`,
-      { code },
-    );
-    assert.equal(res.status, 200, await res.clone().text());
-    return (await res.text())
-      .split('\n')
-      .filter(Boolean)
-      .map((l) => JSON.parse(l) as { type: string; data: unknown })
-      .filter((e) => e.type === 'stdout')
-      .map((e) => String(e.data))
-      .join('\n');
-  };
+  const stdout = (via: Node, id: string, code: string): Promise<string> =>
+    execStdout(via.api, id, code);
 
   before(async () => {
     // g takes one sandbox at most: one running there makes it full.
@@ -657,14 +614,7 @@ describe("E2B's connect of a paused sandbox whose node is full", () => {
     await untilNodesMeet([g.cluster, h.cluster], (r) => Boolean(r.e2b_url));
   });
 
-  after(async () => {
-    for (const n of [g, h]) {
-      if (!n) continue;
-      for (const app of n.apps) await app.close();
-      await n.manager.shutdown();
-      await n.cluster.stop();
-    }
-  });
+  after(() => stopNodes(g, h));
 
   test('moves it to a node with room first, asked of that node or of its own, and resumes it there', async () => {
     const paused: string[] = [];

@@ -1,0 +1,139 @@
+/**
+ * Nodes of one cluster in one process, for the tests of moves between nodes (hand-overs, drains,
+ * undrains): each a SandboxManager on the fake hypervisor with its ClusterNode, HandOver and
+ * Drainer, all on one in-memory store with etcd's semantics, and peers that call each other
+ * directly (offers through JSON, as over HTTP). The same over real HTTP is in
+ * test/unit/cluster-peer-http.test.ts.
+ */
+import { after } from 'node:test';
+import { pino } from 'pino';
+import type { ClusterNode } from '../../src/core/cluster/cluster-node.js';
+import { Drainer } from '../../src/core/cluster/drain.js';
+import {
+  HandOver,
+  type HandOverOffer,
+  type PeerLink,
+  type SnapshotExport,
+  type SnapshotOffer,
+} from '../../src/core/cluster/hand-over.js';
+import { SnapshotCopies } from '../../src/core/cluster/snapshot-copies.js';
+import type { ManagerOptions, SandboxManager } from '../../src/core/sandbox-manager.js';
+import { fail } from '../../src/errors.js';
+import { startClusterManager, untilNodesMeet } from './cluster-manager.js';
+import type { FakeHypervisor } from './fake-hypervisor.js';
+import { FakeImages } from './fake-images.js';
+import { MemoryStore } from './memory-kv.js';
+
+const log = pino({ level: 'silent' });
+
+export interface InProcessNode {
+  cluster: ClusterNode;
+  hv: FakeHypervisor;
+  manager: SandboxManager;
+  handOver: HandOver;
+  drainer: Drainer;
+}
+
+export interface InProcessCluster<T extends readonly string[]> {
+  nodes: Map<string, InProcessNode>;
+  /** The nodes in the order their ids were given: `const [a, b] = c.at`. */
+  at: { [K in keyof T]: InProcessNode };
+  store: MemoryStore;
+  /** Node ids that reject every offer (as a peer refusing the connection). */
+  refuse: Set<string>;
+  stop(): Promise<void>;
+}
+
+/** Peers that call each other in-process; `refuse` makes a node reject every offer. */
+function peers(nodes: Map<string, InProcessNode>, refuse: Set<string>): PeerLink {
+  return {
+    fetchFile: async (from, file, offset) =>
+      (await nodes.get(from.id)!.manager.readExported(file.path, offset))
+        .stream as AsyncIterable<Uint8Array>,
+    offer: async (to, offer) => {
+      if (refuse.has(to.id)) throw fail('nodeUnreachable', to.id, 'connection refused');
+      // Through JSON, as over HTTP.
+      return nodes.get(to.id)!.handOver.moveIn(JSON.parse(JSON.stringify(offer)) as HandOverOffer);
+    },
+    offerSnapshot: async (to, offer) => {
+      if (refuse.has(to.id)) throw fail('nodeUnreachable', to.id, 'connection refused');
+      return nodes
+        .get(to.id)!
+        .handOver.moveSnapshotIn(JSON.parse(JSON.stringify(offer)) as SnapshotOffer);
+    },
+    exportSnapshot: async (from, id) =>
+      JSON.parse(
+        JSON.stringify(await nodes.get(from.id)!.manager.exportSnapshot(id)),
+      ) as SnapshotExport,
+  };
+}
+
+/**
+ * Nodes `ids` on one store, each seeing all the others with `python` ready; `variants` gives a
+ * node's image cache builds of its own (other keys), as a node built at another time or from
+ * another version has; `overrides` change a node's manager options.
+ */
+export async function inProcessCluster<const T extends readonly string[]>(
+  ids: T,
+  variants: Record<string, string> = {},
+  overrides: Record<string, Partial<ManagerOptions>> = {},
+): Promise<InProcessCluster<T>> {
+  const store = new MemoryStore();
+  const nodes = new Map<string, InProcessNode>();
+  const refuse = new Set<string>();
+  const link = peers(nodes, refuse);
+  for (const id of ids) {
+    const images = new FakeImages(['python', 'slim'], variants[id] ?? '');
+    const {
+      cluster: c,
+      manager,
+      hv,
+    } = await startClusterManager(store, id, log, {
+      images,
+      ...overrides[id],
+    });
+    c.url = `http://${id}`;
+    await c.start();
+    const handOver = new HandOver(c, manager, link, log);
+    c.bindCopies(new SnapshotCopies(c, manager, link, log));
+    nodes.set(id, {
+      cluster: c,
+      hv,
+      manager,
+      handOver,
+      drainer: new Drainer(c, manager, handOver, log),
+    });
+  }
+  await untilNodesMeet(
+    [...nodes.values()].map((n) => n.cluster),
+    (r) => r.templates.python?.state === 'ready',
+  );
+  return {
+    nodes,
+    at: ids.map((id) => nodes.get(id)!) as { [K in keyof T]: InProcessNode },
+    store,
+    refuse,
+    stop: async () => {
+      for (const n of nodes.values()) {
+        await n.manager.shutdown();
+        await n.cluster.stop();
+      }
+    },
+  };
+}
+
+/**
+ * For a describe block: opens clusters as `inProcessCluster` does and stops every one it opened
+ * after the block's tests, whether they passed or not.
+ */
+export function clustersStoppedAfter(): typeof inProcessCluster {
+  const stops: (() => Promise<void>)[] = [];
+  after(async () => {
+    for (const s of stops) await s();
+  });
+  return async (ids, variants, overrides) => {
+    const c = await inProcessCluster(ids, variants, overrides);
+    stops.push(c.stop);
+    return c;
+  };
+}
