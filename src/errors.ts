@@ -248,6 +248,15 @@ export const Errors = {
     409,
     (id: string) => `node ${id} is alive: only a node that is down can be forgotten`,
   ),
+  /**
+   * Undraining a node that is down (docs/cluster.md, Undrain): there is no node to ask, and a
+   * node starts `serving` when it comes back.
+   */
+  nodeDown: def(
+    'cluster_conflict',
+    409,
+    (id: string) => `node ${id} is down: it takes creates again when it restarts`,
+  ),
   templateNotFound: def(
     'template_not_found',
     404,

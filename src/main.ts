@@ -476,6 +476,7 @@ async function buildServers(
               void moves?.drainer
                 .drain()
                 .catch((err: unknown) => log.warn({ err }, 'the drain failed')),
+            undrain: () => (moves ? moves.drainer.undrain() : cluster.setState('serving')),
             ...(moves
               ? { peer: { key: config.cluster!.key, handOver: moves.handOver, manager } }
               : {}),

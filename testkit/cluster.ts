@@ -490,7 +490,8 @@ export class DrainLeftError extends Error {
     super(
       `the drain of ${node} ended with ${report.left} sandbox(es) and ${report.snapshots_left} ` +
         `snapshot(s) left (moved ${report.moved} and ${report.snapshots_moved}); the node stays ` +
-        `draining\nthe nodes' log tail:\n${logTail}`,
+        `draining; left: ${[...(report.left_sandboxes ?? []), ...(report.left_snapshots ?? [])].join(', ') || '?'}` +
+        `\nthe nodes' log tail:\n${logTail}`,
     );
   }
 }
@@ -524,4 +525,30 @@ export async function drainNode(
     throw new Error(`drain of ${id}: ${res.status} ${JSON.stringify(res.body)}`);
   }
   return waitDrained(cluster, id, { ...opts, via, since: res.body.drain?.started_at });
+}
+
+/**
+ * `POST /v1/cluster/nodes/{id}/undrain` through `via` (default HAProxy), then waits until `via`
+ * lists the node `serving` (another node's copy of its record lags up to 2 s). Returns the node
+ * as listed then. A drain running there starts no further move; `waitDrainEnded` waits for the
+ * hand-overs under way.
+ */
+export async function undrainNode(
+  cluster: Cluster,
+  id: string,
+  opts: { via?: Api; timeoutMs?: number } = {},
+): Promise<NodeView> {
+  const { via = cluster.api, timeoutMs = 30_000 } = opts;
+  const res = await via.json<NodeView>('POST', `/v1/cluster/nodes/${id}/undrain`);
+  if (res.status !== 200) {
+    throw new Error(`undrain of ${id}: ${res.status} ${JSON.stringify(res.body)}`);
+  }
+  return eventually(
+    `${id} to be listed serving`,
+    async () => {
+      const n = await nodeView(via, id);
+      return n?.state === 'serving' ? n : null;
+    },
+    { timeoutMs, everyMs: 200 },
+  );
 }

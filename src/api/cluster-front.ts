@@ -121,6 +121,15 @@ export class ClusterFront {
         const node = this.node.liveNode(params.id ?? '');
         if (!node) throw fail('nodeNotFound', params.id ?? '');
         target = { local: false, node };
+      } else if (route === '/v1/cluster/nodes/:id/undrain' && params.id !== this.node.id) {
+        const id = params.id ?? '';
+        const node = this.node.liveNode(id);
+        if (!node) {
+          // One `GET /v1/cluster` lists as down: 409, it serves again once it restarts.
+          const down = this.node.info().nodes.some((n) => n.id === id && n.state === 'down');
+          throw down ? fail('nodeDown', id) : fail('nodeNotFound', id);
+        }
+        target = { local: false, node };
       } else {
         return;
       }

@@ -22,9 +22,8 @@ import {
   parseJsonBody,
 } from './http-errors.js';
 import type { Metrics } from './metrics.js';
-import type { ClusterNode } from '../core/cluster/cluster-node.js';
 import { ClusterFront } from './cluster-front.js';
-import { registerClusterRoutes, type DrainStarter, type PeerRoutes } from './routes/cluster.js';
+import { registerClusterRoutes, type ClusterRoutes } from './routes/cluster.js';
 import { registerConsoleRoutes } from './routes/console.js';
 import { registerContextRoutes } from './routes/contexts.js';
 import { registerExecRoutes } from './routes/exec.js';
@@ -48,7 +47,7 @@ export interface ServerOptions {
   /** The MCP endpoint's session handling (SERVICE_MCP_*); defaults when absent. */
   mcp?: Omit<McpRouteOptions, 'logger'>;
   /** Cluster mode: this node, and how its drain starts; absent for a single hostd. */
-  cluster?: { node: ClusterNode; drain: DrainStarter; peer?: PeerRoutes };
+  cluster?: ClusterRoutes;
 }
 
 /** `{"error", "code"}` with the entry's status, and `Retry-After` when a retry can work. */

@@ -79,6 +79,8 @@ export async function startServedNode<P extends HttpPeers = HttpPeers>(
         options.drain === 'drainer'
           ? () => void drainer.drain()
           : () => void cluster.setState('draining'),
+      undrain:
+        options.drain === 'drainer' ? () => drainer.undrain() : () => cluster.setState('serving'),
       peer: { key: clusterKey, handOver, manager },
     },
   });

@@ -41,16 +41,51 @@ export interface InProcessCluster<T extends readonly string[]> {
   store: MemoryStore;
   /** Node ids that reject every offer (as a peer refusing the connection). */
   refuse: Set<string>;
+  /**
+   * Holds every sandbox offer made from now on until the returned function is called (a
+   * hand-over under way, for what happens meanwhile); `offersHeld` counts those waiting.
+   */
+  holdOffers(): () => void;
+  readonly offersHeld: number;
   stop(): Promise<void>;
 }
 
-/** Peers that call each other in-process; `refuse` makes a node reject every offer. */
-function peers(nodes: Map<string, InProcessNode>, refuse: Set<string>): PeerLink {
+/** Offers wait here while held. */
+class Gate {
+  private open: Promise<void> | null = null;
+  waiting = 0;
+
+  hold(): () => void {
+    let release!: () => void;
+    this.open = new Promise((resolve) => (release = resolve));
+    return () => {
+      this.open = null;
+      release();
+    };
+  }
+
+  async pass(): Promise<void> {
+    if (!this.open) return;
+    this.waiting++;
+    try {
+      await this.open;
+    } finally {
+      this.waiting--;
+    }
+  }
+}
+
+/**
+ * Peers that call each other in-process; `refuse` makes a node reject every offer, `gate` holds
+ * sandbox offers.
+ */
+function peers(nodes: Map<string, InProcessNode>, refuse: Set<string>, gate: Gate): PeerLink {
   return {
     fetchFile: async (from, file, offset) =>
       (await nodes.get(from.id)!.manager.readExported(file.path, offset))
         .stream as AsyncIterable<Uint8Array>,
     offer: async (to, offer) => {
+      await gate.pass();
       if (refuse.has(to.id)) throw fail('nodeUnreachable', to.id, 'connection refused');
       // Through JSON, as over HTTP.
       return nodes.get(to.id)!.handOver.moveIn(JSON.parse(JSON.stringify(offer)) as HandOverOffer);
@@ -81,7 +116,8 @@ export async function inProcessCluster<const T extends readonly string[]>(
   const store = new MemoryStore();
   const nodes = new Map<string, InProcessNode>();
   const refuse = new Set<string>();
-  const link = peers(nodes, refuse);
+  const gate = new Gate();
+  const link = peers(nodes, refuse, gate);
   for (const id of ids) {
     const images = new FakeImages(['python', 'slim'], variants[id] ?? '');
     const {
@@ -113,6 +149,10 @@ export async function inProcessCluster<const T extends readonly string[]>(
     at: ids.map((id) => nodes.get(id)!) as { [K in keyof T]: InProcessNode },
     store,
     refuse,
+    holdOffers: () => gate.hold(),
+    get offersHeld() {
+      return gate.waiting;
+    },
     stop: async () => {
       for (const n of nodes.values()) {
         await n.manager.shutdown();

@@ -99,6 +99,7 @@ export const ROUTE_AREAS: Readonly<Record<string, Area>> = {
   'POST /v1/sandboxes/{id}/contexts/{context}/restart': 'contexts',
   'GET /v1/cluster': 'cluster',
   'POST /v1/cluster/nodes/{id}/drain': 'cluster',
+  'POST /v1/cluster/nodes/{id}/undrain': 'cluster',
   'DELETE /v1/cluster/nodes/{id}': 'cluster',
   'GET /v1/cluster/peer/files': 'cluster',
   'POST /v1/cluster/peer/sandboxes/{id}/hand-over': 'cluster',

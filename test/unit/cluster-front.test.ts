@@ -47,7 +47,11 @@ async function startNode(
     maxFileBytes: 1 << 20,
     logger: log,
     metrics: createMetrics({ accel: 'tcg', version: 'test' }),
-    cluster: { node: cluster, drain: () => void cluster.setState('draining') },
+    cluster: {
+      node: cluster,
+      drain: () => void cluster.setState('draining'),
+      undrain: () => cluster.setState('serving'),
+    },
   });
   const url = await app.listen({ host: '127.0.0.1', port: 0 });
   cluster.url = url;

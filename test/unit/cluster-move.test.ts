@@ -11,7 +11,12 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { pino } from 'pino';
 import type { NodeInfo } from '../../src/core/cluster/cluster-node.js';
-import { KEYS, type SandboxEntry, type SnapshotEntry } from '../../src/core/cluster/records.js';
+import {
+  KEYS,
+  LEFT_IDS_SHOWN,
+  type SandboxEntry,
+  type SnapshotEntry,
+} from '../../src/core/cluster/records.js';
 import type { SandboxManager } from '../../src/core/sandbox-manager.js';
 import { toHostdError } from '../../src/errors.js';
 import { eventually } from '../../testkit/eventually.js';
@@ -163,6 +168,8 @@ describe('a drain’s report on the node’s record', () => {
     assert.equal(running?.drain?.ended_at, null);
     assert.equal(running?.drain?.left, null);
     assert.equal(running?.drain?.snapshots_left, null);
+    assert.equal(running?.drain?.left_sandboxes, null);
+    assert.equal(running?.drain?.left_snapshots, null);
     assert.deepEqual(await done, { moved: 1, left: 0, snapshotsMoved: 1, snapshotsLeft: 0 });
     const seen = await eventually('b to see a drained', () => {
       const n = shown(b, 'a');
@@ -173,7 +180,17 @@ describe('a drain’s report on the node’s record', () => {
     assert.ok(seen.drain.ended_at >= seen.drain.started_at);
     assert.deepEqual(
       { ...seen.drain, started_at: 0, ended_at: 0 },
-      { started_at: 0, ended_at: 0, moved: 1, left: 0, snapshots_moved: 1, snapshots_left: 0 },
+      {
+        started_at: 0,
+        ended_at: 0,
+        moved: 1,
+        left: 0,
+        snapshots_moved: 1,
+        snapshots_left: 0,
+        left_sandboxes: [],
+        left_snapshots: [],
+        undrained_at: null,
+      },
     );
   });
 
@@ -182,8 +199,8 @@ describe('a drain’s report on the node’s record', () => {
     const [a, b] = c.at;
     const one = await a.manager.create({ template: 'python' });
     await run(a.manager, one.id, 'set x 7');
-    await a.manager.create({ template: 'python' });
-    await a.manager.snapshot(one.id);
+    const two = await a.manager.create({ template: 'python' });
+    const snap = await a.manager.snapshot(one.id);
     c.refuse.add('b');
     assert.deepEqual(await a.drainer.drain(), {
       moved: 0,
@@ -202,6 +219,9 @@ describe('a drain’s report on the node’s record', () => {
     assert.equal(seen.drain?.left, 2);
     assert.equal(seen.drain?.snapshots_moved, 0);
     assert.equal(seen.drain?.snapshots_left, 1);
+    // And which: the counts' ids, sorted, for an operator to look at.
+    assert.deepEqual(seen.drain?.left_sandboxes, [one.id, two.id].sort());
+    assert.deepEqual(seen.drain?.left_snapshots, [snap.snapshot_id]);
     // Still no creates there, and what stayed serves where it is.
     const order = await b.cluster.placeCreate({ template: 'python' });
     assert.ok(!order.some((n) => n.id === 'a'));
@@ -263,6 +283,142 @@ describe('a drain’s report on the node’s record', () => {
     assert.equal(seen.drain.left, 0);
     assert.equal(seen.drain.snapshots_moved, 1);
     assert.equal(seen.drain.snapshots_left, 0);
+  });
+});
+
+describe('an undrain', () => {
+  const cluster = clustersStoppedAfter();
+
+  /** Whether `b` would place a create on `a` (it takes creates), once b's copy says so. */
+  const takesCreates = (b: InProcessNode, a: InProcessNode): Promise<boolean> =>
+    eventually(`${b.cluster.id} to place creates on ${a.cluster.id}`, async () =>
+      (await b.cluster.placeCreate({ template: 'python' })).some((n) => n.id === a.cluster.id),
+    );
+
+  test('returns a node whose drain left something to serving; what stays serves, creates come again', async () => {
+    const c = await cluster(['a', 'b']);
+    const [a, b] = c.at;
+    const s = await a.manager.create({ template: 'python' });
+    await run(a.manager, s.id, 'set x 3');
+    c.refuse.add('b');
+    assert.equal((await a.drainer.drain()).left, 1);
+    assert.equal(a.cluster.state, 'draining');
+    const ended = shown(a, 'a')?.drain;
+    await a.drainer.undrain();
+    assert.equal(a.cluster.state, 'serving');
+    const seen = await eventually('b to see a serving', () => {
+      const n = shown(b, 'a');
+      return n?.state === 'serving' ? n : null;
+    });
+    // The report is the same round's, now saying when the undrain came.
+    assert.deepEqual({ ...seen.drain, undrained_at: null }, ended);
+    assert.ok(seen.drain?.undrained_at && seen.drain.undrained_at >= ended!.ended_at!);
+    assert.equal(await takesCreates(b, a), true);
+    assert.equal(await stdout(a.manager, s.id, 'get x'), '3');
+    const made = await a.manager.create({ template: 'python' });
+    assert.equal(a.manager.holds(made.id), true);
+  });
+
+  test('returns a drained node to serving; asked again, or of a serving node, it changes nothing', async () => {
+    const c = await cluster(['a', 'b']);
+    const [a, b] = c.at;
+    // Serving and never drained: nothing to do, no report made.
+    await a.drainer.undrain();
+    assert.equal(a.cluster.state, 'serving');
+    assert.equal(shown(a, 'a')?.drain, null);
+    await a.manager.create({ template: 'python' });
+    assert.deepEqual(await a.drainer.drain(), {
+      moved: 1,
+      left: 0,
+      snapshotsMoved: 0,
+      snapshotsLeft: 0,
+    });
+    assert.equal(a.cluster.state, 'drained');
+    await a.drainer.undrain();
+    assert.equal(a.cluster.state, 'serving');
+    const once = shown(a, 'a')?.drain;
+    assert.ok(once?.undrained_at);
+    await a.drainer.undrain();
+    assert.deepEqual(shown(a, 'a')?.drain, once);
+    assert.equal(await takesCreates(b, a), true);
+  });
+
+  test('during a drain, starts no further move; the hand-overs under way finish, and the node serves', async () => {
+    const c = await cluster(['a', 'b']);
+    const [a, b] = c.at;
+    const ids: string[] = [];
+    for (const v of [1, 2, 3, 4]) {
+      const s = await a.manager.create({ template: 'python' });
+      await run(a.manager, s.id, `set x ${v}`);
+      ids.push(s.id);
+    }
+    const release = c.holdOffers();
+    const draining = a.drainer.drain();
+    // Two hand-overs at once: both are under way, held at their offer.
+    await eventually('two offers under way', () => c.offersHeld === 2);
+    await a.drainer.undrain();
+    assert.equal(a.cluster.state, 'serving');
+    release();
+    assert.deepEqual(await draining, { moved: 2, left: 2, snapshotsMoved: 0, snapshotsLeft: 0 });
+    assert.equal(a.cluster.state, 'serving');
+    const stayed = ids.filter((id) => a.manager.holds(id));
+    const went = ids.filter((id) => b.manager.holds(id));
+    assert.equal(stayed.length, 2);
+    assert.equal(went.length, 2);
+    const report = shown(a, 'a')?.drain;
+    assert.ok(report?.ended_at && report.undrained_at);
+    assert.deepEqual(
+      [report.moved, report.left, report.left_sandboxes],
+      [2, 2, [...stayed].sort()],
+    );
+    for (const id of went)
+      assert.equal(await stdout(b.manager, id, 'get x'), String(ids.indexOf(id) + 1));
+    assert.equal(await takesCreates(b, a), true);
+  });
+
+  test('a drain asked again while an undrained one finishes its moves is a new round, after them', async () => {
+    const c = await cluster(['a', 'b']);
+    const [a, b] = c.at;
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i++) ids.push((await a.manager.create({ template: 'python' })).id);
+    const release = c.holdOffers();
+    const first = a.drainer.drain();
+    await eventually('two offers under way', () => c.offersHeld === 2);
+    await a.drainer.undrain();
+    const second = a.drainer.drain();
+    assert.notEqual(second, first);
+    assert.equal(a.cluster.state, 'draining');
+    const report = shown(a, 'a')?.drain;
+    assert.equal(report?.ended_at, null);
+    assert.equal(report?.undrained_at, null);
+    release();
+    assert.equal((await first).moved, 2);
+    assert.deepEqual(await second, { moved: 2, left: 0, snapshotsMoved: 0, snapshotsLeft: 0 });
+    assert.equal(a.cluster.state, 'drained');
+    assert.deepEqual(
+      ids.filter((id) => b.manager.holds(id)),
+      ids,
+    );
+    // The report is the new round's: the first, replaced, wrote no more.
+    const last = shown(a, 'a')?.drain;
+    assert.equal(last?.started_at, report?.started_at);
+    assert.deepEqual([last?.moved, last?.left, last?.undrained_at], [2, 0, null]);
+  });
+
+  test('a drain report names at most LEFT_IDS_SHOWN ids; its count says how many were left', async () => {
+    const many = LEFT_IDS_SHOWN + 2;
+    const c = await cluster(['a', 'b'], {}, { a: { maxSandboxes: many } });
+    const [a] = c.at;
+    for (let i = 0; i < many; i++) await a.manager.create({ template: 'python' });
+    c.refuse.add('b');
+    assert.equal((await a.drainer.drain()).left, many);
+    const report = shown(a, 'a')?.drain;
+    assert.equal(report?.left, many);
+    const all = a.manager
+      .list()
+      .map((s) => s.id)
+      .sort();
+    assert.deepEqual(report?.left_sandboxes, all.slice(0, LEFT_IDS_SHOWN));
   });
 });
 

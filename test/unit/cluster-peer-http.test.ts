@@ -85,6 +85,9 @@ describe('routes between nodes', () => {
         left: 0,
         snapshots_moved: 1,
         snapshots_left: 0,
+        left_sandboxes: [],
+        left_snapshots: [],
+        undrained_at: null,
       },
     );
     assert.equal(b.manager.holds(id), true);
@@ -178,5 +181,60 @@ describe('routes between nodes', () => {
       move.abort();
     }
     assert.equal((await a.api.request('DELETE', `/v1/sandboxes/${id}`)).status, 204);
+  });
+});
+
+describe('an undrain through the API', () => {
+  const store = new MemoryStore();
+  let c: Node;
+  let d: Node;
+
+  before(async () => {
+    c = await startNode(store, 'c');
+    d = await startNode(store, 'd');
+    await untilNodesMeet([c.cluster, d.cluster], (r) => r.templates.python?.state === 'ready');
+  });
+
+  after(() => stopServedNodes(c, d));
+
+  test('asked of another node, returns a drained node to serving (200), and again changes nothing', async () => {
+    const drained = await d.api.json<WireNode>('POST', `/v1/cluster/nodes/${c.id}/drain`);
+    assert.equal(drained.status, 202, JSON.stringify(drained.body));
+    await eventually('c drained', () => c.cluster.state === 'drained');
+    const res = await d.api.json<WireNode>('POST', `/v1/cluster/nodes/${c.id}/undrain`);
+    assert.equal(res.status, 200, JSON.stringify(res.body));
+    assert.equal(res.body.state, 'serving');
+    assert.equal(res.body.drain?.started_at, drained.body.drain?.started_at);
+    assert.ok(res.body.drain?.undrained_at);
+    assert.equal(c.cluster.state, 'serving');
+    // Idempotent: the node as it is, the same report.
+    const again = await c.api.json<WireNode>('POST', `/v1/cluster/nodes/${c.id}/undrain`);
+    assert.equal(again.status, 200, JSON.stringify(again.body));
+    assert.deepEqual(again.body.drain, res.body.drain);
+    await eventually('d to list c serving', async () => {
+      const v = await d.api.json<{ nodes: WireNode[] }>('GET', '/v1/cluster');
+      return v.body.nodes.find((n) => n.id === c.id)?.state === 'serving';
+    });
+    const body = await c.api.json<ErrorBody>('POST', `/v1/cluster/nodes/${c.id}/undrain`, {});
+    assert.equal(body.status, 400);
+    assert.equal(body.body.code, 'invalid_request');
+  });
+
+  test('a node no one knows is 404 node_not_found; a node that is down is 409 cluster_conflict', async () => {
+    for (const via of [c, d]) {
+      const res = await via.api.json<ErrorBody>('POST', '/v1/cluster/nodes/never-was/undrain');
+      assert.equal(res.status, 404, JSON.stringify(res.body));
+      assert.equal(res.body.code, 'node_not_found');
+    }
+    // d holds a sandbox and stops answering for the cluster: GET /v1/cluster lists it down.
+    await d.manager.create({ template: 'python' });
+    await d.cluster.writer.settle(5000);
+    await d.cluster.stop();
+    await eventually('c to list d down', () =>
+      c.cluster.info().nodes.some((n) => n.id === 'd' && n.state === 'down'),
+    );
+    const res = await c.api.json<ErrorBody>('POST', `/v1/cluster/nodes/${d.id}/undrain`);
+    assert.equal(res.status, 409, JSON.stringify(res.body));
+    assert.equal(res.body.code, 'cluster_conflict');
   });
 });

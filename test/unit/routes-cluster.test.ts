@@ -1,6 +1,6 @@
 /**
  * Route tests of the cluster routes on a single hostd (docs/api.md, Cluster): the cluster is
- * reported off, and a drain and the node-to-node routes of a hand-over are `409 not_clustered`. In cluster mode they are
+ * reported off, and a drain, an undrain and the node-to-node routes of a hand-over are `409 not_clustered`. In cluster mode they are
  * cluster-front.test.ts's and the cluster integration tests'.
  */
 import { after, before, describe, test } from 'node:test';
@@ -30,6 +30,19 @@ describe('cluster routes on a single hostd', () => {
     const withBody = await s.inject({
       method: 'POST',
       url: '/v1/cluster/nodes/node-1/drain',
+      payload: {},
+    });
+    assert.equal(withBody.statusCode, 400);
+    assert.equal(errorBody(withBody).code, Errors.bodyNotAllowed.code);
+  });
+
+  test('POST /v1/cluster/nodes/{id}/undrain is 409 not_clustered; a body is 400 first', async () => {
+    const res = await s.inject({ method: 'POST', url: '/v1/cluster/nodes/node-1/undrain' });
+    assert.equal(res.statusCode, 409);
+    assert.equal(errorBody(res).code, Errors.notClustered.code);
+    const withBody = await s.inject({
+      method: 'POST',
+      url: '/v1/cluster/nodes/node-1/undrain',
       payload: {},
     });
     assert.equal(withBody.statusCode, 400);

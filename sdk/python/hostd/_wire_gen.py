@@ -443,11 +443,7 @@ class ContextCreateRequest(TypedDict, total=False):
     cwd: Optional[str]
 
 
-class DrainReport(TypedDict):
-    """A node's last drain since it started. One that ended with something left (``left`` or
-    ``snapshots_left`` > 0) leaves the node ``draining``: it takes no creates, and will not
-    become ``drained`` by itself; draining it again retries what is left."""
-
+class _DrainReportRequired(TypedDict):
     #: When this round started (each drain is one).
     started_at: str
     #: When it ended; null while it runs (its counts grow).
@@ -461,6 +457,24 @@ class DrainReport(TypedDict):
     snapshots_moved: int
     #: Snapshots still on the node when it ended; null while it runs.
     snapshots_left: Optional[int]
+
+
+class DrainReport(_DrainReportRequired, total=False):
+    """A node's last drain since it started. One that ended with something left (``left`` or
+    ``snapshots_left`` > 0) leaves the node ``draining``: it takes no creates, and will not
+    become ``drained`` by itself; draining it again retries what is left; undraining it returns
+    it to ``serving``."""
+
+    #: The ids of the sandboxes counted in ``left``, sorted, at most 100 (``left`` is the count that
+    #: holds); null while it runs. Absent from reports of nodes older than it.
+    left_sandboxes: Optional[List[str]]
+    #: The ids of the snapshots counted in ``snapshots_left``, sorted, at most 100; null while it
+    #: runs. Absent from reports of older nodes.
+    left_snapshots: Optional[List[str]]
+    #: When ``POST /v1/cluster/nodes/{id}/undrain`` returned the node to ``serving`` during or after
+    #: this round (a running round then starts no further move); null when none has. Absent from
+    #: reports of older nodes.
+    undrained_at: Optional[str]
 
 
 class ClusterNode(TypedDict):

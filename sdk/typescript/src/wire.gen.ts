@@ -413,7 +413,7 @@ export interface components {
       /** @description An existing directory; absent or null: the default context's directory. */
       cwd?: string | null;
     };
-    /** @description A node's last drain since it started. One that ended with something left (`left` or `snapshots_left` > 0) leaves the node `draining`: it takes no creates, and will not become `drained` by itself; draining it again retries what is left. */
+    /** @description A node's last drain since it started. One that ended with something left (`left` or `snapshots_left` > 0) leaves the node `draining`: it takes no creates, and will not become `drained` by itself; draining it again retries what is left; undraining it returns it to `serving`. */
     DrainReport: {
       /** @description When this round started (each drain is one). */
       started_at: string;
@@ -427,6 +427,12 @@ export interface components {
       snapshots_moved: number;
       /** @description Snapshots still on the node when it ended; null while it runs. */
       snapshots_left: number | null;
+      /** @description The ids of the sandboxes counted in `left`, sorted, at most 100 (`left` is the count that holds); null while it runs. Absent from reports of nodes older than it. */
+      left_sandboxes?: string[] | null;
+      /** @description The ids of the snapshots counted in `snapshots_left`, sorted, at most 100; null while it runs. Absent from reports of older nodes. */
+      left_snapshots?: string[] | null;
+      /** @description When `POST /v1/cluster/nodes/{id}/undrain` returned the node to `serving` during or after this round (a running round then starts no further move); null when none has. Absent from reports of older nodes. */
+      undrained_at?: string | null;
     };
     /** @description A node of the cluster as `GET /v1/cluster` shows it. */
     ClusterNode: {

@@ -1,5 +1,5 @@
 /**
- * Cluster mode: the nodes and their state, draining one (docs/api.md, Cluster), and the routes
+ * Cluster mode: the nodes and their state, draining and undraining one (docs/api.md, Cluster), and the routes
  * between nodes (docs/cluster.md, Hand-over): a peer fetching an exported file of this node, a
  * peer handing a sandbox or a snapshot to this node, and a peer asking what to fetch to copy a
  * snapshot of this node. Those need the cluster's key (`X-Hostd-Cluster-Key`),
@@ -18,6 +18,17 @@ import { parseNoBody } from '../validate.js';
 /** What the drain route starts: hand every sandbox to other nodes, take no creates. */
 export type DrainStarter = () => void;
 
+/** What the undrain route does: take creates again, and stop a running drain's further moves. */
+export type Undrainer = () => Promise<void>;
+
+/** Cluster mode's part of the server: this node, and what its drain and undrain routes do. */
+export interface ClusterRoutes {
+  readonly node: ClusterNode;
+  readonly drain: DrainStarter;
+  readonly undrain: Undrainer;
+  readonly peer?: PeerRoutes;
+}
+
 /** The routes between nodes: their key, and what serves them. */
 export interface PeerRoutes {
   readonly key: string;
@@ -25,10 +36,7 @@ export interface PeerRoutes {
   readonly manager: SandboxManager;
 }
 
-export function registerClusterRoutes(
-  app: FastifyInstance,
-  cluster: { node: ClusterNode; drain: DrainStarter; peer?: PeerRoutes } | null,
-): void {
+export function registerClusterRoutes(app: FastifyInstance, cluster: ClusterRoutes | null): void {
   app.get('/v1/cluster', async () => {
     if (!cluster) return { enabled: false, node: null, etcd: null, nodes: [] };
     return cluster.node.info();
@@ -42,6 +50,15 @@ export function registerClusterRoutes(
     cluster.drain();
     const self = cluster.node.info().nodes.find((n) => n.id === cluster.node.id);
     return reply.code(202).send(self);
+  });
+
+  // Another node's undrain is forwarded to it too (a down node's is 409 there): this one's.
+  app.post<{ Params: { id: string } }>('/v1/cluster/nodes/:id/undrain', async (req) => {
+    parseNoBody(req.body, 'undrain');
+    if (!cluster) throw fail('notClustered');
+    if (req.params.id !== cluster.node.id) throw fail('nodeNotFound', req.params.id);
+    await cluster.undrain();
+    return cluster.node.info().nodes.find((n) => n.id === cluster.node.id);
   });
 
   // A node gone for good: its sandboxes and snapshots leave the catalog (docs/cluster.md).

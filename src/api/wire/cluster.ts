@@ -31,11 +31,35 @@ export const DrainReport = Type.Object(
         description: 'Snapshots still on the node when it ended; null while it runs.',
       }),
     ),
+    left_sandboxes: Type.Optional(
+      nullable(
+        Type.Array(Type.String(), {
+          description:
+            'The ids of the sandboxes counted in `left`, sorted, at most 100 (`left` is the count that holds); null while it runs. Absent from reports of nodes older than it.',
+        }),
+      ),
+    ),
+    left_snapshots: Type.Optional(
+      nullable(
+        Type.Array(Type.String(), {
+          description:
+            'The ids of the snapshots counted in `snapshots_left`, sorted, at most 100; null while it runs. Absent from reports of older nodes.',
+        }),
+      ),
+    ),
+    undrained_at: Type.Optional(
+      nullable(
+        Type.String({
+          description:
+            'When `POST /v1/cluster/nodes/{id}/undrain` returned the node to `serving` during or after this round (a running round then starts no further move); null when none has. Absent from reports of older nodes.',
+        }),
+      ),
+    ),
   },
   {
     $id: 'DrainReport',
     description:
-      "A node's last drain since it started. One that ended with something left (`left` or `snapshots_left` > 0) leaves the node `draining`: it takes no creates, and will not become `drained` by itself; draining it again retries what is left.",
+      "A node's last drain since it started. One that ended with something left (`left` or `snapshots_left` > 0) leaves the node `draining`: it takes no creates, and will not become `drained` by itself; draining it again retries what is left; undraining it returns it to `serving`.",
   },
 );
 export type DrainReport = Static<typeof DrainReport>;

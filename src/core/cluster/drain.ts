@@ -14,8 +14,11 @@
  *
  * Its progress and end are on the node's record (records.ts DrainReport), so that `GET
  * /v1/cluster` says a drain ended with something left (the node stays `draining`) instead of a
- * client waiting for a `drained` that never comes. Draining again (the route, once the cause
- * is fixed) is a new round that retries everything still here.
+ * client waiting for a `drained` that never comes; once ended it names what it left (at most
+ * LEFT_IDS_SHOWN ids of each kind). Draining again (the route, once the cause is fixed) is a
+ * new round that retries everything still here. An undrain (`POST
+ * /v1/cluster/nodes/{id}/undrain`) returns the node to `serving` at once and stops a running
+ * round from starting further moves; the hand-overs under way finish.
  */
 import type { Logger } from 'pino';
 import { eachAtOnce } from '../each-at-once.js';
@@ -23,6 +26,7 @@ import type { SandboxInfo } from '../sandbox.js';
 import type { SnapshotInfo } from '../snapshots.js';
 import type { ClusterNode } from './cluster-node.js';
 import type { HandOver } from './hand-over.js';
+import { LEFT_IDS_SHOWN } from './records.js';
 
 /** Hand-overs at once: each is a pause (a burst of disk writes) and a transfer. */
 const AT_ONCE = 2;
@@ -38,8 +42,30 @@ export interface DrainResult {
   readonly snapshotsLeft: number;
 }
 
+/** One drain round: its result once it ends, and whether an undrain stopped its moves. */
+interface Round {
+  result: Promise<DrainResult>;
+  /** Set by an undrain: no further move starts; those under way finish. */
+  stopped: boolean;
+  /** When the undrain came (the report's `undrained_at`). */
+  undrainedAt: string | null;
+}
+
+/** What a round's end reports: its counts, and the ids of what it left (at most LEFT_IDS_SHOWN). */
+interface DrainEnd {
+  readonly moved: number;
+  readonly snapshotsMoved: number;
+  readonly left: number;
+  readonly snapshotsLeft: number;
+  readonly sandboxIds: string[];
+  readonly snapshotIds: string[];
+}
+
+const NOTHING: DrainResult = { moved: 0, left: 0, snapshotsMoved: 0, snapshotsLeft: 0 };
+
 export class Drainer {
-  private running: Promise<DrainResult> | null = null;
+  /** The round running now (an undrained one still finishing its moves included), or null. */
+  private current: Round | null = null;
 
   constructor(
     private readonly node: ClusterNode,
@@ -52,21 +78,58 @@ export class Drainer {
     private readonly log: Logger,
   ) {}
 
-  /** Starts the drain, or joins the one running. */
+  /**
+   * Starts the drain, or joins the one running. A round stopped by an undrain is not joined: a
+   * new round starts (the node is `draining` at once) and moves once that one's last moves end.
+   */
   drain(): Promise<DrainResult> {
-    this.running ??= this.run().finally(() => {
-      this.running = null;
+    if (this.current && !this.current.stopped) return this.current.result;
+    const previous = this.current?.result;
+    const round: Round = { result: Promise.resolve(NOTHING), stopped: false, undrainedAt: null };
+    this.current = round;
+    round.result = this.run(round, previous).finally(() => {
+      if (this.current === round) this.current = null;
     });
-    return this.running;
+    return round.result;
   }
 
-  private async run(): Promise<DrainResult> {
+  /**
+   * `POST /v1/cluster/nodes/{id}/undrain`: the node is `serving` again (takes creates) at once.
+   * A running round starts no further move; the hand-overs under way finish (each is a
+   * compare-and-set on its catalog entry: stopping one midway would leave a sandbox to recover),
+   * and the round then ends with its report, leaving the node `serving`. A serving node with no
+   * round running is left as it is (an undrain asked twice is the same as once).
+   */
+  async undrain(): Promise<void> {
+    const round = this.current;
+    if (this.node.state === 'serving' && (!round || round.stopped)) return;
+    const now = new Date().toISOString();
+    if (round) {
+      round.stopped = true;
+      round.undrainedAt = now;
+    }
+    // The last report says the node was undrained (a running round's own next report keeps it).
+    const report = this.node.selfRecord().drain;
+    if (report) this.node.reportDrain({ ...report, undrained_at: now });
+    await this.node.setState('serving').catch((err: unknown) =>
+      // Serving here at once; the node's periodic publish tells the others once etcd answers.
+      this.log.warn({ err }, 'could not publish the undrain now'),
+    );
+    this.log.info({ during: round !== null }, 'undrained: taking creates again');
+  }
+
+  private async run(
+    round: Round,
+    previous: Promise<DrainResult> | undefined,
+  ): Promise<DrainResult> {
     const started = Date.now();
     const startedAt = new Date(started).toISOString();
     let moved = 0;
     let snapshotsMoved = 0;
-    // Shown while it runs (the route's 202 already says it started), and once it ended.
-    const report = (end: { left: number; snapshotsLeft: number } | null): void =>
+    // Shown while it runs (the route's 202 already says it started), and once it ended; a round
+    // that a newer one replaced (after an undrain) reports no more.
+    const report = (end: Omit<DrainEnd, 'moved' | 'snapshotsMoved'> | null): void => {
+      if (this.current !== round) return;
       this.node.reportDrain({
         started_at: startedAt,
         ended_at: end ? new Date().toISOString() : null,
@@ -74,16 +137,24 @@ export class Drainer {
         left: end?.left ?? null,
         snapshots_moved: snapshotsMoved,
         snapshots_left: end?.snapshotsLeft ?? null,
+        left_sandboxes: end?.sandboxIds ?? null,
+        left_snapshots: end?.snapshotIds ?? null,
+        undrained_at: round.undrainedAt,
       });
+    };
     report(null);
     try {
       await this.node.setState('draining');
+      // A round an undrain stopped may still be finishing a hand-over: this one waits for it,
+      // so that one sandbox is never offered twice at once.
+      await previous?.catch(() => undefined);
       const tried = new Set<string>();
       const sent = new Map<string, string>();
       for (;;) {
         const todo = this.sandboxes.list().filter((s) => s.state !== 'failed' && !tried.has(s.id));
-        if (todo.length === 0) break;
+        if (todo.length === 0 || round.stopped) break;
         await eachAtOnce(todo, AT_ONCE, async (s) => {
+          if (round.stopped) return;
           tried.add(s.id);
           if (await this.moveOne(s, sent)) {
             moved++;
@@ -98,8 +169,9 @@ export class Drainer {
         const todo = this.sandboxes
           .listSnapshots()
           .filter((s) => !triedSnapshots.has(s.snapshot_id));
-        if (todo.length === 0) break;
+        if (todo.length === 0 || round.stopped) break;
         await eachAtOnce(todo, AT_ONCE, async (s) => {
+          if (round.stopped) return;
           triedSnapshots.add(s.snapshot_id);
           if (await this.moveSnapshot(s, sent)) {
             snapshotsMoved++;
@@ -111,22 +183,46 @@ export class Drainer {
       // etcd unreachable, say: the drain ends here, and says what it left, as any other end.
       this.log.warn({ err }, 'the drain stopped');
     }
-    const left = this.sandboxes.list().length;
-    const snapshotsLeft = this.sandboxes.listSnapshots().length;
+    const sandboxIds = this.sandboxes
+      .list()
+      .map((s) => s.id)
+      .sort();
+    const snapshotIds = this.sandboxes
+      .listSnapshots()
+      .map((s) => s.snapshot_id)
+      .sort();
+    const end: DrainEnd = {
+      moved,
+      snapshotsMoved,
+      left: sandboxIds.length,
+      snapshotsLeft: snapshotIds.length,
+      sandboxIds: sandboxIds.slice(0, LEFT_IDS_SHOWN),
+      snapshotIds: snapshotIds.slice(0, LEFT_IDS_SHOWN),
+    };
+    report(end);
     // Ended, whatever is left: a node with something left stays `draining` (no creates) until
-    // a further drain moves it or the node restarts.
-    report({ left, snapshotsLeft });
-    await this.node
-      .setState(left === 0 && snapshotsLeft === 0 ? 'drained' : 'draining')
-      .catch((err: unknown) =>
-        // The node's periodic publish carries it once etcd answers.
-        this.log.warn({ err }, 'could not publish the end of the drain now'),
-      );
+    // a further drain moves it, an undrain, or a restart. An undrained one stays `serving`, and
+    // one a newer round replaced is that round's.
+    if (!round.stopped) {
+      await this.node
+        .setState(end.left === 0 && end.snapshotsLeft === 0 ? 'drained' : 'draining')
+        .catch((err: unknown) =>
+          // The node's periodic publish carries it once etcd answers.
+          this.log.warn({ err }, 'could not publish the end of the drain now'),
+        );
+    }
     this.log.info(
-      { moved, left, snapshotsMoved, snapshotsLeft, ms: Date.now() - started },
+      {
+        moved,
+        left: end.left,
+        snapshotsMoved,
+        snapshotsLeft: end.snapshotsLeft,
+        undrained: round.stopped,
+        ms: Date.now() - started,
+      },
       'drain done',
     );
-    return { moved, left, snapshotsMoved, snapshotsLeft };
+    return { moved, left: end.left, snapshotsMoved, snapshotsLeft: end.snapshotsLeft };
   }
 
   private async moveSnapshot(s: SnapshotInfo, sent: ReadonlyMap<string, string>): Promise<boolean> {

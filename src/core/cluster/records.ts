@@ -56,7 +56,27 @@ export interface DrainReport {
   readonly snapshots_moved: number;
   /** Snapshots still on the node once it ended: those no node took. */
   readonly snapshots_left: number | null;
+  /**
+   * The ids of the sandboxes counted in `left` (sorted, at most LEFT_IDS_SHOWN of them: `left`
+   * is the count that holds), so that an operator sees which to look at without reading the
+   * node's log; null while it runs. Absent in reports of nodes older than it.
+   */
+  readonly left_sandboxes?: string[] | null;
+  /** The same for `snapshots_left`. */
+  readonly left_snapshots?: string[] | null;
+  /**
+   * When an undrain returned the node to `serving` during or after this round (a running round
+   * then starts no further move); null when none has. Absent in reports of older nodes.
+   */
+  readonly undrained_at?: string | null;
 }
+
+/**
+ * Most ids a drain report names in `left_sandboxes` and `left_snapshots`: the report is part of
+ * the node's record, published every few seconds and copied by every node, so it stays small
+ * however much a node holds.
+ */
+export const LEFT_IDS_SHOWN = 100;
 
 export type SandboxEntryState = 'running' | 'paused' | 'moving' | 'lost';
 
