@@ -20,7 +20,9 @@ import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { Sandbox } from '@e2b/code-interpreter';
 import {
+  nodeView,
   startCluster,
+  undrainNode,
   waitDrained,
   type Cluster,
   type ClusterNode,
@@ -122,6 +124,8 @@ async function reported(fn: () => Promise<void>): Promise<void> {
 
 describe('a three-node cluster', () => {
   let sandboxes: Info[] = [];
+  /** The node the drain test drained (the undrain test returns it to serving). */
+  let drainedNode: string | undefined;
   /** Set by the SIGKILL test: a sandbox kept on the killed node, and one deleted meanwhile. */
   let survivor: Info | null = null;
   let deletedWhileAway = '';
@@ -491,6 +495,27 @@ describe('a three-node cluster', () => {
       const unknown = await cluster.api.json<ErrorBody>('POST', '/v1/cluster/nodes/nope/drain');
       assert.equal(unknown.status, 404);
       assert.equal(unknown.body.code, 'node_not_found');
+      drainedNode = target.id;
+    }));
+
+  test('an undrain through another node returns the drained node to serving: a create asked of it is made there', () =>
+    reported(async () => {
+      assert.ok(drainedNode, 'the drain test ran first');
+      const target = cluster.node(drainedNode);
+      const seen = await undrainNode(cluster, target.id, { via: elsewhere(target.id) });
+      assert.equal(seen.state, 'serving');
+      assert.ok(seen.drain?.undrained_at, JSON.stringify(seen.drain));
+      await eventually(
+        `${target.id} to be listed serving by itself`,
+        async () => (await nodeView(target.api, target.id))?.state === 'serving',
+      );
+      // It holds nothing (its sandboxes went), so it is the least loaded: a create asked of it
+      // is made there, with no restart.
+      const s = await create(target.api);
+      assert.equal(s.node, target.id);
+      assert.equal((await run(cluster.api, s.id, 'print(6 * 7)')).stdout, '42\n');
+      assert.equal((await cluster.api.request('DELETE', `/v1/sandboxes/${s.id}`)).status, 204);
+      created.delete(s.id);
     }));
 
   test('a node stopped with SIGTERM hands its sandboxes and snapshot over first; they serve meanwhile', () =>
