@@ -47,6 +47,8 @@ export interface InProcessCluster<T extends readonly string[]> {
    */
   holdOffers(): () => void;
   readonly offersHeld: number;
+  /** The node each sandbox offer was made to, in the order they were made (held ones too). */
+  offered: string[];
   stop(): Promise<void>;
 }
 
@@ -79,12 +81,18 @@ class Gate {
  * Peers that call each other in-process; `refuse` makes a node reject every offer, `gate` holds
  * sandbox offers.
  */
-function peers(nodes: Map<string, InProcessNode>, refuse: Set<string>, gate: Gate): PeerLink {
+function peers(
+  nodes: Map<string, InProcessNode>,
+  refuse: Set<string>,
+  gate: Gate,
+  offered: string[],
+): PeerLink {
   return {
     fetchFile: async (from, file, offset) =>
       (await nodes.get(from.id)!.manager.readExported(file.path, offset))
         .stream as AsyncIterable<Uint8Array>,
     offer: async (to, offer) => {
+      offered.push(to.id);
       await gate.pass();
       if (refuse.has(to.id)) throw fail('nodeUnreachable', to.id, 'connection refused');
       // Through JSON, as over HTTP.
@@ -117,7 +125,8 @@ export async function inProcessCluster<const T extends readonly string[]>(
   const nodes = new Map<string, InProcessNode>();
   const refuse = new Set<string>();
   const gate = new Gate();
-  const link = peers(nodes, refuse, gate);
+  const offered: string[] = [];
+  const link = peers(nodes, refuse, gate, offered);
   for (const id of ids) {
     const images = new FakeImages(['python', 'slim'], variants[id] ?? '');
     const {
@@ -150,6 +159,7 @@ export async function inProcessCluster<const T extends readonly string[]>(
     store,
     refuse,
     holdOffers: () => gate.hold(),
+    offered,
     get offersHeld() {
       return gate.waiting;
     },

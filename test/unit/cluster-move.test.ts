@@ -376,6 +376,25 @@ describe('an undrain', () => {
     assert.equal(await takesCreates(b, a), true);
   });
 
+  test('during a drain, a hand-over under way that fails is not tried again on another node', async () => {
+    const c = await cluster(['a', 'b', 'd']);
+    const [a, b, d] = c.at;
+    const s = await a.manager.create({ template: 'python' });
+    const release = c.holdOffers();
+    const draining = a.drainer.drain();
+    await eventually('its offer under way', () => c.offersHeld === 1);
+    // The node it was offered to refuses it; the other would take it.
+    const first = c.offered[0]!;
+    c.refuse.add(first);
+    await a.drainer.undrain();
+    release();
+    assert.deepEqual(await draining, { moved: 0, left: 1, snapshotsMoved: 0, snapshotsLeft: 0 });
+    assert.deepEqual(c.offered, [first]);
+    assert.equal(a.manager.holds(s.id), true);
+    assert.equal(b.manager.holds(s.id) || d.manager.holds(s.id), false);
+    assert.equal(a.cluster.state, 'serving');
+  });
+
   test('a drain asked again while an undrained one finishes its moves is a new round, after them', async () => {
     const c = await cluster(['a', 'b']);
     const [a, b] = c.at;

@@ -156,7 +156,7 @@ export class Drainer {
         await eachAtOnce(todo, AT_ONCE, async (s) => {
           if (round.stopped) return;
           tried.add(s.id);
-          if (await this.moveOne(s, sent)) {
+          if (await this.moveOne(s, sent, round)) {
             moved++;
             report(null);
           }
@@ -173,7 +173,7 @@ export class Drainer {
         await eachAtOnce(todo, AT_ONCE, async (s) => {
           if (round.stopped) return;
           triedSnapshots.add(s.snapshot_id);
-          if (await this.moveSnapshot(s, sent)) {
+          if (await this.moveSnapshot(s, sent, round)) {
             snapshotsMoved++;
             report(null);
           }
@@ -225,7 +225,11 @@ export class Drainer {
     return { moved, left: end.left, snapshotsMoved, snapshotsLeft: end.snapshotsLeft };
   }
 
-  private async moveSnapshot(s: SnapshotInfo, sent: ReadonlyMap<string, string>): Promise<boolean> {
+  private async moveSnapshot(
+    s: SnapshotInfo,
+    sent: ReadonlyMap<string, string>,
+    round: Round,
+  ): Promise<boolean> {
     const id = s.snapshot_id;
     // Another live node holds its files too: the entry is left to it, nothing is copied.
     const left = await this.node.leaveToCopies(id).catch((err: unknown) => {
@@ -242,6 +246,8 @@ export class Drainer {
       return false;
     }
     for (const to of targets) {
+      // Undrained meanwhile: a hand-over to the next node would be a move started after it.
+      if (round.stopped) return false;
       try {
         await this.handOver.moveSnapshotOut(id, to);
         return true;
@@ -252,13 +258,16 @@ export class Drainer {
     return false;
   }
 
-  private async moveOne(s: SandboxInfo, sent: Map<string, string>): Promise<boolean> {
+  private async moveOne(s: SandboxInfo, sent: Map<string, string>, round: Round): Promise<boolean> {
     const targets = this.node.moveTargets(s.template, sent).slice(0, TRIES);
     if (targets.length === 0) {
       this.log.warn({ sandbox: s.id, template: s.template }, 'no node can take it; it stays');
       return false;
     }
     for (const to of targets) {
+      // Undrained meanwhile (a hand-over that failed): trying the next node would be a move
+      // started after the undrain, taking away a sandbox of a node serving again.
+      if (round.stopped) return false;
       sent.set(s.id, to.id);
       try {
         await this.handOver.moveOut(s.id, to);
