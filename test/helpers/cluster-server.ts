@@ -66,55 +66,89 @@ export async function startServedNode<P extends HttpPeers = HttpPeers>(
   const handOver = new HandOver(cluster, manager, peers, log);
   if (options.copies ?? true) cluster.bindCopies(new SnapshotCopies(cluster, manager, peers, log));
   const drainer = new Drainer(cluster, manager, handOver, log);
-  const app = await buildServer({
-    manager,
-    auth: { kind: 'keys', keys: [apiKey] },
-    maxBodyBytes: 1 << 20,
-    maxFileBytes: 1 << 20,
-    logger: log,
-    metrics: createMetrics({ accel: 'tcg', version: 'test' }),
-    cluster: {
-      node: cluster,
-      drain:
-        options.drain === 'drainer'
-          ? () => void drainer.drain()
-          : () => void cluster.setState('draining'),
-      undrain:
-        options.drain === 'drainer' ? () => drainer.undrain() : () => cluster.setState('serving'),
-      peer: { key: clusterKey, handOver, manager },
-    },
-  });
-  const url = await app.listen({ host: '127.0.0.1', port: 0 });
-  cluster.url = url;
-  const node: ServedNode<P> = {
-    id,
-    cluster,
-    manager,
-    handOver,
-    drainer,
-    peers,
-    app,
-    api: connect(url, apiKey),
-    url,
-    stopped: false,
-  };
-  await options.beforeStart?.(node);
-  await cluster.start();
-  return node;
+  let app: FastifyInstance | undefined;
+  try {
+    app = await buildServer({
+      manager,
+      auth: { kind: 'keys', keys: [apiKey] },
+      maxBodyBytes: 1 << 20,
+      maxFileBytes: 1 << 20,
+      logger: log,
+      metrics: createMetrics({ accel: 'tcg', version: 'test' }),
+      cluster: {
+        node: cluster,
+        drain:
+          options.drain === 'drainer'
+            ? () => void drainer.drain()
+            : () => void cluster.setState('draining'),
+        undrain:
+          options.drain === 'drainer' ? () => drainer.undrain() : () => cluster.setState('serving'),
+        peer: { key: clusterKey, handOver, manager },
+      },
+    });
+    const url = await app.listen({ host: '127.0.0.1', port: 0 });
+    cluster.url = url;
+    const node: ServedNode<P> = {
+      id,
+      cluster,
+      manager,
+      handOver,
+      drainer,
+      peers,
+      app,
+      api: connect(url, apiKey),
+      url,
+      stopped: false,
+    };
+    await options.beforeStart?.(node);
+    await cluster.start();
+    return node;
+  } catch (err) {
+    // Nothing of a node that failed to start is left: a server left listening would keep the
+    // test file's process alive, hanging the run instead of reporting the failure.
+    await stopParts(manager, cluster, peers, app).catch(() => undefined);
+    throw err;
+  }
 }
 
-/** Stops each node given (once; those not started, undefined, are passed over). */
+/** Stops a node's parts, each tried though an earlier one fails; throws the first failure. */
+async function stopParts(
+  manager: SandboxManager,
+  cluster: ClusterNode,
+  peers: HttpPeers,
+  app: FastifyInstance | undefined,
+): Promise<void> {
+  const failures: unknown[] = [];
+  const attempt = async (step: () => unknown): Promise<void> => {
+    try {
+      await step();
+    } catch (err) {
+      failures.push(err);
+    }
+  };
+  await attempt(() => manager.shutdown());
+  await attempt(() => cluster.stop());
+  await attempt(() => peers.close());
+  await attempt(() => app?.close());
+  if (failures.length > 0) throw failures[0];
+}
+
+/**
+ * Stops each node given (once; those not started, undefined, are passed over), every one of
+ * them though one fails to stop; then throws the first failure.
+ */
 export async function stopServedNodes(
   ...nodes: (ServedNode<HttpPeers> | undefined)[]
 ): Promise<void> {
+  const failures: unknown[] = [];
   for (const n of nodes) {
     if (!n || n.stopped) continue;
     n.stopped = true;
-    await n.manager.shutdown();
-    await n.cluster.stop();
-    n.peers.close();
-    await n.app.close();
+    await stopParts(n.manager, n.cluster, n.peers, n.app).catch((err: unknown) =>
+      failures.push(err),
+    );
   }
+  if (failures.length > 0) throw failures[0];
 }
 
 /** What `code` prints on sandbox `id`, asked through a node's native API. */
