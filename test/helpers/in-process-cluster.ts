@@ -127,32 +127,48 @@ export async function inProcessCluster<const T extends readonly string[]>(
   const gate = new Gate();
   const offered: string[] = [];
   const link = peers(nodes, refuse, gate, offered);
-  for (const id of ids) {
-    const images = new FakeImages(['python', 'slim'], variants[id] ?? '');
-    const {
-      cluster: c,
-      manager,
-      hv,
-    } = await startClusterManager(store, id, log, {
-      images,
-      ...overrides[id],
-    });
-    c.url = `http://${id}`;
-    await c.start();
-    const handOver = new HandOver(c, manager, link, log);
-    c.bindCopies(new SnapshotCopies(c, manager, link, log));
-    nodes.set(id, {
-      cluster: c,
-      hv,
-      manager,
-      handOver,
-      drainer: new Drainer(c, manager, handOver, log),
-    });
+  const stop = async (): Promise<void> => {
+    // Every node, though one fails to stop; the first failure is thrown after.
+    const failures: unknown[] = [];
+    for (const n of nodes.values()) {
+      await n.manager.shutdown().catch((err: unknown) => failures.push(err));
+      await n.cluster.stop().catch((err: unknown) => failures.push(err));
+    }
+    if (failures.length > 0) throw failures[0];
+  };
+  try {
+    for (const id of ids) {
+      const images = new FakeImages(['python', 'slim'], variants[id] ?? '');
+      const {
+        cluster: c,
+        manager,
+        hv,
+      } = await startClusterManager(store, id, log, {
+        images,
+        ...overrides[id],
+      });
+      c.url = `http://${id}`;
+      const handOver = new HandOver(c, manager, link, log);
+      c.bindCopies(new SnapshotCopies(c, manager, link, log));
+      // Listed before it starts, so that a start that fails stops it too.
+      nodes.set(id, {
+        cluster: c,
+        hv,
+        manager,
+        handOver,
+        drainer: new Drainer(c, manager, handOver, log),
+      });
+      await c.start();
+    }
+    await untilNodesMeet(
+      [...nodes.values()].map((n) => n.cluster),
+      (r) => r.templates.python?.state === 'ready',
+    );
+  } catch (err) {
+    // The nodes started before the failure are stopped: the caller never gets them to stop.
+    await stop().catch(() => undefined);
+    throw err;
   }
-  await untilNodesMeet(
-    [...nodes.values()].map((n) => n.cluster),
-    (r) => r.templates.python?.state === 'ready',
-  );
   return {
     nodes,
     at: ids.map((id) => nodes.get(id)!) as { [K in keyof T]: InProcessNode },
@@ -163,12 +179,7 @@ export async function inProcessCluster<const T extends readonly string[]>(
     get offersHeld() {
       return gate.waiting;
     },
-    stop: async () => {
-      for (const n of nodes.values()) {
-        await n.manager.shutdown();
-        await n.cluster.stop();
-      }
-    },
+    stop,
   };
 }
 
@@ -179,7 +190,10 @@ export async function inProcessCluster<const T extends readonly string[]>(
 export function clustersStoppedAfter(): typeof inProcessCluster {
   const stops: (() => Promise<void>)[] = [];
   after(async () => {
-    for (const s of stops) await s();
+    // Every cluster, though one fails to stop; the first failure fails the block after.
+    const failures: unknown[] = [];
+    for (const s of stops) await s().catch((err: unknown) => failures.push(err));
+    if (failures.length > 0) throw failures[0];
   });
   return async (ids, variants, overrides) => {
     const c = await inProcessCluster(ids, variants, overrides);
