@@ -424,6 +424,30 @@ describe('an undrain', () => {
     assert.deepEqual([last?.moved, last?.left, last?.undrained_at], [2, 0, null]);
   });
 
+  test('a drain asked again that cannot start (etcd unreachable) still ends after the undrained one’s moves', async () => {
+    const c = await cluster(['a', 'b']);
+    const [a, b] = c.at;
+    const ids: string[] = [];
+    for (let i = 0; i < 2; i++) ids.push((await a.manager.create({ template: 'python' })).id);
+    const release = c.holdOffers();
+    const first = a.drainer.drain();
+    await eventually('two offers under way', () => c.offersHeld === 2);
+    await a.drainer.undrain();
+    c.store.down = true;
+    const second = a.drainer.drain();
+    c.store.down = false;
+    release();
+    assert.equal((await first).moved, 2);
+    // Ended before the first round's moves, it would count as left what was still moving (and
+    // a third round, not waiting for them, would offer those sandboxes again).
+    assert.deepEqual(await second, { moved: 0, left: 0, snapshotsMoved: 0, snapshotsLeft: 0 });
+    assert.deepEqual(shown(a, 'a')?.drain?.left_sandboxes, []);
+    assert.deepEqual(
+      ids.filter((id) => b.manager.holds(id)),
+      ids,
+    );
+  });
+
   test('a drain report names at most LEFT_IDS_SHOWN ids; its count says how many were left', async () => {
     const many = LEFT_IDS_SHOWN + 2;
     const c = await cluster(['a', 'b'], {}, { a: { maxSandboxes: many } });

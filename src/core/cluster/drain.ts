@@ -183,6 +183,10 @@ export class Drainer {
       // etcd unreachable, say: the drain ends here, and says what it left, as any other end.
       this.log.warn({ err }, 'the drain stopped');
     }
+    // Stopped before it waited (its `draining` not published): still not before the round it
+    // replaced, whose moves would be counted as left and, once this one is no longer current,
+    // offered again by the next round, which would not wait for them.
+    await previous?.catch(() => undefined);
     const sandboxIds = this.sandboxes
       .list()
       .map((s) => s.id)
