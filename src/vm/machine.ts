@@ -251,7 +251,8 @@ export interface Machine {
   /**
    * Writes the machine to disk (the memory pages it changed since its origin, its device state)
    * and stops it: it then costs no host memory. `resume` brings it back. On failure the machine
-   * runs on as before and nothing is left on disk.
+   * runs on as before and nothing is left on disk. Once it resolves, the paused machine (and
+   * what it needs: its origin state) survives a host crash.
    */
   pause(): Promise<PausedMachine>;
   /** Kills the machine and frees its files. Idempotent. A running exec is lost with `reason`. */
@@ -429,6 +430,13 @@ export interface Hypervisor {
   forkTargetCostMib(base: FrozenState): number;
   /** Bytes `state` takes on disk (a snapshot's size). */
   stateSizeBytes(state: FrozenState): number;
+  /**
+   * Makes `state` survive a host crash: its files and everything it needs to be reopened
+   * (`openState`), synced to disk. A capture is not durable (a fork's children do not outlive
+   * the host); a snapshot calls this before its record is written. A paused machine (`pause`,
+   * `importPaused`) and an imported state (`importState`) are durable already.
+   */
+  persistState(state: FrozenState): Promise<void>;
   /**
    * Everything another node needs to reopen `paused` (a hand-over, docs/cluster.md): its own
    * files, its origin state's and its disk layer chain's, each with its size and sha256. Ids are

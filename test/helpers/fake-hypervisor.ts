@@ -400,7 +400,7 @@ class FakeTarget implements ForkTarget {
   }
 }
 
-type Step = 'restore' | 'capture' | 'boot' | 'pause' | 'resume' | 'file' | 'context';
+type Step = 'restore' | 'capture' | 'persist' | 'boot' | 'pause' | 'resume' | 'file' | 'context';
 /** Steps `failNext` can make fail. */
 export type FaultStep = 'restore' | 'resume' | 'capture' | 'pause' | 'setEnv' | 'adopt';
 
@@ -645,6 +645,14 @@ export class FakeHypervisor implements Hypervisor {
 
   stateSizeBytes(): number {
     return 10 * 1024 * 1024;
+  }
+
+  /** States made durable (`persistState`), by id, in order. */
+  readonly persisted: string[] = [];
+
+  async persistState(state: FrozenState): Promise<void> {
+    await this.gate('persist');
+    this.persisted.push(state.id);
   }
 
   /** States by id, as if they were on disk: what `openState` finds after a "restart". */

@@ -21,6 +21,7 @@ import type { QemuPaused } from '../../src/vm/qemu/qemu-paused.js';
 import type { QemuState } from '../../src/vm/qemu/qemu-state.js';
 import { StateStore } from '../../src/vm/qemu/state-store.js';
 import { STATE_FORMAT } from '../../src/vm/storage/state-format.js';
+import type { Syncer } from '../../src/vm/storage/durable.js';
 import { eventually } from '../../testkit/eventually.js';
 
 /** The frozen template's key (in the data directory). */
@@ -69,8 +70,12 @@ async function buildImage(cache: string, key: string, seed = 'a'): Promise<Machi
 }
 
 /** A node's state store: its data directory `name`, its image cache (one shared by default). */
-async function newStore(name: string, cache = join(root, 'cache')): Promise<StateStore> {
-  const store = new StateStore(join(root, name), undefined, cache);
+async function newStore(
+  name: string,
+  cache = join(root, 'cache'),
+  syncer?: Syncer,
+): Promise<StateStore> {
+  const store = new StateStore(join(root, name), undefined, cache, syncer);
   await store.init();
   return store;
 }
@@ -691,6 +696,13 @@ describe('a state whose template build the target lacks', () => {
 });
 
 describe('a fork point reopened by two at once', () => {
+  before(async () => {
+    root = await mkdtemp(join(tmpdir(), 'hostd-reopen-'));
+  });
+  after(async () => {
+    await rm(root, { recursive: true, force: true });
+  });
+
   it('is one state, whose files stay until the last of them lets it go', async () => {
     const cache = join(root, 'cache-reopen');
     const on = await buildImage(cache, BUILD);
@@ -713,5 +725,108 @@ describe('a fork point reopened by two at once', () => {
       'the fork point deleted with its last reference',
       async () => !existsSync(join(second.imagesDir, `${made.id}.mem`)),
     );
+  });
+});
+
+/** A syncer that records each fsync (relative to `root`) and does it at once. */
+function recordingSyncer(): Syncer & { synced: string[] } {
+  const synced: string[] = [];
+  const note = (p: string): Promise<void> => {
+    synced.push(p.slice(root.length + 1) || '.');
+    return Promise.resolve();
+  };
+  return { synced, file: note, dir: note };
+}
+
+describe('what a snapshot or a pause names is durable before it is recorded', () => {
+  before(async () => {
+    root = await mkdtemp(join(tmpdir(), 'hostd-durable-'));
+    spec = await buildImage(join(root, 'cache'), BUILD);
+  });
+  after(async () => {
+    await rm(root, { recursive: true, force: true });
+  });
+
+  it('syncs a fork point, its disk layers and the folders naming them, each once', async () => {
+    const syncer = recordingSyncer();
+    const store = await newStore('persist-fork', join(root, 'cache'), syncer);
+    await freezeTemplate(store);
+    const state = await freezeFork(store);
+    const layer = state.layer!.id;
+    await store.persistState(state);
+    assert.deepEqual(syncer.synced.sort(), [
+      'persist-fork/disks',
+      `persist-fork/disks/${layer}.json`,
+      `persist-fork/disks/${layer}.qcow2`,
+      'persist-fork/images',
+      `persist-fork/images/${state.id}.json`,
+      `persist-fork/images/${state.id}.mem`,
+      `persist-fork/images/${state.id}.state`,
+      'persist-fork/templates',
+      `persist-fork/templates/${KEY}`,
+      `persist-fork/templates/${KEY}/disk.qcow2`,
+    ]);
+    syncer.synced.length = 0;
+    await store.persistState(state);
+    assert.deepEqual(syncer.synced, [], 'files that never change are synced once');
+    state.release();
+  });
+
+  it('syncs a paused machine with its origin and layers, and its folder again every time', async () => {
+    const syncer = recordingSyncer();
+    const store = await newStore('persist-paused', join(root, 'cache'), syncer);
+    await freezeTemplate(store);
+    const paused = await pauseOne(store);
+    const own = ['memory.delta', 'device.state', 'disk.json'].map((n) => join(paused.dir, n));
+    await store.persistPaused(own, [store.pausedDir], paused.origin, paused.disk!.layer);
+    const layer = paused.disk!.layer!.id;
+    const p = `persist-paused/paused/${paused.id}`;
+    assert.deepEqual(syncer.synced.sort(), [
+      'persist-paused/disks',
+      `persist-paused/disks/${layer}.json`,
+      `persist-paused/disks/${layer}.qcow2`,
+      'persist-paused/paused',
+      p,
+      `${p}/device.state`,
+      `${p}/disk.json`,
+      `${p}/memory.delta`,
+      'persist-paused/templates',
+      `persist-paused/templates/${KEY}`,
+      `persist-paused/templates/${KEY}/complete`,
+      `persist-paused/templates/${KEY}/device.state`,
+      `persist-paused/templates/${KEY}/disk.qcow2`,
+      `persist-paused/templates/${KEY}/memory.img`,
+    ]);
+    syncer.synced.length = 0;
+    await store.persistPaused(own, [], paused.origin, paused.disk!.layer);
+    assert.deepEqual(syncer.synced.sort(), [
+      p,
+      `${p}/device.state`,
+      `${p}/disk.json`,
+      `${p}/memory.delta`,
+    ]);
+    await paused.discard();
+  });
+
+  it('an imported snapshot state is durable when the import resolves, records rewritten included', async () => {
+    const source = await newStore('persist-src');
+    await freezeTemplate(source);
+    const state = await freezeFork(source);
+    const manifest = await source.transfer.exportState(state);
+    const syncer = recordingSyncer();
+    const target = await newStore('persist-dst', join(root, 'cache'), syncer);
+    const imported = await target.transfer.importState(manifest, fetcherOf(source, []));
+    const synced = new Set(syncer.synced);
+    // Of the template, the fork point needs only its disk layer: its own image is whole.
+    const needed = manifest.parts
+      .flatMap((part) => part.files)
+      .filter((f) => !/^templates\/.*\/(memory\.img|device\.state|complete)$/.test(f.path));
+    assert.equal(needed.length, 6);
+    for (const f of needed) {
+      assert.ok(synced.has(`persist-dst/${f.path}`), f.path);
+      assert.ok(synced.has(`persist-dst/${dirname(f.path)}`), dirname(f.path));
+    }
+    imported.retain().release();
+    state.release();
   });
 });

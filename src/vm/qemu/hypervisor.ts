@@ -156,6 +156,11 @@ export class QemuHypervisor implements Hypervisor {
     return asVmError('export', () => this.ctx.store.transfer.exportState(ours(state)));
   }
 
+  persistState(state: FrozenState): Promise<void> {
+    // The end of a snapshot's capture: its failures are the capture's.
+    return asVmError('capture', () => this.ctx.store.persistState(ours(state)));
+  }
+
   importState(manifest: StateManifest, fetch: FileFetcher): Promise<QemuState> {
     return asVmError('import', () => this.ctx.store.transfer.importState(manifest, fetch));
   }

@@ -218,10 +218,29 @@ export class PausedTransfer {
     try {
       const originAs = renamed.get(origin.id)?.state ?? origin.id;
       const spec = onBuild(origin.spec as MachineSpec, build?.dir);
-      return await this.store.openPaused({
+      const paused = await this.store.openPaused({
         ...manifest.paused,
         origin: { ...origin, id: originAs, spec },
       });
+      // Durable before the record that takes it over is written (each file was synced as it
+      // came; a record rewritten for a renamed template and the entries naming them were not).
+      try {
+        const own = [
+          'memory.delta',
+          'device.state',
+          ...(paused.disk ? ['disk.qcow2', 'disk.json'] : []),
+        ];
+        await this.store.persistPaused(
+          own.map((n) => join(paused.dir, n)),
+          [this.store.pausedDir],
+          paused.origin,
+          paused.disk?.layer ?? null,
+        );
+      } catch (err) {
+        await paused.discard();
+        throw err;
+      }
+      return paused;
     } finally {
       if (build) this.store.unpinBuild(build.dir);
     }
@@ -236,11 +255,14 @@ export class PausedTransfer {
     const { renamed, build } = await this.importParts(manifest, state, fetch);
     try {
       const spec = onBuild(state.spec as MachineSpec, build?.dir);
-      return await this.store.open({
+      const opened = await this.store.open({
         ...state,
         id: renamed.get(state.id)?.state ?? state.id,
         spec,
       });
+      // Durable before the snapshot's record is written (see `import`).
+      await this.store.persistState(opened);
+      return opened;
     } finally {
       if (build) this.store.unpinBuild(build.dir);
     }

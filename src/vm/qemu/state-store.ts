@@ -37,6 +37,7 @@ import { STATE_FORMAT } from '../storage/state-format.js';
 import type { Vm } from './vm.js';
 import type { DiskLayer } from '../storage/disk-layer.js';
 import { DiskStore } from '../storage/disk-store.js';
+import { DurableOnce, syncAll, type Syncer } from '../storage/durable.js';
 
 const run = promisify(execFile);
 
@@ -65,6 +66,8 @@ export class StateStore {
    * first one freed would delete the files the other still runs on.
    */
   private readonly opening = new Map<string, Promise<QemuState | null>>();
+  /** States and disk layers made durable in this process (`persistState`). */
+  private readonly durable: DurableOnce;
 
   constructor(
     readonly dataDir: string,
@@ -72,7 +75,10 @@ export class StateStore {
     private readonly group?: number,
     /** The template image cache (SERVICE_CACHE_DIR), where builds copied from peers go. */
     cacheDir?: string,
+    /** The fsyncs; tests record them. */
+    private readonly syncer?: Syncer,
   ) {
+    this.durable = new DurableOnce(syncer);
     this.templatesDir = join(dataDir, 'templates');
     this.imagesDir = join(dataDir, 'images');
     this.pausedDir = join(dataDir, 'paused');
@@ -161,10 +167,14 @@ export class StateStore {
     await writeDurably(join(workDir, 'device.state'), deviceState);
     await syncFile(image);
     if (spec.image.disk) await syncFile(join(workDir, 'disk.qcow2'));
+    // The folder's entries, then (after the rename) its own: snapshots and paused sandboxes
+    // of this template name it, and must find it after a host crash.
+    await syncAll([], [workDir], this.syncer);
     await writeDurably(join(workDir, 'complete'), Buffer.from(`${STATE_FORMAT}\n`));
     const dir = join(this.templatesDir, key);
     await rm(dir, { recursive: true, force: true });
     await rename(workDir, dir);
+    await syncAll([], [dir, this.templatesDir], this.syncer);
     const layer = spec.image.disk ? this.disks.templateLayer(key) : null;
     return this.adopt(`template-${key}`, spec, join(dir, 'memory.img'), deviceState, true, layer);
   }
@@ -191,6 +201,64 @@ export class StateStore {
     const disk = Buffer.from(JSON.stringify({ disk: layer?.id ?? null }));
     await writeFile(join(this.imagesDir, `${id}.json`), disk, { mode: 0o640 });
     return this.adopt(id, spec, imagePath, deviceState, false, layer, incoming);
+  }
+
+  /**
+   * Makes everything a record of `state` needs to reopen it after a host crash durable: its
+   * image, device state and disk record (a fork point's; a template's folder), every disk layer
+   * of its chain, and the directory entries naming them. A fork point is not synced when it is
+   * made (a fork's children do not outlive the host): a snapshot syncs its own, and a pause its
+   * origin's, before the record naming it is written. Each state and layer is synced once
+   * (`DurableOnce`), all files at the same time, each directory once.
+   */
+  persistState(state: QemuState): Promise<void> {
+    return this.durable.sync([...this.stateFiles(state), ...this.layerFiles(state.layer)]);
+  }
+
+  /**
+   * Makes a paused machine durable (see `persistState`): `files` (its own: the page delta, the
+   * device state, its disk's overlay and record) with the entries naming them, `dirs` (its
+   * folder once complete, and the folder holding it), its `origin` state and the disk layers
+   * under its overlay (`layer`). Its own files are synced whenever asked: each pause writes
+   * new ones.
+   */
+  persistPaused(
+    files: readonly string[],
+    dirs: readonly string[],
+    origin: QemuState,
+    layer: DiskLayer | null,
+  ): Promise<void> {
+    const own = { key: {}, files, dirs };
+    return this.durable.sync([own, ...this.stateFiles(origin), ...this.layerFiles(layer)]);
+  }
+
+  /**
+   * Syncs a paused machine's folder `dir` (its entries) and `files` in it, once its last file
+   * is in place: the overlay, moved in after `persistPaused`.
+   */
+  syncPausedFolder(dir: string, files: readonly string[]): Promise<void> {
+    return syncAll(files, [dir], this.syncer);
+  }
+
+  private stateFiles(state: QemuState): { key: object; files: string[]; dirs: string[] }[] {
+    if (state.id.startsWith('template-')) {
+      const dir = join(this.templatesDir, state.id.slice('template-'.length));
+      const names = ['memory.img', 'device.state', 'complete'];
+      if (state.spec.image.disk) names.push('disk.qcow2');
+      return [{ key: state, files: names.map((n) => join(dir, n)), dirs: [this.templatesDir] }];
+    }
+    const files = ['mem', 'state', 'json'].map((ext) => join(this.imagesDir, `${state.id}.${ext}`));
+    return [{ key: state, files, dirs: [] }];
+  }
+
+  private layerFiles(layer: DiskLayer | null): { key: object; files: string[]; dirs: string[] }[] {
+    return (layer?.chain() ?? []).map((l) => {
+      if (l.id.startsWith('template-')) {
+        // A cached template's layer, in its folder (`templates/<key>/disk.qcow2`).
+        return { key: l, files: [l.path], dirs: [dirname(dirname(l.path))] };
+      }
+      return { key: l, files: [l.path, l.path.replace(/\.qcow2$/, '.json')], dirs: [] };
+    });
   }
 
   /** The state `desc` names: the live one, or reopened from its files. */

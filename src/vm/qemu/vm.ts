@@ -8,7 +8,7 @@
  * VM into a new state (`capture`) and restores its children from it.
  */
 import { readFileSync, statSync } from 'node:fs';
-import { readFile, rm } from 'node:fs/promises';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AgentChannel } from '../channels/agent-channel.js';
 import { NO_EGRESS } from '../channels/egress-gate.js';
@@ -42,7 +42,6 @@ import { whileStopped } from './pause-window.js';
 import { QemuProcess, type QemuHost } from './qemu-process.js';
 import type { QemuState } from './qemu-state.js';
 import type { StateStore } from './state-store.js';
-import { writeDurably } from '../storage/safe-files.js';
 import { connectWithRetry } from '../channels/unix-socket.js';
 import type { QemuPaused } from './qemu-paused.js';
 import { VmDisk, type PendingOverlay } from './vm-disk.js';
@@ -679,8 +678,16 @@ export class Vm implements Machine {
         const delta = join(dir, 'memory.delta');
         const ram = this.spec.memoryMib * 1024 * 1024;
         const written = await saveWrittenPages(pid, base.path, ram, delta, base.zeroPages);
-        await writeDurably(join(dir, 'device.state'), saved);
-        if (this.disk) await store.disks.recordPaused(dir, this.disk.layer);
+        const files = [delta, join(dir, 'device.state')];
+        await writeFile(files[1]!, saved, { mode: 0o640 });
+        if (this.disk) {
+          await store.disks.recordPaused(dir, this.disk.layer);
+          // The overlay QEMU flushed at `stop`, synced where it is: it moves below.
+          files.push(join(dir, 'disk.json'), store.disks.topPath(this.disk.topId));
+        }
+        // Durable before the sandbox's record says it is paused (docs/api.md): its files, its
+        // origin (a fork point is not synced when made) and its disk's layers, all at once.
+        await store.persistPaused(files, [store.pausedDir], state, this.disk?.layer ?? null);
         return { deviceState: saved, bytes: written };
       } catch (err) {
         await rm(dir, { recursive: true, force: true });
@@ -689,6 +696,8 @@ export class Vm implements Machine {
     });
     // The stopped VM's overlay moves, whole, into the paused folder, with its layer's reference.
     const disk = this.disk ? await this.disk.moveToPaused(dir) : null;
+    // The folder's entries are final only now (the overlay's new name, and owner).
+    await store.syncPausedFolder(dir, disk ? [disk.path] : []);
     // The paused machine takes its own reference to the origin; this VM's goes with it.
     const paused = store.addPaused(
       id,

@@ -7,7 +7,7 @@
  * plus these pages reproduces the clone's RAM exactly, at the cost of the pages written rather
  * than of the whole RAM (QEMU's own migration copies all of it, at about 100 MB/s under TCG).
  */
-import { closeSync, fstatSync, fsyncSync, openSync, readSync, writeSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readSync, writeSync } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import { VmError } from '../vm-error.js';
@@ -229,8 +229,9 @@ const HEADER_BYTES = 16;
 
 /**
  * Writes the pages process `pid` has written in its mapping of `basePath` to `deltaPath` as a
- * page delta file, durably; pages zero here and in the base are left out (keptPages; `baseZero`
- * as in forEachKeptRun). The process must be paused. Returns bytes of pages written.
+ * page delta file; pages zero here and in the base are left out (keptPages; `baseZero` as in
+ * forEachKeptRun). The process must be paused. Returns bytes of pages written. Not synced: the
+ * caller syncs it off the event loop with the pause's other files (vm/storage/durable.ts).
  */
 export async function saveWrittenPages(
   pid: number,
@@ -269,7 +270,6 @@ export async function saveWrittenPages(
     header.writeUInt32LE(PAGE, 8);
     header.writeUInt32LE(runs.length, 12);
     writeSync(out, header, 0, header.length, 0);
-    fsyncSync(out);
     return saved;
   } finally {
     closeSync(out);
