@@ -8,7 +8,7 @@
  */
 import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync } from 'node:fs';
 import { renameSync, rmSync, writeSync } from 'node:fs';
-import { unlink } from 'node:fs/promises';
+import { open, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { MachineDescriptor, PausedDescriptor, StateDescriptor } from '../vm/machine.js';
 
@@ -60,7 +60,13 @@ export interface SnapshotRecord {
 
 /** A folder of `<id>.json` records. */
 export interface RecordStore<R extends { id: string }> {
+  /** Writes `record` whole; one that must outlive the host is durable once `flush` resolves. */
   write(record: R): void;
+  /**
+   * Resolves when every record written so far that must outlive the host is on disk under its
+   * name (its folder's entry synced too). Await it before telling anyone such a record exists.
+   */
+  flush(): Promise<void>;
   remove(id: string): void;
   /** Every record, as written; unreadable files are skipped (reported through `onBad`). */
   readAll(onBad?: (file: string, err: unknown) => void): R[];
@@ -74,6 +80,7 @@ export function memoryRecords<R extends { id: string }>(): RecordStore<R> & {
   return {
     map,
     write: (r) => void map.set(r.id, r),
+    flush: () => Promise.resolve(),
     remove: (id) => void map.delete(id),
     readAll: () => [...map.values()],
   };
@@ -88,6 +95,9 @@ export function memoryRecords<R extends { id: string }>(): RecordStore<R> & {
 export class FileRecords<R extends { id: string }> implements RecordStore<R> {
   /** Numbers the names removed records are moved to, so that two never meet. */
   private removals = 0;
+  /** A record that must outlive the host was renamed into place since the last folder sync. */
+  private entriesUnsynced = false;
+  private lastFolderSync: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly dir: string,
@@ -98,14 +108,32 @@ export class FileRecords<R extends { id: string }> implements RecordStore<R> {
 
   write(record: R): void {
     const path = join(this.dir, `${record.id}.json`);
+    const durable = this.lastsReboot(record);
     const fd = openSync(`${path}.tmp`, 'w', 0o600);
     try {
       writeSync(fd, JSON.stringify(record) + '\n');
-      if (this.lastsReboot(record)) fsyncSync(fd);
+      if (durable) fsyncSync(fd);
     } finally {
       closeSync(fd);
     }
     renameSync(`${path}.tmp`, path);
+    if (durable) this.entriesUnsynced = true;
+  }
+
+  /**
+   * Syncs the folder, off the event loop, when a durable record was renamed into it since the
+   * last sync began: the rename is only on disk once the folder is. One sync serves every
+   * record written before it started.
+   */
+  flush(): Promise<void> {
+    if (this.entriesUnsynced) {
+      this.entriesUnsynced = false;
+      this.lastFolderSync = syncFolder(this.dir).catch((err: unknown) => {
+        this.entriesUnsynced = true; // the next flush tries again
+        throw err;
+      });
+    }
+    return this.lastFolderSync;
   }
 
   /**
@@ -143,5 +171,15 @@ export class FileRecords<R extends { id: string }> implements RecordStore<R> {
       }
     }
     return records;
+  }
+}
+
+/** fsync of a directory: makes the names created or renamed in it durable. */
+async function syncFolder(dir: string): Promise<void> {
+  const fh = await open(dir, 'r');
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
   }
 }

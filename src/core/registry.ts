@@ -279,6 +279,18 @@ export class SandboxRegistry {
     if (sandbox.brokenReason) throw fail('sandboxBroken', sandbox.id, sandbox.brokenReason);
   }
 
+  /**
+   * Resolves once the records written so far that must outlive the host (paused sandboxes) are
+   * on disk under their names. Like a record's write, a failure is logged, not thrown.
+   */
+  async flushRecords(): Promise<void> {
+    try {
+      await this.journal.flush();
+    } catch (err) {
+      this.log.error({ err }, 'could not sync the sandbox records');
+    }
+  }
+
   private save(sandbox: Sandbox): void {
     try {
       this.journal.write(sandbox.record());

@@ -624,6 +624,7 @@ export class SandboxManager {
         at: new Date(record.paused_at ?? Date.now()),
         by: record.paused_by ?? null,
       });
+      await this.registry.flushRecords();
       this.log.info(
         { sandbox: id, bytes: paused.sizeBytes },
         'sandbox taken over from another node',
@@ -696,7 +697,7 @@ export class SandboxManager {
           'take over the snapshot',
         );
       });
-      const info = this.snapshots.adopt(record, state.retain());
+      const info = await this.snapshots.adopt(record, state.retain());
       this.log.info({ snapshot: id }, 'snapshot taken over from another node');
       return info;
     } finally {
@@ -853,7 +854,37 @@ export class SandboxManager {
     return info;
   }
 
+  /**
+   * Captures the sandbox (with its turn held), then, with the sandbox running on and taking
+   * execs again, makes the capture durable (its image's copy is most of a snapshot's bytes)
+   * and only then writes the record: a snapshot whose id was answered survives a host crash.
+   */
   private async takeSnapshot(id: string, name: string | null): Promise<SnapshotInfo> {
+    const { state, source, size, prepared } = await this.captureSnapshot(id);
+    try {
+      await this.hypervisor.persistState(state);
+    } catch (err) {
+      state.release();
+      throw asMachineError(
+        err,
+        this.log,
+        { sandbox: id },
+        'vmOperationFailed',
+        'snapshot the sandbox',
+      );
+    }
+    const info = await this.snapshots.add(state, source, size, name);
+    this.log.info({ sandbox: id, snapshot: info.snapshot_id, size, prepared }, 'snapshot taken');
+    return info;
+  }
+
+  /** The capture of a snapshot, under the sandbox's turn; the state comes with a reference. */
+  private async captureSnapshot(id: string): Promise<{
+    state: FrozenState;
+    source: { id: string; template: string; allowOut: readonly string[] };
+    size: number;
+    prepared: boolean;
+  }> {
     const { sandbox, release } = await this.registry.acquire(id, undefined, 'both');
     let tookTarget = false;
     try {
@@ -873,14 +904,10 @@ export class SandboxManager {
         );
       });
       await state.discardPrepared();
-      const size = this.hypervisor.stateSizeBytes(state);
-      const info = this.snapshots.add(state, sandbox, size, name);
       sandbox.touch();
-      this.log.info(
-        { sandbox: id, snapshot: info.snapshot_id, size, prepared: tookTarget },
-        'snapshot taken',
-      );
-      return info;
+      const source = { id: sandbox.id, template: sandbox.template, allowOut: sandbox.allowOut };
+      const size = this.hypervisor.stateSizeBytes(state);
+      return { state, source, size, prepared: tookTarget };
     } finally {
       if (tookTarget) this.standby.refill();
       release();
@@ -953,6 +980,8 @@ export class SandboxManager {
       throw fail('sandboxBroken', id, sandbox.brokenReason ?? '');
     }
     sandbox.pause(paused, by);
+    // Its files are durable (Machine.pause); its record is once this resolves.
+    await this.registry.flushRecords();
     this.log.info({ sandbox: id, bytes: paused.sizeBytes, by }, 'sandbox paused');
   }
 
@@ -1161,6 +1190,8 @@ export class SandboxManager {
         release();
       }
     });
+    // One sync of the records' folder for every pause (their files are durable: Machine.pause).
+    await this.registry.flushRecords();
     this.log.info({ sandboxes: sandboxes.length }, 'sandboxes paused for the next start');
   }
 

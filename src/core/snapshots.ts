@@ -52,13 +52,16 @@ export class Snapshots {
     return failed;
   }
 
-  /** Keeps `state` (whose reference it takes over) as a new snapshot of `source`. */
-  add(
+  /**
+   * Keeps `state` (whose reference it takes over, durable already: Hypervisor.persistState) as
+   * a new snapshot of `source`; resolves once its record is durable too.
+   */
+  async add(
     state: FrozenState,
     source: { id: string; template: string; allowOut: readonly string[] },
     sizeBytes: number,
     name: string | null = null,
-  ): SnapshotInfo {
+  ): Promise<SnapshotInfo> {
     const record: SnapshotRecord = {
       id: newSnapshotId(),
       name,
@@ -69,34 +72,37 @@ export class Snapshots {
       allow_out: [...source.allowOut],
       state: this.hypervisor.describeState(state),
     };
-    try {
-      this.records.write(record);
-    } catch (err) {
-      state.release();
-      throw err;
-    }
-    this.entries.set(record.id, { record, state });
-    return this.info(this.entries.get(record.id)!);
+    return this.keep(record, state);
   }
 
   /**
    * Takes in a snapshot handed over from another node (a drain): the same id, name and dates,
    * over `state` (whose reference it takes over), as made here by `importState`.
    */
-  adopt(record: SnapshotRecord, state: FrozenState): SnapshotInfo {
+  async adopt(record: SnapshotRecord, state: FrozenState): Promise<SnapshotInfo> {
     if (this.entries.has(record.id)) {
       state.release();
       throw fail('clusterConflict', record.id);
     }
-    const mine: SnapshotRecord = { ...record, state: this.hypervisor.describeState(state) };
+    return this.keep({ ...record, state: this.hypervisor.describeState(state) }, state);
+  }
+
+  /**
+   * Writes `record` and lists it once the record is durable (the state's files are already):
+   * a snapshot is listed, and its id answered, only once it survives a host crash. On failure
+   * nothing is kept.
+   */
+  private async keep(record: SnapshotRecord, state: FrozenState): Promise<SnapshotInfo> {
     try {
-      this.records.write(mine);
+      this.records.write(record);
+      await this.records.flush();
     } catch (err) {
+      this.records.remove(record.id);
       state.release();
       throw err;
     }
-    this.entries.set(mine.id, { record: mine, state });
-    return this.info(this.entries.get(mine.id)!);
+    this.entries.set(record.id, { record, state });
+    return this.info(this.entries.get(record.id)!);
   }
 
   /** Snapshot `id`'s record and state, for its hand-over to another node. */

@@ -11,7 +11,12 @@ import type { ExecEvent } from '../../src/core/exec-run.js';
 import { SandboxManager } from '../../src/core/sandbox-manager.js';
 import { MAX_MERGES_KEPT } from '../../src/core/sandbox.js';
 import { hang, run, setup, setupOptions, started } from '../helpers/manager.js';
-import { memoryRecords, type SandboxRecord, type SnapshotRecord } from '../../src/core/journal.js';
+import {
+  memoryRecords,
+  type RecordStore,
+  type SandboxRecord,
+  type SnapshotRecord,
+} from '../../src/core/journal.js';
 import { eventually } from '../../testkit/eventually.js';
 
 const stdout = async (manager: SandboxManager, id: string, code: string): Promise<string> =>
@@ -505,6 +510,42 @@ describe('snapshots', () => {
     await manager.shutdown();
   });
 
+  test('a snapshot is recorded only once its files are durable, and answered once its record is; the sandbox runs on meanwhile', async () => {
+    const snapshots = memoryRecords<SnapshotRecord>();
+    const flushes: (() => void)[] = [];
+    const held: RecordStore<SnapshotRecord> = {
+      write: (r) => snapshots.write(r),
+      remove: (id) => snapshots.remove(id),
+      readAll: () => snapshots.readAll(),
+      flush: () => new Promise<void>((resolve) => flushes.push(resolve)),
+    };
+    const { manager, hv } = await started({
+      records: { sandboxes: memoryRecords<SandboxRecord>(), snapshots: held },
+    });
+    const { id } = await manager.create({ template: 'slim' });
+    hv.hold('persist');
+    let answered = false;
+    const snap = manager.snapshot(id).then((s) => {
+      answered = true;
+      return s;
+    });
+    await eventually(
+      'the capture to wait for its files to be synced',
+      () => hv.waitingAt('persist') === 1,
+    );
+    assert.equal(snapshots.map.size, 0, 'no record before the files are durable');
+    assert.equal(await stdout(manager, id, 'print runs'), 'runs', 'the sandbox takes execs');
+    hv.release('persist');
+    await eventually('the record written', () => snapshots.map.size === 1 && flushes.length === 1);
+    assert.equal(answered, false, 'no answer before the record is durable');
+    assert.deepEqual(manager.listSnapshots(), [], 'not listed before the record is durable');
+    flushes.shift()!();
+    const info = await snap;
+    assert.deepEqual(hv.persisted, [snapshots.map.get(info.snapshot_id)!.state.id]);
+    assert.equal(manager.listSnapshots().length, 1);
+    await manager.shutdown();
+  });
+
   test('past the storage cap, a snapshot is 507 and nothing is kept', async () => {
     const { manager } = await started({ maxStorageMib: 15 });
     const { id } = await manager.create({ template: 'slim' });
@@ -528,6 +569,35 @@ describe('pause and resume', () => {
     assert.equal(await stdout(manager, id, 'get x'), 'before');
     assert.equal(manager.describe(id).state, 'ready');
     await manager.shutdown();
+  });
+
+  test('a pause is answered only once its paused record is durable', async () => {
+    const sandboxes = memoryRecords<SandboxRecord>();
+    const flushes: (() => void)[] = [];
+    const held: RecordStore<SandboxRecord> = {
+      write: (r) => sandboxes.write(r),
+      remove: (id) => sandboxes.remove(id),
+      readAll: () => sandboxes.readAll(),
+      flush: () => new Promise<void>((resolve) => flushes.push(resolve)),
+    };
+    const { manager } = await started({
+      records: { sandboxes: held, snapshots: memoryRecords<SnapshotRecord>() },
+    });
+    const { id } = await manager.create({ template: 'slim' });
+    let answered = false;
+    const paused = manager.pause(id).then((info) => {
+      answered = true;
+      return info;
+    });
+    await eventually('the paused record written', () => sandboxes.map.get(id)?.state === 'paused');
+    await eventually('its sync asked for', () => flushes.length === 1);
+    assert.equal(answered, false);
+    flushes.shift()!();
+    assert.equal((await paused).state, 'paused');
+    const shutdown = manager.shutdown();
+    await eventually('the shutdown to sync the records', () => flushes.length === 1);
+    flushes.shift()!();
+    await shutdown;
   });
 
   test('resume and fork resume it too; a paused winner can be merged', async () => {

@@ -198,6 +198,7 @@ export class ClusterNode {
         if (this.released.delete(id)) return;
         this.writer.setSandbox(id, null, false, 'adopt');
       },
+      flush: () => inner.flush(),
       readAll: (onBad) => inner.readAll(onBad),
     };
   }
@@ -232,6 +233,7 @@ export class ClusterNode {
         }
         this.writer.setSnapshot(id, null, 'adopt');
       },
+      flush: () => inner.flush(),
       readAll: (onBad) => inner.readAll(onBad),
     };
   }
