@@ -251,7 +251,8 @@ export interface Machine {
   /**
    * Writes the machine to disk (the memory pages it changed since its origin, its device state)
    * and stops it: it then costs no host memory. `resume` brings it back. On failure the machine
-   * runs on as before and nothing is left on disk. Once it resolves, the paused machine (and
+   * runs on as before and nothing is left on disk (only a failure of the host's disk once the
+   * machine's files are in place loses the machine). Once it resolves, the paused machine (and
    * what it needs: its origin state) survives a host crash.
    */
   pause(): Promise<PausedMachine>;

@@ -232,14 +232,6 @@ export class StateStore {
     return this.durable.sync([own, ...this.stateFiles(origin), ...this.layerFiles(layer)]);
   }
 
-  /**
-   * Syncs a paused machine's folder `dir` (its entries) and `files` in it, once its last file
-   * is in place: the overlay, moved in after `persistPaused`.
-   */
-  syncPausedFolder(dir: string, files: readonly string[]): Promise<void> {
-    return syncAll(files, [dir], this.syncer);
-  }
-
   private stateFiles(state: QemuState): { key: object; files: string[]; dirs: string[] }[] {
     if (state.id.startsWith('template-')) {
       const dir = join(this.templatesDir, state.id.slice('template-'.length));
