@@ -65,3 +65,20 @@ test('what a crash left mid-write or mid-removal is dropped by the next read, no
     assert.deepEqual(records.readAll(), [{ id: 'kept', n: 1 }]);
     assert.deepEqual(files(dir), ['kept.json']);
   }));
+
+test('flush syncs the folder once for the durable records written before it, and only then', () =>
+  withDir(async (dir) => {
+    const records = new FileRecords<Rec>(dir, (r) => r.n > 0);
+    const idle = records.flush();
+    records.write({ id: 'a', n: 0 }); // need not outlive the host: no folder sync
+    assert.equal(records.flush(), idle);
+    records.write({ id: 'b', n: 1 });
+    records.write({ id: 'c', n: 1 });
+    const synced = records.flush();
+    assert.notEqual(synced, idle, 'a durable record was renamed in: the folder is synced');
+    assert.equal(records.flush(), synced, 'one sync serves every record written before it');
+    await synced;
+    records.write({ id: 'b', n: 2 });
+    assert.notEqual(records.flush(), synced, 'a record written since needs a sync of its own');
+    await records.flush();
+  }));
