@@ -671,7 +671,7 @@ export class Vm implements Machine {
     await this.releaseWrittenFiles();
     await base.zeroPagesLearnt();
     // On failure the guest runs on as before (or, if QEMU will not run it again, the machine
-    // is lost: whileStopped), and nothing is left on disk.
+    // is lost: whileStopped), and nothing is left on disk; past the window, see below.
     const { deviceState, bytes } = await whileStopped(this.runState(), 'on-failure', async () => {
       try {
         const saved = await this.process.saveDeviceState();
