@@ -79,7 +79,7 @@ class Agent:
         self.executor.start()
         self.supervisor.start()
         read_lines(rfd, self.handle_line, log, stop_at_eof=stdio, on_oversized=lambda: self.error(
-            "line longer than %d bytes dropped" % MAX_INPUT_LINE))
+            "line longer than %d bytes dropped" % MAX_INPUT_LINE), wait_in_poll=True)
         self.shutdown()
 
     def handle_line(self, line):

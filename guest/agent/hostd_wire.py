@@ -13,7 +13,8 @@ MAX_INPUT_LINE = 4 << 20    # the host never sends more than 1 MiB per line; bey
 MAX_DISPLAY_LINE = 16 << 20  # a `display` line (a base64 image) may be this long, newline included
 
 
-def read_lines(fd, on_line, log, stop_at_eof=False, on_oversized=None, before_read=None):
+def read_lines(fd, on_line, log, stop_at_eof=False, on_oversized=None, before_read=None,
+               wait_in_poll=False):
     """Reads newline-delimited messages from a host port and calls on_line(bytes) for each.
 
     At EOF the host end of a virtio port is closed: reads return EOF at once until it
@@ -22,12 +23,30 @@ def read_lines(fd, on_line, log, stop_at_eof=False, on_oversized=None, before_re
     line over MAX_INPUT_LINE is dropped up to its newline, after on_oversized() if given.
     before_read(), if given, is called whenever every line read so far has been handled, right
     before the read that waits for more (the REPL runs its asyncio tasks there).
+
+    wait_in_poll: wait for data in poll(), then read (the agent's port). The guest's
+    virtio_console wakes a port's readers from the interrupt of any virtqueue whenever that
+    port has sent buffers the host consumed and the guest has not reclaimed (virtio-mmio has one
+    interrupt for all its queues), and only a write or a poll on the port reclaims them: a
+    reader blocked in read() is woken, finds nothing, and sleeps again, on every interrupt of
+    the REPL port, two guest context switches each (docs/architecture.md, "Exec latency on a
+    slow TCG host"). A poll reclaims on its first wake-up, so the process sleeps through the
+    next ones. The worker needs none: its own writes reclaim its port's buffers every exec.
     """
     buf = bytearray()
     skipping = False                 # inside an oversized line: drop up to its newline
+    poller = None
+    if wait_in_poll:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
     while True:
         if before_read is not None:
             before_read()
+        if poller is not None:
+            try:
+                poller.poll()
+            except OSError:
+                pass                     # the read below says what is wrong
         try:
             data = os.read(fd, 65536)
         except OSError as e:
