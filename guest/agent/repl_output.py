@@ -21,6 +21,66 @@ from repl_interrupts import raise_deferred_interrupt, state
 FLUSH_DELAY = 0.004         # output waits at most this long for more, then goes to the host
 FLUSH_BYTES = 64 << 10      # ...or until this much is waiting
 FIONREAD = 0x541B           # Linux: bytes waiting in a pipe, asked on either end
+CLOCK_MONOTONIC = 1
+TFD_NONBLOCK = os.O_NONBLOCK
+TFD_CLOEXEC = os.O_CLOEXEC
+
+
+class FlushTimer:
+    """The FLUSH_DELAY deadline as a kernel timer (a timerfd, through ctypes: Python 3.11 has no
+    os.timerfd_*) that the io thread polls, armed by whichever thread commits the first output.
+
+    Why not wake the io thread to take the deadline: a quick exec (`print(1)`) ends, and flushes
+    its output with its exit, long before the deadline, so that wake-up, the GIL hand-off it
+    forces with the main thread and the thread's second wake-up at the expired deadline were
+    pure cost: under TCG each switch between guest threads is emulated kernel work, several
+    per exec (docs/architecture.md, "Exec latency on a slow TCG host"). Arming and disarming a
+    timer is one system call each and wakes nobody; the io thread wakes only when a cell is
+    still running FLUSH_DELAY after its first unflushed output.
+    """
+
+    def __init__(self):
+        import ctypes
+
+        class Timespec(ctypes.Structure):
+            _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+        class Itimerspec(ctypes.Structure):
+            _fields_ = [("it_interval", Timespec), ("it_value", Timespec)]
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = libc.timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "timerfd_create failed")
+        self.fd = fd
+        self.armed = False
+        self._get_errno = ctypes.get_errno
+        self._settime = libc.timerfd_settime
+        self._specs = (Itimerspec(), Itimerspec())       # kept alive for the pointers below
+        self._specs[0].it_value.tv_nsec = int(FLUSH_DELAY * 1e9)
+        self._arm, self._disarm = (ctypes.byref(spec) for spec in self._specs)
+
+    def arm(self):
+        """Starts the deadline, FLUSH_DELAY from now."""
+        if self._settime(self.fd, 0, self._arm, None) != 0:
+            raise OSError(self._get_errno(), "timerfd_settime failed")
+        self.armed = True
+
+    def disarm(self):
+        """Stops it (and forgets an expiry the io thread has not read yet)."""
+        if self.armed:
+            self.armed = False
+            self._settime(self.fd, 0, self._disarm, None)
+
+    def take(self):
+        """The io thread saw the timer expire: reads its count, so that it polls quiet again.
+        False if it was set again since (the flush it expired for was done, another armed)."""
+        try:
+            os.read(self.fd, 8)
+        except (BlockingIOError, InterruptedError):
+            return False
+        self.armed = False
+        return True
 
 
 class Output:
@@ -51,6 +111,11 @@ class Output:
             os.set_blocking(fd, False)   # read_pipe reads until EAGAIN
             self.poller.register(fd, select.POLLIN)
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            self.timer = FlushTimer()    # without it, the io thread is woken to take deadlines
+        except (OSError, AttributeError, ImportError) as e:
+            log("no timerfd for output flushes, waking the io thread instead: %r" % (e,))
+            self.timer = None
 
     def arm(self, exec_id, mark_partial=False):
         self.current = exec_id
@@ -152,6 +217,13 @@ class Output:
             self.flush()
         elif not self.flush_at and self.current:
             self.flush_at = time.monotonic() + FLUSH_DELAY
+            if self.timer is not None:
+                try:
+                    self.timer.arm()
+                    return
+                except OSError as e:
+                    self.log("output flush timer failed, waking the io thread instead: %s" % e)
+                    self.timer = None
             try:
                 os.write(self.wake_w, b"\0")    # the io thread takes the deadline
             except BlockingIOError:
@@ -173,6 +245,8 @@ class Output:
         nothing go out twice, and a death at most what the last write had just sent (between
         the write's return and the length's update: the agent sends the outbox again)."""
         self.flush_at = 0.0
+        if self.timer is not None:
+            self.timer.disarm()
         outbox = self.shared.outbox
         while self.size:
             n = self._write(outbox[:self.size])
@@ -203,21 +277,32 @@ class Output:
         for fd in self.names:
             poller.register(fd, select.POLLIN)
         poller.register(self.wake_r, select.POLLIN)
+        timer = self.timer
+        if timer is not None:
+            poller.register(timer.fd, select.POLLIN)
         while True:
             with self.lock:
                 flush_at = self.flush_at
-            timeout = None if not flush_at else max(0.0, flush_at - time.monotonic()) * 1000
+                if self.timer is None and timer is not None:   # it failed: back to waking
+                    poller.unregister(timer.fd)
+                    timer = None
+            timeout = None
+            if flush_at and timer is None:
+                timeout = max(0.0, flush_at - time.monotonic()) * 1000
             events = poller.poll(timeout)
             with self.lock:
+                expired = False
                 for fd, _ in events:
-                    if fd == self.wake_r:
+                    if timer is not None and fd == timer.fd:
+                        expired = timer.take()
+                    elif fd == self.wake_r:
                         try:
                             os.read(fd, 4096)
                         except BlockingIOError:
                             pass
                     elif not self.read_pipe(self.names[fd], 1 << 20):
                         poller.unregister(fd)    # every writer closed it (user code closed fd 1)
-                if self.flush_at and time.monotonic() >= self.flush_at:
+                if self.flush_at and (expired or time.monotonic() >= self.flush_at):
                     self.flush()
 
 

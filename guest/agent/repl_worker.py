@@ -329,6 +329,8 @@ def main():
     shared = SharedPage(config["shared"])
     output = Output(port_out, shared, {"stdout": config["out_r"], "stderr": config["err_r"]}, log)
     own |= {output.wake_r, output.wake_w}
+    if output.timer is not None:
+        own.add(output.timer.fd)
 
     def in_child():
         # Nor forked children (multiprocessing): one holding the port would steal the host's
