@@ -245,16 +245,18 @@ class Output:
         nothing go out twice, and a death at most what the last write had just sent (between
         the write's return and the length's update: the agent sends the outbox again)."""
         self.flush_at = 0.0
-        if self.timer is not None:
-            self.timer.disarm()
         outbox = self.shared.outbox
-        while self.size:
-            n = self._write(outbox[:self.size])
-            rest = self.size - n
-            if rest:
-                outbox[:rest] = bytes(outbox[n:self.size])
-            self.size = rest
-            self.shared.outlen = rest
+        try:
+            while self.size:
+                n = self._write(outbox[:self.size])
+                rest = self.size - n
+                if rest:
+                    outbox[:rest] = bytes(outbox[n:self.size])
+                self.size = rest
+                self.shared.outlen = rest
+        finally:
+            if self.timer is not None:   # after the write: the exit goes out first
+                self.timer.disarm()
 
     def _write(self, data):
         """One write of data to the port; how much went out."""
