@@ -222,6 +222,11 @@ export class SandboxManager {
   private readonly incoming = new Set<string>();
   /** Snapshots being handed to another node (`moveSnapshotOut`): id -> that node. */
   private readonly snapshotsMoving = new Map<string, string>();
+  /**
+   * Bytes of snapshots captured but not kept yet (their files syncing, with the sandbox's turn
+   * released: `takeSnapshot`): counted against the storage cap as if they were kept.
+   */
+  private syncingSnapshotBytes = 0;
   /** Creates in flight: shutdown waits for them, so that no VM they start outlives hostd. */
   private readonly creating = new Set<Promise<unknown>>();
 
@@ -862,20 +867,24 @@ export class SandboxManager {
   private async takeSnapshot(id: string, name: string | null): Promise<SnapshotInfo> {
     const { state, source, size, prepared } = await this.captureSnapshot(id);
     try {
-      await this.hypervisor.persistState(state);
-    } catch (err) {
-      state.release();
-      throw asMachineError(
-        err,
-        this.log,
-        { sandbox: id },
-        'vmOperationFailed',
-        'snapshot the sandbox',
-      );
+      try {
+        await this.hypervisor.persistState(state);
+      } catch (err) {
+        state.release();
+        throw asMachineError(
+          err,
+          this.log,
+          { sandbox: id },
+          'vmOperationFailed',
+          'snapshot the sandbox',
+        );
+      }
+      const info = await this.snapshots.add(state, source, size, name);
+      this.log.info({ sandbox: id, snapshot: info.snapshot_id, size, prepared }, 'snapshot taken');
+      return info;
+    } finally {
+      this.syncingSnapshotBytes -= size;
     }
-    const info = await this.snapshots.add(state, source, size, name);
-    this.log.info({ sandbox: id, snapshot: info.snapshot_id, size, prepared }, 'snapshot taken');
-    return info;
   }
 
   /** The capture of a snapshot, under the sandbox's turn; the state comes with a reference. */
@@ -907,6 +916,8 @@ export class SandboxManager {
       sandbox.touch();
       const source = { id: sandbox.id, template: sandbox.template, allowOut: sandbox.allowOut };
       const size = this.hypervisor.stateSizeBytes(state);
+      // Counted before the turn passes on: the sandbox's next snapshot or pause may start now.
+      this.syncingSnapshotBytes += size;
       return { state, source, size, prepared: tookTarget };
     } finally {
       if (tookTarget) this.standby.refill();
@@ -1042,9 +1053,9 @@ export class SandboxManager {
     return machine ? machine.logTail() : '(the sandbox is paused: no VM runs)';
   }
 
-  /** Bytes snapshots and paused sandboxes take on disk. */
+  /** Bytes snapshots (those still syncing too) and paused sandboxes take on disk. */
   storageBytes(): number {
-    let n = this.snapshots.sizeBytes;
+    let n = this.snapshots.sizeBytes + this.syncingSnapshotBytes;
     for (const s of this.registry.all()) n += s.paused?.sizeBytes ?? 0;
     return n;
   }

@@ -555,6 +555,21 @@ describe('snapshots', () => {
     assert.equal(manager.listSnapshots().length, 1);
     await manager.shutdown();
   });
+
+  test('a snapshot still syncing its files counts against the storage cap', async () => {
+    const { manager, hv } = await started({ maxStorageMib: 15 });
+    const { id } = await manager.create({ template: 'slim' });
+    hv.hold('persist');
+    const first = manager.snapshot(id); // 10 MiB of the fake's, synced with the turn released
+    await eventually('the first to sync its files', () => hv.waitingAt('persist') === 1);
+    const err = await rejectsWith(manager.snapshot(id), 'storageLimit');
+    assert.equal(err.status, 507);
+    hv.release('persist');
+    await first;
+    assert.equal(manager.listSnapshots().length, 1);
+    assert.equal(manager.storageBytes(), 10 * 1024 * 1024, 'counted once it is kept');
+    await manager.shutdown();
+  });
 });
 
 describe('pause and resume', () => {
