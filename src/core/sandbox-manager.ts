@@ -227,6 +227,8 @@ export class SandboxManager {
    * released: `takeSnapshot`): counted against the storage cap as if they were kept.
    */
   private syncingSnapshotBytes = 0;
+  /** Snapshots captured whose files sync, before they are kept (`snapshotsSettled`). */
+  private readonly snapshotsSyncing = new Set<Promise<unknown>>();
   /** Creates in flight: shutdown waits for them, so that no VM they start outlives hostd. */
   private readonly creating = new Set<Promise<unknown>>();
 
@@ -865,7 +867,32 @@ export class SandboxManager {
    * and only then writes the record: a snapshot whose id was answered survives a host crash.
    */
   private async takeSnapshot(id: string, name: string | null): Promise<SnapshotInfo> {
-    const { state, source, size, prepared } = await this.captureSnapshot(id);
+    const captured = await this.captureSnapshot(id);
+    const kept = this.keepSnapshot(id, name, captured);
+    this.snapshotsSyncing.add(kept);
+    try {
+      return await kept;
+    } finally {
+      this.snapshotsSyncing.delete(kept);
+    }
+  }
+
+  /**
+   * Resolves once every snapshot captured so far is kept or given up: one whose files still
+   * sync is not listed yet, though its sandbox runs on (and may move to another node). A drain
+   * waits for them before it lists the snapshots it moves, else one of them would be left on
+   * the node it drained.
+   */
+  async snapshotsSettled(): Promise<void> {
+    await Promise.allSettled([...this.snapshotsSyncing]);
+  }
+
+  /** The rest of `takeSnapshot`, after the capture (whose bytes it counts until it ends). */
+  private async keepSnapshot(
+    id: string,
+    name: string | null,
+    { state, source, size, prepared }: Awaited<ReturnType<SandboxManager['captureSnapshot']>>,
+  ): Promise<SnapshotInfo> {
     try {
       try {
         await this.hypervisor.persistState(state);

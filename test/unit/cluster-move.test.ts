@@ -564,6 +564,24 @@ describe('hand-over of a snapshot to another node', () => {
     assert.equal((await snapshotEntry(c.store, lone.snapshot_id))?.node, loneAt);
   });
 
+  test('a drain moves a snapshot whose files were still syncing when its sandbox moved', async () => {
+    const c = await cluster(['a', 'b']);
+    const [a, b] = c.at;
+    const s = await a.manager.create({ template: 'python' });
+    a.hv.hold('persist');
+    // Captured, then synced with the sandbox's turn released: the drain can move the sandbox.
+    const snap = a.manager.snapshot(s.id);
+    await eventually('the snapshot to sync its files', () => a.hv.waitingAt('persist') === 1);
+    const done = a.drainer.drain();
+    await eventually('the sandbox moved', () => shown(a, 'a')?.drain?.moved === 1);
+    a.hv.release('persist');
+    const { snapshot_id: id } = await snap;
+    assert.deepEqual(await done, { moved: 1, left: 0, snapshotsMoved: 1, snapshotsLeft: 0 });
+    assert.equal(a.cluster.state, 'drained');
+    assert.equal(b.manager.holdsSnapshot(id), true);
+    assert.equal((await snapshotEntry(c.store, id))?.node, 'b');
+  });
+
   test('a drain leaves a snapshot another live node holds a copy of to that node, copying nothing', async () => {
     const c = await cluster(['a', 'b', 'c']);
     const [a, b] = c.at;

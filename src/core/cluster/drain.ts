@@ -72,6 +72,7 @@ export class Drainer {
     private readonly sandboxes: {
       list(): SandboxInfo[];
       listSnapshots(): SnapshotInfo[];
+      snapshotsSettled(): Promise<void>;
       fenceSnapshot(id: string, why: string): void;
     },
     private readonly handOver: HandOver,
@@ -164,6 +165,8 @@ export class Drainer {
       }
       // Then its snapshots, each preferably where the sandboxes made from it went (their frozen
       // state is there already), so that a rolling restart leaves every snapshot usable.
+      // A snapshot captured before its sandbox moved may still sync its files, not listed yet.
+      await this.sandboxes.snapshotsSettled();
       const triedSnapshots = new Set<string>();
       for (;;) {
         const todo = this.sandboxes
