@@ -10,6 +10,7 @@ import { HostdError, type ErrorName } from '../../src/errors.js';
 import type { ExecEvent } from '../../src/core/exec-run.js';
 import { SandboxManager } from '../../src/core/sandbox-manager.js';
 import { MAX_MERGES_KEPT } from '../../src/core/sandbox.js';
+import { VmError } from '../../src/vm/vm-error.js';
 import { hang, run, setup, setupOptions, started } from '../helpers/manager.js';
 import {
   memoryRecords,
@@ -613,6 +614,19 @@ describe('pause and resume', () => {
     await eventually('the shutdown to sync the records', () => flushes.length === 1);
     flushes.shift()!();
     await shutdown;
+  });
+
+  test('a pause whose sync fails loses the machine: the pause is 500, the sandbox failed, its execs 500', async () => {
+    // What Vm.pause does when syncing its files fails past the pause window (docs/api.md).
+    const { manager, hv } = await started();
+    const { id } = await manager.create({ template: 'slim' });
+    hv.failNext('pause', new VmError('io', 'fsync: EIO'), 'the sandbox could not be written');
+    const err = await rejectsWith(manager.pause(id), 'vmOperationFailed');
+    assert.equal(err.status, 500);
+    assert.equal(manager.describe(id).state, 'failed');
+    await rejectsWith(manager.exec(id, { code: 'x', language: 'python' }), 'sandboxBroken');
+    await manager.delete(id);
+    await manager.shutdown();
   });
 
   test('resume and fork resume it too; a paused winner can be merged', async () => {
