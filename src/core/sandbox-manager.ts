@@ -881,7 +881,7 @@ export class SandboxManager {
    * Resolves once every snapshot captured so far is kept or given up: one whose files still
    * sync is not listed yet, though its sandbox runs on (and may move to another node). A drain
    * waits for them before it lists the snapshots it moves, else one of them would be left on
-   * the node it drained.
+   * the node it drained; shutdown, so that each is kept and answered before the servers close.
    */
   async snapshotsSettled(): Promise<void> {
     await Promise.allSettled([...this.snapshotsSyncing]);
@@ -1070,6 +1070,9 @@ export class SandboxManager {
       ...all.map((s) => s.machine?.destroy('hostd is shutting down')),
       this.catalog.close(),
       this.standby.close(),
+      // A snapshot captured before its sandbox's pause syncs with the turn released: kept and
+      // answered before the servers close, as when the pause waited for the whole snapshot.
+      this.snapshotsSettled(),
     ]);
     // Snapshots keep their references: letting go would delete files the next start reads.
   }

@@ -557,6 +557,29 @@ describe('snapshots', () => {
     await manager.shutdown();
   });
 
+  test('shutdown waits for a snapshot syncing its files: it is answered, as one captured before a pause', async () => {
+    const { manager, hv } = await started();
+    const { id } = await manager.create({ template: 'slim' });
+    hv.hold('persist');
+    let answered = false;
+    const snap = manager.snapshot(id).then((s) => {
+      answered = true;
+      return s;
+    });
+    await eventually('the snapshot to sync its files', () => hv.waitingAt('persist') === 1);
+    let answeredFirst: boolean | null = null;
+    const stopped = manager.shutdown().then(() => {
+      answeredFirst = answered;
+    });
+    await eventually('the sandbox paused for the next start', () => {
+      return manager.describe(id).state === 'paused';
+    });
+    hv.release('persist');
+    await stopped;
+    assert.equal(answeredFirst, true, 'the snapshot was answered before shutdown ended');
+    assert.equal((await snap).snapshot_id, manager.listSnapshots()[0]?.snapshot_id);
+  });
+
   test('a snapshot still syncing its files counts against the storage cap', async () => {
     const { manager, hv } = await started({ maxStorageMib: 15 });
     const { id } = await manager.create({ template: 'slim' });
