@@ -830,3 +830,37 @@ describe('what a snapshot or a pause names is durable before it is recorded', ()
     state.release();
   });
 });
+
+describe('an imported snapshot state whose sync fails', () => {
+  before(async () => {
+    root = await mkdtemp(join(tmpdir(), 'hostd-durable-fail-'));
+    spec = await buildImage(join(root, 'cache'), BUILD);
+  });
+  after(async () => {
+    await rm(root, { recursive: true, force: true });
+  });
+
+  it('leaves none of its files: the next import fetches it again and keeps it', async () => {
+    const source = await newStore('fail-src');
+    await freezeTemplate(source);
+    const state = await freezeFork(source);
+    const manifest = await source.transfer.exportState(state);
+    let failing = true;
+    const once: Syncer = {
+      file: () => (failing ? Promise.reject(new Error('EIO')) : Promise.resolve()),
+      dir: () => Promise.resolve(),
+    };
+    const target = await newStore('fail-dst', join(root, 'cache'), once);
+    await assert.rejects(target.transfer.importState(manifest, fetcherOf(source, [])));
+    const left = async (): Promise<string[]> =>
+      (await readdir(target.imagesDir)).filter((n) => n.startsWith(state.id));
+    await eventually('its image and records to go', async () => (await left()).length === 0, {
+      timeoutMs: 5_000,
+    });
+    failing = false;
+    const imported = await target.transfer.importState(manifest, fetcherOf(source, []));
+    assert.equal(imported.id, state.id);
+    imported.retain().release();
+    state.release();
+  });
+});

@@ -261,7 +261,13 @@ export class PausedTransfer {
         spec,
       });
       // Durable before the snapshot's record is written (see `import`).
-      await this.store.persistState(opened);
+      try {
+        await this.store.persistState(opened);
+      } catch (err) {
+        // Not kept: its files go now, unless something here holds the state already.
+        opened.retain().release();
+        throw err;
+      }
       return opened;
     } finally {
       if (build) this.store.unpinBuild(build.dir);
