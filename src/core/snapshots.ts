@@ -97,8 +97,13 @@ export class Snapshots {
       this.records.write(record);
       await this.records.flush();
     } catch (err) {
-      this.records.remove(record.id);
-      state.release();
+      try {
+        this.records.remove(record.id);
+      } finally {
+        // Let go even when the remove fails too (a failing disk fails both): a record left
+        // behind names files that are gone, and the next start drops it (`load`).
+        state.release();
+      }
       throw err;
     }
     this.entries.set(record.id, { record, state });

@@ -11,6 +11,8 @@ import type { ExecEvent } from '../../src/core/exec-run.js';
 import { SandboxManager } from '../../src/core/sandbox-manager.js';
 import { MAX_MERGES_KEPT } from '../../src/core/sandbox.js';
 import { VmError } from '../../src/vm/vm-error.js';
+import type { FrozenState } from '../../src/vm/machine.js';
+import type { FakeState } from '../helpers/fake-hypervisor.js';
 import { hang, run, setup, setupOptions, started } from '../helpers/manager.js';
 import {
   memoryRecords,
@@ -544,6 +546,33 @@ describe('snapshots', () => {
     const info = await snap;
     assert.deepEqual(hv.persisted, [snapshots.map.get(info.snapshot_id)!.state.id]);
     assert.equal(manager.listSnapshots().length, 1);
+    await manager.shutdown();
+  });
+
+  test('a snapshot whose record cannot be synced, nor then removed, lets go of its state', async () => {
+    const snapshots = memoryRecords<SnapshotRecord>();
+    const failing: RecordStore<SnapshotRecord> = {
+      write: (r) => snapshots.write(r),
+      remove: () => {
+        throw new Error('EIO'); // the disk that failed the sync fails the rename too
+      },
+      readAll: () => snapshots.readAll(),
+      flush: () => Promise.reject(new Error('EIO')),
+    };
+    const { manager, hv } = await started({
+      records: { sandboxes: memoryRecords<SandboxRecord>(), snapshots: failing },
+    });
+    const { id } = await manager.create({ template: 'slim' });
+    const states: FrozenState[] = [];
+    const persist = hv.persistState.bind(hv);
+    hv.persistState = (state) => {
+      states.push(state);
+      return persist(state);
+    };
+    await assert.rejects(manager.snapshot(id));
+    assert.equal(states.length, 1);
+    assert.equal((states[0] as FakeState).refs, 0, 'its reference is let go');
+    assert.deepEqual(manager.listSnapshots(), []);
     await manager.shutdown();
   });
 
