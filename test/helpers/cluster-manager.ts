@@ -25,9 +25,11 @@ export async function startClusterManager(
   const cluster = new ClusterNode(store.client(), { id, url: '', version: '0', ttlS: 10, log });
   const { manager, hv } = setup({
     ...overrides,
+    // The node's own records under the catalog's mirror: `overrides.records` when a test gives
+    // them (a store whose sync fails).
     records: {
-      sandboxes: cluster.sandboxRecords(memoryRecords()),
-      snapshots: cluster.snapshotRecords(memoryRecords()),
+      sandboxes: cluster.sandboxRecords(overrides.records?.sandboxes ?? memoryRecords()),
+      snapshots: cluster.snapshotRecords(overrides.records?.snapshots ?? memoryRecords()),
     },
     cluster: {
       nodeId: id,

@@ -18,6 +18,12 @@ import {
   type SnapshotEntry,
 } from '../../src/core/cluster/records.js';
 import type { SandboxManager } from '../../src/core/sandbox-manager.js';
+import {
+  memoryRecords,
+  type RecordStore,
+  type SandboxRecord,
+  type SnapshotRecord,
+} from '../../src/core/journal.js';
 import { toHostdError } from '../../src/errors.js';
 import { eventually } from '../../testkit/eventually.js';
 import { startClusterManager, untilNodesMeet } from '../helpers/cluster-manager.js';
@@ -513,6 +519,32 @@ describe('hand-over of a snapshot to another node', () => {
       'the entry gone',
       async () => (await snapshotEntry(c.store, snap.snapshot_id)) === null,
     );
+  });
+
+  test('a snapshot whose record the target cannot sync stays its node’s, in the catalog too', async () => {
+    const inner = memoryRecords<SnapshotRecord>();
+    const failing: RecordStore<SnapshotRecord> = {
+      write: (r) => inner.write(r),
+      remove: (id) => inner.remove(id),
+      readAll: () => inner.readAll(),
+      flush: () => Promise.reject(new Error('EIO')),
+    };
+    const records = { sandboxes: memoryRecords<SandboxRecord>(), snapshots: failing };
+    const c = await cluster(['a', 'b'], {}, { b: { records } });
+    const [a, b] = c.at;
+    const s = await a.manager.create({ template: 'python' });
+    const { snapshot_id: id } = await a.manager.snapshot(s.id);
+    await assert.rejects(
+      a.handOver.moveSnapshotOut(id, b.cluster.selfRecord()),
+      (err: unknown) => toHostdError(err, 't').code === 'hand_over_failed',
+    );
+    assert.equal(b.manager.holdsSnapshot(id), false);
+    assert.equal(a.manager.holdsSnapshot(id), true, 'the source keeps it');
+    // Whatever b wrote of it in the catalog is written by now.
+    await b.cluster.confirmSnapshot(id).catch(() => undefined);
+    assert.equal((await snapshotEntry(c.store, id))?.node, 'a');
+    const again = await a.manager.create({ snapshot: id });
+    assert.equal(a.manager.describe(again.id).state, 'ready');
   });
 
   test('a snapshot deleted through another node while it moves is dropped by the target', async () => {

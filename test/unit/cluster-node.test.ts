@@ -269,7 +269,8 @@ describe('cluster node', () => {
     const b = await join(store, 'b');
     const snaps = (n: TestNode) => n.node.snapshotRecords(memoryRecords<SnapshotRecord>());
     const snapshot = async (n: TestNode, id: string, name: string | null, at: string) => {
-      snaps(n).write({
+      const records = snaps(n);
+      records.write({
         id,
         source_sandbox_id: sbx(1),
         template: 'python',
@@ -278,6 +279,7 @@ describe('cluster node', () => {
         name,
         state: { format: 1, id: 'st', kind: 'template' } as unknown as SnapshotRecord['state'],
       });
+      await records.flush(); // in the catalog once durable, as Snapshots does
       await n.node.confirmSnapshot(id);
     };
     await snapshot(a, snap(1), 'ckpt', '2026-01-01T00:00:00.000Z');
@@ -356,6 +358,7 @@ describe('cluster node', () => {
       name: null,
       state: { format: 1, id: 'st', kind: 'template' } as unknown as SnapshotRecord['state'],
     });
+    await records.flush(); // in the catalog once durable, as Snapshots does
     await a.node.confirmSnapshot(snap(1));
     // b comes back holding a copy of a's snapshot, and a snapshot deleted while it was away.
     const b = await join(store, 'b', [], [snap(1), snap(2)]);

@@ -203,26 +203,38 @@ export class ClusterNode {
     };
   }
 
-  /** Snapshot records, written to `inner` and mirrored into the catalog. */
+  /**
+   * Snapshot records, written to `inner` and mirrored into the catalog once durable (`flush`,
+   * which Snapshots awaits after each write): a record whose sync fails is removed without the
+   * catalog ever naming it here. Written at once, a taken-over snapshot's entry became this
+   * node's, so the source let its copy go, and the removal then deleted the entry: the snapshot
+   * was lost on both nodes.
+   */
   snapshotRecords(inner: RecordStore<SnapshotRecord>): RecordStore<SnapshotRecord> {
+    /** Written, not yet durable nor in the catalog. */
+    const unsynced = new Map<string, SnapshotRecord>();
     return {
       write: (record) => {
         inner.write(record);
-        if (this.released.has(record.id) || this.copyIds.has(record.id)) return;
-        const entry: SnapshotEntry = {
-          node: this.id,
-          name: record.name ?? null,
-          template: record.template,
-          source_sandbox_id: record.source_sandbox_id,
-          size_bytes: record.size_bytes,
-          created_at: record.created_at,
-        };
-        const takeover = this.takeovers.get(record.id);
-        this.takeovers.delete(record.id);
-        this.writer.setSnapshot(record.id, entry, takeover ?? this.expect());
+        unsynced.set(record.id, record);
+      },
+      flush: async () => {
+        const written = [...unsynced.values()];
+        await inner.flush();
+        for (const record of written) {
+          if (unsynced.get(record.id) !== record) continue;
+          unsynced.delete(record.id);
+          this.mirrorSnapshot(record);
+        }
       },
       remove: (id) => {
         inner.remove(id);
+        if (unsynced.delete(id) && !this.copyIds.has(id)) {
+          // Never in the catalog as this node's: nothing to remove there (a take-over's entry
+          // stays its source's).
+          this.takeovers.delete(id);
+          return;
+        }
         if (this.released.delete(id)) return;
         if (this.copyIds.delete(id)) {
           // Only this copy goes: the snapshot stays, on its node and the other copies.
@@ -233,9 +245,24 @@ export class ClusterNode {
         }
         this.writer.setSnapshot(id, null, 'adopt');
       },
-      flush: () => inner.flush(),
       readAll: (onBad) => inner.readAll(onBad),
     };
+  }
+
+  /** The catalog entry of snapshot record `record`, durable here now. */
+  private mirrorSnapshot(record: SnapshotRecord): void {
+    if (this.released.has(record.id) || this.copyIds.has(record.id)) return;
+    const entry: SnapshotEntry = {
+      node: this.id,
+      name: record.name ?? null,
+      template: record.template,
+      source_sandbox_id: record.source_sandbox_id,
+      size_bytes: record.size_bytes,
+      created_at: record.created_at,
+    };
+    const takeover = this.takeovers.get(record.id);
+    this.takeovers.delete(record.id);
+    this.writer.setSnapshot(record.id, entry, takeover ?? this.expect());
   }
 
   /**
