@@ -705,8 +705,8 @@ export class Vm implements Machine {
       // The guest cannot run again without its overlay (the sync failing is the host's disk
       // failing): the machine is lost, never a sandbox that reads ready with a stopped guest.
       this.lose('the sandbox could not be written to disk');
-      await rm(dir, { recursive: true, force: true });
       disk?.layer?.release();
+      await rm(dir, { recursive: true, force: true });
       throw err;
     }
     // The paused machine takes its own reference to the origin; this VM's goes with it.
