@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { DurableOnce, startWriteback, syncAll, type Syncer } from '../../src/vm/storage/durable.js';
+import { DurableOnce, syncAll, type Syncer } from '../../src/vm/storage/durable.js';
 
 /** A syncer whose syncs wait until `finish()`, recording what was asked. */
 function heldSyncer(): Syncer & { asked: string[]; finish: (err?: Error) => void } {
@@ -81,21 +81,5 @@ describe('DurableOnce', () => {
     syncer.asked.length = 0;
     await once.sync([a]); // durable: nothing more
     assert.deepEqual(syncer.asked, []);
-  });
-});
-
-describe('startWriteback', () => {
-  it('starts the write-back at once, and its failure is no rejection', async () => {
-    const asked: string[] = [];
-    let fail: (e: Error) => void = () => {};
-    const started = startWriteback('/d/spare.mem', (p) => {
-      asked.push(p);
-      return new Promise((_, reject) => (fail = reject));
-    });
-    assert.deepEqual(asked, ['/d/spare.mem']);
-    fail(new Error('gone'));
-    await started;
-    // The real datasync, of a file that is not there (a target discarded meanwhile).
-    await startWriteback('/nonexistent/hostd-test/spare.mem');
   });
 });

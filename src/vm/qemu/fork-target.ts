@@ -9,7 +9,6 @@
  */
 import { rename, rm } from 'node:fs/promises';
 import type { ForkTarget } from '../machine.js';
-import { startWriteback } from '../storage/durable.js';
 import { MemImage } from '../storage/mem-image.js';
 import type { QemuState } from './qemu-state.js';
 import { Vm, type PreparedCopy, type VmContext } from './vm.js';
@@ -29,9 +28,6 @@ export class QemuForkTarget implements ForkTarget, PreparedCopy {
   static async prepare(ctx: VmContext, base: QemuState): Promise<QemuForkTarget> {
     const path = ctx.store.newImagePath('spare');
     await MemImage.copy(base.image.path, path, ctx.host.jail?.group);
-    // A snapshot taking this copy syncs it before its record: start writing it now, so that
-    // sync finds it clean instead of writing ~430 MiB in the request.
-    void startWriteback(path);
     return new QemuForkTarget(ctx, base.retain(), new MemImage(path).retain());
   }
 

@@ -28,36 +28,6 @@ async function fsyncPath(path: string): Promise<void> {
 
 export const fsSyncer: Syncer = { file: fsyncPath, dir: fsyncPath };
 
-/** fdatasync through a read-only descriptor: the data and what is needed to read it back. */
-async function datasyncPath(path: string): Promise<void> {
-  const fh = await open(path, 'r');
-  try {
-    await fh.datasync();
-  } finally {
-    await fh.close();
-  }
-}
-
-/**
- * Starts writing `path`'s data to disk: a head start for a later `syncAll` that names it, which
- * then finds it (mostly) clean. For a file made well before a request may need it durable: the
- * fork standby's image copy, which a snapshot takes and would otherwise write out itself, ~+230
- * ms a snapshot (docs/architecture.md, "Measured choices in the code"). Callers need not wait:
- * the promise resolves once the data is on disk and never rejects, since a failure only loses
- * the head start, the `syncAll` is still what makes the file durable. Runs on libuv's thread
- * pool, holding one of its threads until the disk has the data.
- */
-export async function startWriteback(
-  path: string,
-  datasync: (path: string) => Promise<void> = datasyncPath,
-): Promise<void> {
-  try {
-    await datasync(path);
-  } catch {
-    // Expected: the file was deleted or renamed away meanwhile (a discarded target); nothing to do.
-  }
-}
-
 /**
  * Makes `files` durable with the entries naming them: every file synced, and every directory
  * holding one of them (and each of `dirs`: a folder created in its parent, say) synced once,
