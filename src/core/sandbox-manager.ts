@@ -898,13 +898,7 @@ export class SandboxManager {
         await this.hypervisor.persistState(state);
       } catch (err) {
         state.release();
-        throw asMachineError(
-          err,
-          this.log,
-          { sandbox: id },
-          'vmOperationFailed',
-          'snapshot the sandbox',
-        );
+        throw this.snapshotFailed(err, id);
       }
       const info = await this.snapshots.add(state, source, size, name);
       this.log.info({ sandbox: id, snapshot: info.snapshot_id, size, prepared }, 'snapshot taken');
@@ -912,6 +906,17 @@ export class SandboxManager {
     } finally {
       this.syncingSnapshotBytes -= size;
     }
+  }
+
+  /** What a snapshot's capture or sync failing answers (and logs), as any machine failure. */
+  private snapshotFailed(err: unknown, id: string): HostdError {
+    return asMachineError(
+      err,
+      this.log,
+      { sandbox: id },
+      'vmOperationFailed',
+      'snapshot the sandbox',
+    );
   }
 
   /** The capture of a snapshot, under the sandbox's turn; the state comes with a reference. */
@@ -931,13 +936,7 @@ export class SandboxManager {
       tookTarget = target !== null;
       const state = await sandbox.machine.capture(1, target).catch((err: unknown) => {
         if (!this.registry.holds(sandbox)) throw fail('sandboxDeleted', id);
-        throw asMachineError(
-          err,
-          this.log,
-          { sandbox: id },
-          'vmOperationFailed',
-          'snapshot the sandbox',
-        );
+        throw this.snapshotFailed(err, id);
       });
       await state.discardPrepared();
       sandbox.touch();

@@ -22,6 +22,26 @@ import {
 } from '../../src/core/journal.js';
 import { eventually } from '../../testkit/eventually.js';
 
+/**
+ * Records kept in memory whose `flush` resolves only when the test calls the next of `flushes`,
+ * so a test can hold an answer at the point where its record is being made durable.
+ */
+function heldFlushes<R extends { id: string }>(): {
+  records: RecordStore<R>;
+  flushes: (() => void)[];
+  inner: ReturnType<typeof memoryRecords<R>>;
+} {
+  const inner = memoryRecords<R>();
+  const flushes: (() => void)[] = [];
+  const records: RecordStore<R> = {
+    write: (r) => inner.write(r),
+    remove: (id) => inner.remove(id),
+    readAll: () => inner.readAll(),
+    flush: () => new Promise<void>((resolve) => flushes.push(resolve)),
+  };
+  return { records, flushes, inner };
+}
+
 const stdout = async (manager: SandboxManager, id: string, code: string): Promise<string> =>
   (await run(manager, id, code))
     .filter((e) => e.type === 'stdout')
@@ -514,14 +534,7 @@ describe('snapshots', () => {
   });
 
   test('a snapshot is recorded only once its files are durable, and answered once its record is; the sandbox runs on meanwhile', async () => {
-    const snapshots = memoryRecords<SnapshotRecord>();
-    const flushes: (() => void)[] = [];
-    const held: RecordStore<SnapshotRecord> = {
-      write: (r) => snapshots.write(r),
-      remove: (id) => snapshots.remove(id),
-      readAll: () => snapshots.readAll(),
-      flush: () => new Promise<void>((resolve) => flushes.push(resolve)),
-    };
+    const { records: held, flushes, inner: snapshots } = heldFlushes<SnapshotRecord>();
     const { manager, hv } = await started({
       records: { sandboxes: memoryRecords<SandboxRecord>(), snapshots: held },
     });
@@ -640,14 +653,7 @@ describe('pause and resume', () => {
   });
 
   test('a pause is answered only once its paused record is durable', async () => {
-    const sandboxes = memoryRecords<SandboxRecord>();
-    const flushes: (() => void)[] = [];
-    const held: RecordStore<SandboxRecord> = {
-      write: (r) => sandboxes.write(r),
-      remove: (id) => sandboxes.remove(id),
-      readAll: () => sandboxes.readAll(),
-      flush: () => new Promise<void>((resolve) => flushes.push(resolve)),
-    };
+    const { records: held, flushes, inner: sandboxes } = heldFlushes<SandboxRecord>();
     const { manager } = await started({
       records: { sandboxes: held, snapshots: memoryRecords<SnapshotRecord>() },
     });
