@@ -13,6 +13,7 @@ from default_env import DefaultEnvironment
 from guest_system import RELEASE_MIN_BYTES, claim_upper_dir, fill_with_zeros, release_written_files
 from hostd_shared_page import SharedPage
 from repl_display import mime_bundle
+from repl_output import Output
 from template_config import load_template
 
 MIB = 1 << 20
@@ -191,6 +192,51 @@ class SharedPageOutbox(unittest.TestCase):
         page.outlen = 5
         self.assertEqual(page.take_outbox(), b'{"op"\n')
         self.assertEqual((page.outlen, page.take_outbox()), (0, b"\n"))
+
+
+class OutputFlushDeadline(unittest.TestCase):
+    """A cell that ends at once sends its output with its exit; the worker's io thread, which
+    flushes what a still-running cell printed (FLUSH_DELAY after its first output, a timer it
+    polls), is not woken for it: under TCG each wake-up is emulated guest work
+    (docs/architecture.md, "Exec latency on a slow TCG host"). Checked on the mechanism, not by
+    counting the thread's switches over real execs, which a loaded host stretches past the
+    deadline."""
+
+    def setUp(self):
+        page = SharedPage()
+        self.addCleanup(os.close, page.fd)
+        port_r, port_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        for fd in (port_r, port_w, out_r, out_w, err_r, err_w):
+            self.addCleanup(os.close, fd)
+        self.port_r = port_r
+        self.output = Output(port_w, page, {"stdout": out_r, "stderr": err_r}, lambda _: None)
+        self.addCleanup(os.close, self.output.wake_r)
+        self.addCleanup(os.close, self.output.wake_w)
+        if self.output.timer is None:
+            self.skipTest("no timerfd here: the io thread is woken instead, by design")
+        self.addCleanup(os.close, self.output.timer.fd)
+
+    def io_thread_woken(self):
+        try:
+            return os.read(self.output.wake_r, 64) != b""
+        except BlockingIOError:
+            return False
+
+    def test_a_quick_exec_arms_a_timer_and_wakes_nobody(self):
+        output = self.output
+        with output.lock:
+            output.arm(1)
+            output.feed("stdout", b"0\n")
+            self.assertTrue(output.timer.armed, "the first output starts the deadline")
+            self.assertFalse(self.io_thread_woken())
+            output.end(1, 0)
+        self.assertFalse(output.timer.armed, "the exit's write ends the deadline")
+        self.assertFalse(self.io_thread_woken())
+        self.assertEqual(os.read(self.port_r, 4096),
+                         b'{"op":"out","id":1,"stream":"stdout","data":"0"}\n'
+                         b'{"op":"exit","id":1,"code":0}\n')
 
 
 if __name__ == "__main__":
