@@ -8,9 +8,10 @@
  */
 import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync } from 'node:fs';
 import { renameSync, rmSync, writeSync } from 'node:fs';
-import { open, unlink } from 'node:fs/promises';
+import { unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { MachineDescriptor, PausedDescriptor, StateDescriptor } from '../vm/machine.js';
+import { fsSyncer } from '../vm/storage/durable.js';
 
 export interface SandboxRecord {
   readonly id: string;
@@ -128,7 +129,7 @@ export class FileRecords<R extends { id: string }> implements RecordStore<R> {
   flush(): Promise<void> {
     if (this.entriesUnsynced) {
       this.entriesUnsynced = false;
-      this.lastFolderSync = syncFolder(this.dir).catch((err: unknown) => {
+      this.lastFolderSync = fsSyncer.dir(this.dir).catch((err: unknown) => {
         this.entriesUnsynced = true; // the next flush tries again
         throw err;
       });
@@ -171,15 +172,5 @@ export class FileRecords<R extends { id: string }> implements RecordStore<R> {
       }
     }
     return records;
-  }
-}
-
-/** fsync of a directory: makes the names created or renamed in it durable. */
-async function syncFolder(dir: string): Promise<void> {
-  const fh = await open(dir, 'r');
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
   }
 }

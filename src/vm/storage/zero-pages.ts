@@ -15,8 +15,8 @@
  */
 import { execFile } from 'node:child_process';
 import { existsSync, statSync, type BigIntStats } from 'node:fs';
-import { open } from 'node:fs/promises';
 import { promisify } from 'node:util';
+import { fsSyncer } from './durable.js';
 
 const run = promisify(execFile);
 const PAGE = 4096;
@@ -135,12 +135,7 @@ export async function readZeroPages(
   // Its pages on disk first: what a filesystem reports of data still in the page cache (delayed
   // allocation) is where lseek's hole reports went wrong before (ext4, years ago). A fork
   // point's image was just written; a template's is synced already.
-  const file = await open(path, 'r');
-  try {
-    await file.datasync();
-  } finally {
-    await file.close();
-  }
+  await fsSyncer.file(path);
   const before = fileVersion(statSync(path, { bigint: true }));
   const { stdout } = await run(perl, ['-e', HOLES_SCRIPT, path], { maxBuffer: 256 << 20 });
   const after = fileVersion(statSync(path, { bigint: true }));
