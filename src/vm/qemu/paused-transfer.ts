@@ -225,13 +225,8 @@ export class PausedTransfer {
       // Durable before the record that takes it over is written (each file was synced as it
       // came; a record rewritten for a renamed template and the entries naming them were not).
       try {
-        const own = [
-          'memory.delta',
-          'device.state',
-          ...(paused.disk ? ['disk.qcow2', 'disk.json'] : []),
-        ];
         await this.store.persistPaused(
-          own.map((n) => join(paused.dir, n)),
+          this.store.pausedFiles(paused.dir, paused.disk !== null),
           [this.store.pausedDir],
           paused.origin,
           paused.disk?.layer ?? null,

@@ -232,6 +232,16 @@ export class StateStore {
     return this.durable.sync([own, ...this.stateFiles(origin), ...this.layerFiles(layer)]);
   }
 
+  /** The files a paused machine's folder `dir` holds (the layout above), for `persistPaused`. */
+  pausedFiles(dir: string, withDisk: boolean): string[] {
+    const names = [
+      'memory.delta',
+      'device.state',
+      ...(withDisk ? ['disk.qcow2', 'disk.json'] : []),
+    ];
+    return names.map((n) => join(dir, n));
+  }
+
   private stateFiles(state: QemuState): { key: object; files: string[]; dirs: string[] }[] {
     if (state.id.startsWith('template-')) {
       const dir = join(this.templatesDir, state.id.slice('template-'.length));

@@ -694,9 +694,8 @@ export class Vm implements Machine {
       // its origin (a fork point is not synced when made) and its disk's layers, in one batch
       // of syncs once every file is in place: each more batch cost ext4 a journal commit, 0.1
       // to 0.5 s on a host with much dirty data (docs/architecture.md, "Measured choices").
-      const own = ['memory.delta', 'device.state', ...(disk ? ['disk.json', 'disk.qcow2'] : [])];
       await store.persistPaused(
-        own.map((n) => join(dir, n)),
+        store.pausedFiles(dir, disk !== null),
         [store.pausedDir],
         state,
         disk?.layer ?? null,
