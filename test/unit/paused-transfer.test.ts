@@ -854,9 +854,7 @@ describe('an imported snapshot state whose sync fails', () => {
     await assert.rejects(target.transfer.importState(manifest, fetcherOf(source, [])));
     const left = async (): Promise<string[]> =>
       (await readdir(target.imagesDir)).filter((n) => n.startsWith(state.id));
-    await eventually('its image and records to go', async () => (await left()).length === 0, {
-      timeoutMs: 5_000,
-    });
+    await eventually('its image and records to go', async () => (await left()).length === 0);
     failing = false;
     const imported = await target.transfer.importState(manifest, fetcherOf(source, []));
     assert.equal(imported.id, state.id);
