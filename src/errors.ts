@@ -257,6 +257,15 @@ export const Errors = {
     409,
     (id: string) => `node ${id} is down: it takes creates again when it restarts`,
   ),
+  /**
+   * Undraining a node whose hostd stops (SIGTERM, SIGINT; docs/cluster.md, Undrain): it refuses
+   * creates until it is gone, so it stays `draining`; it is `serving` when it restarts.
+   */
+  nodeStopping: def(
+    'cluster_conflict',
+    409,
+    (id: string) => `node ${id} is stopping: it takes creates again when it restarts`,
+  ),
   templateNotFound: def(
     'template_not_found',
     404,

@@ -531,6 +531,11 @@ function stopOnSignals(
       // Cluster mode: SIGTERM (a service manager's stop, a rolling restart) hands the sandboxes
       // to other nodes first, bounded in time; what is left is paused in place below and comes
       // back with the node. SIGINT (Ctrl-C, a whole cluster stopped at once) pauses in place.
+      // Either way the node is `draining` from now on (the manager refuses creates from its
+      // shutdown on) and an undrain is refused: `serving` would place creates on a node going.
+      await cluster
+        ?.leave()
+        .catch((err: unknown) => log.warn({ err }, 'could not publish that the node stops'));
       if (moves && signal === 'SIGTERM') await drainFor(moves, config, log);
       log.info({ signal }, 'shutting down: destroying all VMs');
       await manager.shutdown();

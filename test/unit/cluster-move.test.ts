@@ -24,7 +24,7 @@ import {
   type SandboxRecord,
   type SnapshotRecord,
 } from '../../src/core/journal.js';
-import { toHostdError } from '../../src/errors.js';
+import { HostdError, toHostdError } from '../../src/errors.js';
 import { eventually } from '../../testkit/eventually.js';
 import { startClusterManager, untilNodesMeet } from '../helpers/cluster-manager.js';
 import { clustersStoppedAfter, type InProcessNode } from '../helpers/in-process-cluster.js';
@@ -399,6 +399,46 @@ describe('an undrain', () => {
     assert.equal(a.manager.holds(s.id), true);
     assert.equal(b.manager.holds(s.id) || d.manager.holds(s.id), false);
     assert.equal(a.cluster.state, 'serving');
+  });
+
+  /** The undrain's refusal of a node whose hostd stops: the registry's entry, not a message. */
+  const refusedAsStopping = (err: unknown): boolean =>
+    err instanceof HostdError && err.entry === 'nodeStopping' && err.code === 'cluster_conflict';
+
+  test('of a node whose hostd stops (SIGTERM’s drain) is refused 409; it stays draining and the drain goes on', async () => {
+    const c = await cluster(['a', 'b']);
+    const [a, b] = c.at;
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i++) ids.push((await a.manager.create({ template: 'python' })).id);
+    const release = c.holdOffers();
+    // What main's stop does on SIGTERM: the node leaves, then drains.
+    await a.cluster.leave();
+    const draining = a.drainer.drain();
+    await eventually('two offers under way', () => c.offersHeld === 2);
+    await assert.rejects(a.drainer.undrain(), refusedAsStopping);
+    assert.equal(a.cluster.state, 'draining');
+    assert.equal(shown(a, 'a')?.drain?.undrained_at, null);
+    release();
+    assert.deepEqual(await draining, { moved: 4, left: 0, snapshotsMoved: 0, snapshotsLeft: 0 });
+    assert.equal(a.cluster.state, 'drained');
+    assert.equal(ids.filter((id) => b.manager.holds(id)).length, 4);
+    await eventually('b to see a drained', () => shown(b, 'a')?.state === 'drained');
+    // Nor can anything else return it to serving before it is gone.
+    await assert.rejects(a.cluster.setState('serving'), refusedAsStopping);
+  });
+
+  test('of a node whose hostd stops on SIGINT (no drain) is refused; it is draining at once', async () => {
+    const c = await cluster(['a', 'b']);
+    const [a, b] = c.at;
+    assert.equal(await takesCreates(b, a), true);
+    await a.cluster.leave();
+    assert.equal(a.cluster.state, 'draining');
+    await assert.rejects(a.drainer.undrain(), refusedAsStopping);
+    await eventually('b to see a draining', () => shown(b, 'a')?.state === 'draining');
+    assert.equal(
+      (await b.cluster.placeCreate({ template: 'python' })).some((n) => n.id === 'a'),
+      false,
+    );
   });
 
   test('a drain asked again while an undrained one finishes its moves is a new round, after them', async () => {

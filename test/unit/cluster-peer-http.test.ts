@@ -237,4 +237,14 @@ describe('an undrain through the API', () => {
     assert.equal(res.status, 409, JSON.stringify(res.body));
     assert.equal(res.body.code, 'cluster_conflict');
   });
+
+  test('a node whose hostd stops is 409 cluster_conflict, and stays draining', async () => {
+    // What main's stop does first on SIGTERM or SIGINT.
+    await c.cluster.leave();
+    const res = await c.api.json<ErrorBody>('POST', `/v1/cluster/nodes/${c.id}/undrain`);
+    assert.equal(res.status, 409, JSON.stringify(res.body));
+    assert.equal(res.body.code, 'cluster_conflict');
+    const v = await c.api.json<{ nodes: WireNode[] }>('GET', '/v1/cluster');
+    assert.equal(v.body.nodes.find((n) => n.id === c.id)?.state, 'draining');
+  });
 });

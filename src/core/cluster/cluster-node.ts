@@ -120,6 +120,21 @@ export class ClusterNode {
   /** Set once the first registration is done: records written before are re-adoptions. */
   private joined = false;
   private stopped = false;
+  /** Set by `leave()`: hostd stops, and the node is `draining` until it is gone. */
+  private leaving = false;
+  /**
+   * This node's record writes, one at a time in the order asked (two in flight at once, a drain's
+   * and an undrain's, could land in either order and leave the earlier intent published).
+   */
+  private publishing: Promise<void> = Promise.resolve();
+  /** A publish asked but not yet started: a further one joins it (it reads the record then). */
+  private nextPublish: { force: boolean; done: Promise<void> } | null = null;
+  /**
+   * The revision of this node's record as last written by it (0: not written on this lease).
+   * Each write compares with it, so that a write etcd applies late (its answer timed out here)
+   * can never land over a newer one: it fails its compare instead.
+   */
+  private recordRevision = 0;
   private publishTimer: NodeJS.Timeout | null = null;
   private lastPublished = '';
   private connecting: Promise<void> | null = null;
@@ -293,9 +308,30 @@ export class ClusterNode {
     await this.kv.close();
   }
 
-  /** Sets whether this node takes creates, and publishes it now. */
+  /**
+   * Sets whether this node takes creates, and publishes it now. Once `leave()` was called (hostd
+   * stops) it stays `draining`/`drained`: `serving` is refused with `409 cluster_conflict`.
+   */
   async setState(state: NodeState): Promise<void> {
+    if (state === 'serving' && this.leaving) throw fail('nodeStopping', this.id);
     this.nodeState = state;
+    await this.publish(true);
+  }
+
+  /** Whether hostd is stopping (SIGTERM or SIGINT): the node takes creates no more. */
+  get isLeaving(): boolean {
+    return this.leaving;
+  }
+
+  /**
+   * hostd stops (SIGTERM, SIGINT): the node is `draining` from now until its record goes with
+   * its lease, so that no node places a create on it (the manager refuses them from its
+   * shutdown on), and an undrain is refused rather than publishing `serving` for a node about
+   * to go. Published now; rejects when etcd cannot be reached (the record goes with the lease).
+   */
+  async leave(): Promise<void> {
+    this.leaving = true;
+    if (this.nodeState === 'serving') this.nodeState = 'draining';
     await this.publish(true);
   }
 
@@ -1239,7 +1275,26 @@ export class ClusterNode {
   }
 
   /** Writes this node's record on its lease when it changed (or `force`). */
-  private async publish(force: boolean): Promise<void> {
+  /**
+   * Publishes this node's record. Writes go one at a time, in the order asked, each reading the
+   * record when its turn comes: the last one asked carries the latest state (a drain's `draining`
+   * and an undrain's `serving` in flight at once end with the later intent, whatever order etcd
+   * answers in). A periodic publish joins one already waiting.
+   */
+  private publish(force: boolean): Promise<void> {
+    const waiting = this.nextPublish;
+    if (waiting && (waiting.force || !force)) return waiting.done;
+    const next: { force: boolean; done: Promise<void> } = { force, done: Promise.resolve() };
+    next.done = this.publishing.then(() => {
+      if (this.nextPublish === next) this.nextPublish = null;
+      return this.publishNow(force);
+    });
+    this.nextPublish = next;
+    this.publishing = next.done.catch(() => undefined);
+    return next.done;
+  }
+
+  private async publishNow(force: boolean): Promise<void> {
     if (this.stopped && !force) return;
     const record = this.selfRecord();
     // Free memory is rounded so that its noise does not rewrite the record every time.
@@ -1252,11 +1307,18 @@ export class ClusterNode {
     };
     const text = JSON.stringify({ ...rounded, started_at: undefined });
     if (!force && text === this.lastPublished) return;
+    const key = KEYS.node(this.id);
+    const put = [{ put: key, value: JSON.stringify(rounded), lease: true }];
     try {
-      await this.kv.txn(
-        [],
-        [{ put: KEYS.node(this.id), value: JSON.stringify(rounded), lease: true }],
-      );
+      let done = await this.kv.txn([{ key, modRevision: this.recordRevision }], put);
+      if (!done.succeeded) {
+        // Not what this node last wrote: a new lease (the record went with the old one), or a
+        // write of its own that etcd applied after its answer timed out here. This one is newer.
+        const now = await this.kv.get(key);
+        done = await this.kv.txn([{ key, modRevision: now?.modRevision ?? 0 }], put);
+        if (!done.succeeded) throw fail('clusterUnavailable', 'the node record changed meanwhile');
+      }
+      this.recordRevision = done.revision;
       this.lastPublished = text;
     } catch (err) {
       if (force) throw err;

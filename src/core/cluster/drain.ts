@@ -21,6 +21,7 @@
  * round from starting further moves; the hand-overs under way finish.
  */
 import type { Logger } from 'pino';
+import { fail } from '../../errors.js';
 import { eachAtOnce } from '../each-at-once.js';
 import type { SandboxInfo } from '../sandbox.js';
 import type { SnapshotInfo } from '../snapshots.js';
@@ -99,9 +100,13 @@ export class Drainer {
    * A running round starts no further move; the hand-overs under way finish (each is a
    * compare-and-set on its catalog entry: stopping one midway would leave a sandbox to recover),
    * and the round then ends with its report, leaving the node `serving`. A serving node with no
-   * round running is left as it is (an undrain asked twice is the same as once).
+   * round running is left as it is (an undrain asked twice is the same as once). A node whose
+   * hostd stops (its SIGTERM's drain, or SIGINT) is refused, `409 cluster_conflict`, and nothing
+   * changes: it takes no creates until it is gone, and stopping its drain would only pause in
+   * place what could have moved.
    */
   async undrain(): Promise<void> {
+    if (this.node.isLeaving) throw fail('nodeStopping', this.node.id);
     const round = this.current;
     if (this.node.state === 'serving' && (!round || round.stopped)) return;
     const now = new Date().toISOString();
@@ -112,6 +117,7 @@ export class Drainer {
     // The last report says the node was undrained (a running round's own next report keeps it).
     const report = this.node.selfRecord().drain;
     if (report) this.node.reportDrain({ ...report, undrained_at: now });
+    // Not leaving: checked above, and nothing awaited since (setState's own check passes).
     await this.node.setState('serving').catch((err: unknown) =>
       // Serving here at once; the node's periodic publish tells the others once etcd answers.
       this.log.warn({ err }, 'could not publish the undrain now'),
