@@ -15,6 +15,7 @@ import assert from 'node:assert/strict';
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
 import { SandboxTokens } from '../../src/api/e2b/auth.js';
+import { AUTO_RESUME_LABEL } from '../../src/api/e2b/context.js';
 import { e2bSubject, e2bTarget, peerE2bUrl } from '../../src/api/e2b/cluster-hop.js';
 import { fileSignature } from '../../src/api/e2b/envd-files.js';
 import { e2bErrorBody } from '../../src/api/e2b/errors.js';
@@ -649,6 +650,60 @@ describe("E2B's connect of a paused sandbox whose node is full", () => {
     } finally {
       await g.manager.delete(filler.id);
       for (const id of paused) await e2b(g, 'DELETE', `/sandboxes/${id}`);
+    }
+  });
+
+  test('its envd traffic (autoResume) moves it to a node with room first, asked of either node, and resumes it there', async () => {
+    const moving: string[] = [];
+    for (const value of [5, 6]) {
+      const s = await g.manager.create({
+        template: 'python',
+        metadata: { [AUTO_RESUME_LABEL]: 'true' },
+      });
+      moving.push(s.id);
+      assert.equal(await stdout(g, s.id, `set x ${value}`), '');
+      await g.manager.pause(s.id);
+    }
+    // Paused by the client without autoResume: E2B's traffic is refused (502), and nothing moves.
+    const stays = await g.manager.create({ template: 'python' });
+    await g.manager.pause(stays.id);
+    const filler = await g.manager.create({ template: 'python' });
+    const token = async (id: string): Promise<string> =>
+      ((await e2b(g, 'GET', `/sandboxes/${id}`)).json as Made).envdAccessToken;
+    try {
+      const stayToken = await token(stays.id);
+      const tokens = [await token(moving[0]!), await token(moving[1]!)];
+      // g is full: traffic asked of g itself, and of h (passed to g, which moves it to h).
+      for (const [i, via] of [g, h].entries()) {
+        const id = moving[i]!;
+        const rpc = await e2b(via, 'POST', '/filesystem.Filesystem/Stat', {
+          body: { path: '/definitely/missing' },
+          headers: {
+            'e2b-sandbox-id': id,
+            'e2b-sandbox-port': '49983',
+            'x-access-token': tokens[i]!,
+          },
+        });
+        assert.equal(rpc.status, 404, `via ${via.id}: ${JSON.stringify(rpc.json)}`);
+        assert.equal((rpc.json as { code: string }).code, 'not_found');
+        assert.equal(g.manager.holds(id), false, `${id} left g`);
+        assert.equal(h.manager.describe(id).state, 'ready');
+        assert.equal(await stdout(g, id, 'get x'), String(5 + i));
+      }
+      const refused = await e2b(g, 'POST', '/filesystem.Filesystem/Stat', {
+        body: { path: '/definitely/missing' },
+        headers: {
+          'e2b-sandbox-id': stays.id,
+          'e2b-sandbox-port': '49983',
+          'x-access-token': stayToken,
+        },
+      });
+      assert.equal(refused.status, 502, JSON.stringify(refused.json));
+      assert.equal(g.manager.holds(stays.id), true);
+      assert.equal(g.manager.describe(stays.id).state, 'paused');
+    } finally {
+      await g.manager.delete(filler.id);
+      for (const id of [...moving, stays.id]) await e2b(g, 'DELETE', `/sandboxes/${id}`);
     }
   });
 

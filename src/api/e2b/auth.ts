@@ -160,6 +160,23 @@ export class SandboxTokens {
     return ok;
   }
 
+  /**
+   * True when `presented` is one of the sandbox's tokens under the cluster's shared secret
+   * (`purposes`: access, traffic): one every node accepts, so its traffic may follow the
+   * sandbox to another node (cluster-hop.ts, a move for room). False without a shared secret.
+   */
+  isClusterToken(
+    sandboxId: string,
+    presented: string | undefined,
+    purposes: readonly ('access' | 'traffic')[],
+  ): boolean {
+    if (presented === undefined || this.shared === null) return false;
+    let ok = false;
+    for (const purpose of purposes)
+      ok = same(derive(this.shared, purpose, sandboxId), presented) || ok;
+    return ok;
+  }
+
   /** The secrets tokens are checked against: the one issued under first. */
   private secrets(): Buffer[] {
     return this.shared ? [this.shared, this.own] : [this.own];

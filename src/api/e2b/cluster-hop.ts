@@ -54,9 +54,9 @@ export function e2bSubject(
 /**
  * E2B's control-plane routes that resume a paused sandbox (`connect`, the older `resume`): a
  * paused sandbox its node has no room for moves to a node with room first (docs/cluster.md), as
- * for the native API's resumes. Its traffic (envd, the interpreter) resumes it where it is: its
- * access token is its node's (each node signs with its own secret), so on another node the
- * client's token would be refused, where `connect`'s answer carries the new node's token.
+ * for the native API's resumes. Its traffic (envd, the interpreter) moves the same way when it
+ * would resume it (E2BHopOptions.trafficMoves: a token of the cluster's, which the new node
+ * accepts too); else it resumes where it is.
  */
 const RESUMING_ROUTES = new Set([
   '/sandboxes/:id/connect',
@@ -144,6 +144,13 @@ export interface E2bHopOptions {
   drain(req: FastifyRequest): void;
   /** The local sandbox a bare signed `/files` URL is for (envd-files.ts), or null. */
   signedSandboxId(req: FastifyRequest, operation: 'read' | 'write'): string | null;
+  /**
+   * Whether this data-plane request for sandbox `id` (held here) may move it to a node with
+   * room before it resumes it: E2B lets it through (the sandbox runs as E2B sees it, or was
+   * paused with `autoResume`) and its token is one of the cluster's, which the new node accepts
+   * too (a token of this node's own older secret opens its traffic here only: it stays).
+   */
+  trafficMoves(req: FastifyRequest, id: string): boolean;
 }
 
 /**
@@ -152,6 +159,11 @@ export interface E2bHopOptions {
  * else `404`. Only hop-marked requests are probes.
  */
 const PROBE_HEADER = 'x-hostd-signature-probe';
+
+/** A header's value as one string (its first when repeated), or undefined. */
+function headerValue(header: string | string[] | undefined): string | undefined {
+  return Array.isArray(header) ? header[0] : header;
+}
 
 /** A bare signed `/files` URL: envd's, with a signature and no sandbox header. */
 function isBareSigned(req: FastifyRequest, kind: 'control' | 'data', header: unknown): boolean {
@@ -205,6 +217,29 @@ export function installE2bHop(
   ): Promise<FastifyReply | undefined> => {
     if (opts.checkKey(req) !== null) return; // the control plane's own hook answers 401
     const id = (req.params as Record<string, string | undefined>).id ?? '';
+    return moveThen(req, reply, id);
+  };
+
+  /**
+   * Its traffic, when it would resume sandbox `id` held here: moved first as by `connect`
+   * (moveFirst), the request then passed to the new node's front with its token and sandbox
+   * header as they are. A request E2B would refuse (bad token, paused without `autoResume`) is
+   * answered here, moving nothing.
+   */
+  const trafficMoveFirst = async (
+    req: FastifyRequest,
+    reply: FastifyReply,
+    id: string,
+  ): Promise<FastifyReply | undefined> => {
+    if (!opts.trafficMoves(req, id)) return;
+    return moveThen(req, reply, id);
+  };
+
+  const moveThen = async (
+    req: FastifyRequest,
+    reply: FastifyReply,
+    id: string,
+  ): Promise<FastifyReply | undefined> => {
     let target: Target | null;
     try {
       const moved = await front.moveToRoom(id);
@@ -216,8 +251,9 @@ export function installE2bHop(
       return opts.sendError(req, reply, toHostdError(err, req.id));
     }
     reply.hijack();
+    const connect = opts.isConnect(req);
     await front.forwarder.pass(req.raw, reply.raw, target, (res, err) =>
-      writeE2bError(res, err, false),
+      writeE2bError(res, err, connect),
     );
     return undefined;
   };
@@ -228,6 +264,8 @@ export function installE2bHop(
     if (ClusterFront.forwarded(req)) {
       // The sandbox's node: a resume of one paused here without room goes where there is room.
       if (e2bResumes(kind, req.method, req.routeOptions.url)) return moveFirst(req, reply);
+      const traffic = kind === 'data' ? headerValue(sandboxHeader) : undefined;
+      if (traffic) return trafficMoveFirst(req, reply, traffic);
       const probe = req.headers[PROBE_HEADER];
       if (probe === undefined || !isBareSigned(req, kind, sandboxHeader)) return;
       opts.drain(req);
@@ -268,6 +306,9 @@ export function installE2bHop(
       if (route.local) {
         if (subject.kind === 'sandbox' && e2bResumes(kind, req.method, req.routeOptions.url)) {
           return await moveFirst(req, reply);
+        }
+        if (subject.kind === 'sandbox' && kind === 'data') {
+          return await trafficMoveFirst(req, reply, subject.id);
         }
         return;
       }

@@ -181,6 +181,28 @@ export async function buildE2bServer(
       sendError: (req, reply, err) => renderFor(kindOf(req.raw), req, reply, err),
       drain,
       signedSandboxId: (req, operation) => signedSandboxId(ctx, req, operation),
+      trafficMoves: (req, id) => {
+        const kind = kindOf(req.raw);
+        if (kind !== ENVD_KIND && kind !== INTERPRETER_KIND) return false;
+        try {
+          ctx.requireRunning(id);
+        } catch {
+          return false; // answered here: E2B's 502, moving nothing
+        }
+        const policy =
+          req.routeOptions.config.e2bToken ?? (kind === ENVD_KIND ? 'access' : 'traffic');
+        // The token the route would check, as dataPlaneHook does; `none` (health) moves nothing.
+        const access = header(req, 'x-access-token');
+        if (policy === 'access' || policy === 'access-or-signature') {
+          return tokens.isClusterToken(id, access, ['access']);
+        }
+        if (policy !== 'traffic') return false;
+        const both = ['access', 'traffic'] as const;
+        return (
+          tokens.isClusterToken(id, access, both) ||
+          tokens.isClusterToken(id, header(req, 'e2b-traffic-access-token'), both)
+        );
+      },
     });
   }
   await app.register(
