@@ -6,12 +6,12 @@
  * (docs/api.md, "Restarts and crashes"). Operators and tests read them too: a running
  * sandbox's `vm` names its folder under the state directory's `vms/`, which holds `qemu.pid`.
  */
-import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readdirSync, readFileSync } from 'node:fs';
 import { renameSync, rmSync, writeSync } from 'node:fs';
 import { unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { MachineDescriptor, PausedDescriptor, StateDescriptor } from '../vm/machine.js';
-import { fsSyncer } from '../vm/storage/durable.js';
+import { fsSyncer, type Syncer } from '../vm/storage/durable.js';
 
 export interface SandboxRecord {
   readonly id: string;
@@ -91,18 +91,36 @@ export function memoryRecords<R extends { id: string }>(): RecordStore<R> & {
  * One `<id>.json` per record in `dir`, replaced atomically (a crash of hostd loses none), and
  * synced to disk when `lastsReboot` says the record must outlive the host. A record that only
  * matters while the host stays up is not synced: fsync holds hostd's event loop on every create,
- * fork child and delete (docs/architecture.md, "Measured choices in the code").
+ * fork child and delete (docs/architecture.md, "Measured choices in the code"). One that must is
+ * synced off the loop too: its content is written to a file of its own, fsynced on the thread
+ * pool, and only then renamed over its name, so that a power cut finds the old record or the new
+ * one whole; `flush` waits for that, then syncs the folder. A crash of hostd meanwhile leaves
+ * that file, which the next start puts in place (`readAll`), as if renamed at once.
  */
 export class FileRecords<R extends { id: string }> implements RecordStore<R> {
   /** Numbers the names removed records are moved to, so that two never meet. */
   private removals = 0;
+  /** Numbers the files durable records are written to before their sync, likewise. */
+  private writes = 0;
   /** A record that must outlive the host was renamed into place since the last folder sync. */
   private entriesUnsynced = false;
   private lastFolderSync: Promise<void> = Promise.resolve();
+  /**
+   * Each record's durable write whose content sync runs, by id: only the newest renames itself
+   * into place; a later write (durable or not) or a removal of the record supersedes it.
+   */
+  private readonly pending = new Map<string, { readonly tmp: string }>();
+  /** The files of durable writes whose sync runs: not what a crash left (`readAll`). */
+  private readonly syncingFiles = new Set<string>();
+  /** Content syncs under way: each resolves with its failure, or null (never rejects). */
+  private readonly syncing = new Set<Promise<unknown>>();
+  /** Content syncs that failed before any flush waited for them: the next flush reports them. */
+  private readonly unreported = new Set<Promise<unknown>>();
 
   constructor(
     private readonly dir: string,
     private readonly lastsReboot: (record: R) => boolean = () => true,
+    private readonly syncer: Syncer = fsSyncer,
   ) {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
   }
@@ -110,31 +128,82 @@ export class FileRecords<R extends { id: string }> implements RecordStore<R> {
   write(record: R): void {
     const path = join(this.dir, `${record.id}.json`);
     const durable = this.lastsReboot(record);
-    const fd = openSync(`${path}.tmp`, 'w', 0o600);
+    const tmp = durable ? `${path}.${process.pid}-${++this.writes}.tmp` : `${path}.tmp`;
+    const fd = openSync(tmp, 'w', 0o600);
     try {
       writeSync(fd, JSON.stringify(record) + '\n');
-      if (durable) fsyncSync(fd);
     } finally {
       closeSync(fd);
     }
-    renameSync(`${path}.tmp`, path);
-    if (durable) this.entriesUnsynced = true;
+    // Newer than a durable write of it still syncing, which must not land over it: that one's
+    // file goes first, so that a file of one left by a crash is always newer than the record.
+    this.supersede(record.id);
+    if (!durable) {
+      renameSync(tmp, path);
+      return;
+    }
+    const mine = { tmp };
+    this.pending.set(record.id, mine);
+    this.syncingFiles.add(tmp);
+    const sync = this.syncer.file(tmp).then(
+      () => {
+        // Superseded (written again, or removed) meanwhile: its file is gone already.
+        if (this.pending.get(record.id) !== mine) return null;
+        this.pending.delete(record.id);
+        renameSync(tmp, path);
+        this.entriesUnsynced = true;
+        return null;
+      },
+      (err: unknown) => {
+        if (this.pending.get(record.id) === mine) this.pending.delete(record.id);
+        rmSync(tmp, { force: true });
+        return err;
+      },
+    );
+    const tracked: Promise<unknown> = sync
+      .catch((err: unknown) => err) // renameSync's failure
+      .then((err) => {
+        this.syncingFiles.delete(tmp);
+        this.syncing.delete(tracked);
+        if (err !== null) this.unreported.add(tracked);
+        return err;
+      });
+    this.syncing.add(tracked);
   }
 
   /**
-   * Syncs the folder, off the event loop, when a durable record was renamed into it since the
-   * last sync began: the rename is only on disk once the folder is. One sync serves every
-   * record written before it started.
+   * Resolves once every durable record written before it is on disk under its name: its
+   * content synced and renamed into place (off the event loop, see `write`), then the folder
+   * synced when a durable record was renamed into it since the last sync began (the rename is
+   * only on disk once the folder is). One folder sync serves every record renamed before it
+   * started. Rejects when a content sync or the folder's failed: that record is not in place.
    */
-  flush(): Promise<void> {
+  async flush(): Promise<void> {
+    const waited = [...this.syncing, ...this.unreported];
+    const failures = await Promise.all(waited);
+    for (const w of waited) this.unreported.delete(w);
+    const failed = failures.find((err) => err !== null);
+    if (failed !== undefined) throw failed;
     if (this.entriesUnsynced) {
       this.entriesUnsynced = false;
-      this.lastFolderSync = fsSyncer.dir(this.dir).catch((err: unknown) => {
+      this.lastFolderSync = this.syncer.dir(this.dir).catch((err: unknown) => {
         this.entriesUnsynced = true; // the next flush tries again
         throw err;
       });
     }
     return this.lastFolderSync;
+  }
+
+  /**
+   * Drops the durable write of record `id` whose sync runs, if any: it will not be renamed in,
+   * and its file goes now (a small file never renamed over anything: its unlink does not wait
+   * for the disk), so that what a crash leaves of a durable write is always the record's newest.
+   */
+  private supersede(id: string): void {
+    const older = this.pending.get(id);
+    if (!older) return;
+    this.pending.delete(id);
+    rmSync(older.tmp, { force: true });
   }
 
   /**
@@ -146,6 +215,8 @@ export class FileRecords<R extends { id: string }> implements RecordStore<R> {
    * a crash leaves under that name, `readAll` removes.
    */
   remove(id: string): void {
+    // A durable write of it still syncing does not land afterwards.
+    this.supersede(id);
     const path = join(this.dir, `${id}.json`);
     const aside = `${path}.${process.pid}-${++this.removals}.gone`;
     try {
@@ -157,11 +228,31 @@ export class FileRecords<R extends { id: string }> implements RecordStore<R> {
     unlink(aside).catch(() => undefined);
   }
 
+  /**
+   * Every record as last written. A durable write a crash of hostd interrupted between its write
+   * and its rename (its sync under way) is the record's newest (`supersede`): put in place when
+   * it was written whole, else dropped (a power cut may leave it torn: the record before it is
+   * durable). What else a crash left mid-write or mid-removal is dropped.
+   */
   readAll(onBad: (file: string, err: unknown) => void = () => undefined): R[] {
+    for (const name of readdirSync(this.dir)) {
+      const path = join(this.dir, name);
+      if (!DURABLE_TMP.test(name) || this.syncingFiles.has(path)) continue;
+      try {
+        const text = readFileSync(path, 'utf8');
+        // Written whole: what write() writes ends with a newline, and parses.
+        if (!text.endsWith('\n')) throw new Error('torn');
+        JSON.parse(text);
+        renameSync(path, path.replace(DURABLE_TMP_SUFFIX, ''));
+      } catch {
+        rmSync(path, { force: true });
+      }
+    }
     const records: R[] = [];
     for (const name of readdirSync(this.dir)) {
       const path = join(this.dir, name);
       if (!name.endsWith('.json')) {
+        if (this.syncingFiles.has(path)) continue; // a durable write of this run, syncing
         rmSync(path, { force: true }); // a write or a removal a crash interrupted
         continue;
       }
@@ -174,3 +265,7 @@ export class FileRecords<R extends { id: string }> implements RecordStore<R> {
     return records;
   }
 }
+
+/** A durable write's file before its rename, `<id>.json.<pid>-<n>.tmp`, and its suffix. */
+const DURABLE_TMP = /\.json\.\d+-\d+\.tmp$/;
+const DURABLE_TMP_SUFFIX = /\.\d+-\d+\.tmp$/;

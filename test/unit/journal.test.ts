@@ -2,8 +2,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { FileRecords } from '../../src/core/journal.js';
+import type { Syncer } from '../../src/vm/storage/durable.js';
 import { eventually } from '../../testkit/eventually.js';
 
 interface Rec {
@@ -60,25 +61,172 @@ test('what a crash left mid-write or mid-removal is dropped by the next read, no
   withDir(async (dir) => {
     const records = new FileRecords<Rec>(dir);
     records.write({ id: 'kept', n: 1 });
+    await records.flush();
     writeFileSync(join(dir, 'gone.json.123-1.gone'), JSON.stringify({ id: 'gone', n: 1 }));
     writeFileSync(join(dir, 'half.json.tmp'), '{"id":"ha');
     assert.deepEqual(records.readAll(), [{ id: 'kept', n: 1 }]);
     assert.deepEqual(files(dir), ['kept.json']);
   }));
 
-test('flush syncs the folder once for the durable records written before it, and only then', () =>
+/**
+ * A syncer whose syncs wait until released (a slow disk), recording what was synced in order;
+ * a file sync can be made to fail.
+ */
+class HeldSyncer implements Syncer {
+  readonly order: string[] = [];
+  private readonly waiting: { path: string; release: (err?: Error) => void }[] = [];
+
+  file(path: string): Promise<void> {
+    return this.hold(`file ${basename(path)}`);
+  }
+
+  dir(path: string): Promise<void> {
+    this.order.push(`dir ${basename(path)}`);
+    return Promise.resolve();
+  }
+
+  get held(): number {
+    return this.waiting.length;
+  }
+
+  /** Lets the oldest held sync end (with `err`: it fails). */
+  release(err?: Error): void {
+    this.waiting.shift()?.release(err);
+  }
+
+  private hold(what: string): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.waiting.push({
+        path: what,
+        release: (err) => {
+          this.order.push(err ? `failed ${what}` : what);
+          if (err) reject(err);
+          else resolve();
+        },
+      });
+    });
+  }
+}
+
+const settled = async (p: Promise<unknown>): Promise<boolean> => {
+  let done = false;
+  void p.then(
+    () => (done = true),
+    () => (done = true),
+  );
+  for (let i = 0; i < 5; i++) await new Promise<void>((r) => setImmediate(r));
+  return done;
+};
+
+test("a durable record's content is synced off the event loop, then renamed in, then the folder synced; flush waits for all", () =>
   withDir(async (dir) => {
-    const records = new FileRecords<Rec>(dir, (r) => r.n > 0);
-    const idle = records.flush();
+    const syncer = new HeldSyncer();
+    const records = new FileRecords<Rec>(dir, (r) => r.n > 0, syncer);
+    records.write({ id: 'a', n: 0 }); // need not outlive the host: in place at once, no sync
+    records.write({ id: 'a', n: 1 });
+    // write() returned with its content's sync still under way (not an fsync on the loop), and
+    // the record it replaces is what a crash would read until then.
+    assert.equal(syncer.held, 1);
+    assert.deepEqual(records.readAll(), [{ id: 'a', n: 0 }]);
+    const flushed = records.flush();
+    assert.equal(await settled(flushed), false, 'flush waits for the content sync');
+    syncer.release();
+    await flushed;
+    assert.equal(syncer.order.length, 2);
+    assert.match(syncer.order[0]!, /^file a\.json\..*\.tmp$/);
+    assert.equal(syncer.order[1], `dir ${basename(dir)}`);
+    assert.deepEqual(records.readAll(), [{ id: 'a', n: 1 }]);
+    assert.deepEqual(files(dir), ['a.json']);
+  }));
+
+test('a durable write superseded while it syncs (written again, removed) does not land over the newer state', () =>
+  withDir(async (dir) => {
+    const syncer = new HeldSyncer();
+    const records = new FileRecords<Rec>(dir, (r) => r.n > 0, syncer);
+    records.write({ id: 'a', n: 1 });
+    records.write({ id: 'a', n: 0 }); // resumed, say: not durable, in place at once
+    records.write({ id: 'b', n: 1 });
+    records.remove('b');
+    records.write({ id: 'c', n: 1 });
+    records.write({ id: 'c', n: 2 });
+    const flushed = records.flush();
+    for (let i = 0; i < 4; i++) syncer.release();
+    await flushed;
+    assert.deepEqual(
+      records.readAll().sort((x, y) => x.id.localeCompare(y.id)),
+      [
+        { id: 'a', n: 0 },
+        { id: 'c', n: 2 },
+      ],
+    );
+    await eventually('the superseded files to go', () => files(dir).length === 2);
+    assert.deepEqual(files(dir), ['a.json', 'c.json']);
+  }));
+
+test('a failed content sync fails the flush that waits for it, or the next; the old record stays', () =>
+  withDir(async (dir) => {
+    const syncer = new HeldSyncer();
+    const records = new FileRecords<Rec>(dir, (r) => r.n > 0, syncer);
+    records.write({ id: 'a', n: 0 });
+    records.write({ id: 'a', n: 1 });
+    const flushed = records.flush();
+    syncer.release(new Error('EIO (test)'));
+    await assert.rejects(flushed, /EIO/);
+    assert.deepEqual(records.readAll(), [{ id: 'a', n: 0 }]);
+    // One no flush waited for: the next flush says so, once.
+    records.write({ id: 'b', n: 1 });
+    syncer.release(new Error('EIO (test)'));
+    await eventually('the failure seen', () => syncer.order.length === 2);
+    await assert.rejects(records.flush(), /EIO/);
+    await records.flush();
+    await eventually('the unsynced files to go', () => files(dir).length === 1);
+    assert.deepEqual(files(dir), ['a.json']);
+  }));
+
+test('flush syncs the folder once for the durable records renamed in before it, and only then', () =>
+  withDir(async (dir) => {
+    const syncer = new HeldSyncer();
+    const records = new FileRecords<Rec>(dir, (r) => r.n > 0, syncer);
+    await records.flush();
     records.write({ id: 'a', n: 0 }); // need not outlive the host: no folder sync
-    assert.equal(records.flush(), idle);
+    await records.flush();
+    assert.deepEqual(syncer.order, []);
     records.write({ id: 'b', n: 1 });
     records.write({ id: 'c', n: 1 });
-    const synced = records.flush();
-    assert.notEqual(synced, idle, 'a durable record was renamed in: the folder is synced');
-    assert.equal(records.flush(), synced, 'one sync serves every record written before it');
-    await synced;
-    records.write({ id: 'b', n: 2 });
-    assert.notEqual(records.flush(), synced, 'a record written since needs a sync of its own');
+    const both = [records.flush(), records.flush()];
+    syncer.release();
+    syncer.release();
+    await Promise.all(both);
+    const dirSyncs = (): number => syncer.order.filter((o) => o.startsWith('dir')).length;
+    assert.equal(dirSyncs(), 1, 'one sync serves every record renamed in before it');
     await records.flush();
+    assert.equal(dirSyncs(), 1, 'nothing renamed in since: no sync');
+    records.write({ id: 'b', n: 2 });
+    const again = records.flush();
+    syncer.release();
+    await again;
+    assert.equal(dirSyncs(), 2, 'a record renamed in since needs a sync of its own');
+  }));
+
+test('a durable write a crash interrupted before its rename is put in place by the next start when whole, dropped when torn', () =>
+  withDir(async (dir) => {
+    const syncer = new HeldSyncer();
+    const before = new FileRecords<Rec>(dir, (r) => r.n > 0, syncer);
+    before.write({ id: 'a', n: 0 });
+    before.write({ id: 'b', n: 0 });
+    before.write({ id: 'a', n: 1 }); // its sync held: hostd dies here
+    before.write({ id: 'b', n: 1 });
+    assert.equal(syncer.held, 2);
+    // A power cut tore b's.
+    const torn = files(dir).find((f) => f.startsWith('b.json.') && f.endsWith('.tmp'))!;
+    writeFileSync(join(dir, torn), '{"id":"b","n"');
+    const after = new FileRecords<Rec>(dir);
+    assert.deepEqual(
+      after.readAll().sort((x, y) => x.id.localeCompare(y.id)),
+      [
+        { id: 'a', n: 1 },
+        { id: 'b', n: 0 },
+      ],
+    );
+    assert.deepEqual(files(dir), ['a.json', 'b.json']);
   }));
