@@ -33,6 +33,7 @@ import {
 } from 'node:fs/promises';
 import { dirname, join, relative, resolve } from 'node:path';
 import type { ExportedBuild, ExportedFile } from '../machine.js';
+import { fsSyncer, syncTree, type Syncer } from '../storage/durable.js';
 import { VmError } from '../vm-error.js';
 
 /** The files of a build a machine reads (image.ts, GuestImage): all but the manifest. */
@@ -106,6 +107,8 @@ export class BuildCopies {
     private readonly dataDir: string,
     /** Bytes free to an unprivileged writer on the file system of `dir` (tests give their own). */
     private readonly freeBytes: (dir: string) => Promise<number> = bytesFree,
+    /** Makes a copy durable before it is published (tests give a recording fake). */
+    private readonly syncer: Syncer = fsSyncer,
   ) {
     this.root = join(cacheDir, 'copies');
     const holder = createHash('sha256').update(resolve(dataDir)).digest('hex').slice(0, 16);
@@ -314,8 +317,12 @@ export class BuildCopies {
         `build ${build.key} of template ${build.template} arrived with a manifest of another build`,
       );
     }
+    // Durable before it is published: a power cut must not leave a torn file in a folder that
+    // a restart finds under its name and trusts (its restores use it unchecked).
+    await syncTree(staging, this.syncer);
     await rm(dir, { recursive: true, force: true });
     await rename(staging, dir);
+    await this.syncer.dir(dirname(dir));
   }
 }
 

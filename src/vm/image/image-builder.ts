@@ -33,10 +33,11 @@ import {
   stat,
   writeFile,
 } from 'node:fs/promises';
-import { basename, join, relative, resolve } from 'node:path';
+import { basename, dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { BuildLog, runScript, TemplateBuildError } from './build-step.js';
+import { fsSyncer, syncTree, type Syncer } from '../storage/durable.js';
 import { withFileLock } from '../storage/file-lock.js';
 import { loadImage, MANIFEST_FORMAT, type LoadedImage, type TemplateManifest } from './image.js';
 import { DISK_SERIAL, ROOTFS_SERIAL } from './image.js';
@@ -183,10 +184,16 @@ async function build(spec: TemplateSpec, opts: BuildOptions): Promise<BuiltTempl
         log.note(`template ${spec.name} is built: ${dir}`);
         return { ...(await loadImage(dir)), built: false };
       }
+      // The scripts publish their layers by a rename, unsynced (guest/image/lib.sh is in the
+      // root filesystem's key: changing it rebuilds every template): made durable here, before
+      // this build's own outputs name them.
+      await durableLayer(boot);
+      await durableLayer(disk);
       const rootfs = join(cache, 'rootfs', `${spec.name}-${rootfsKey}`);
       if (!(await exists(join(rootfs, 'rootfs.json')))) {
         const t0 = Date.now();
         const debian = await script('debian packages', 'build-debian.sh', spec.debianPackages);
+        await durableLayer(debian);
         await publish(rootfs, async (tmp) => {
           const buildSpec = rootfsBuildSpec(spec, rootfsKey, debian);
           await writeFile(join(tmp, 'spec.json'), JSON.stringify(buildSpec, null, 2));
@@ -369,8 +376,16 @@ async function exists(path: string): Promise<boolean> {
 /**
  * Builds `dir` in a temporary sibling and renames it into place; the sibling goes on failure.
  * Callers hold the template's lock, so a sibling left by a builder that was killed is stale.
+ * What it publishes is durable before the rename (every file and folder synced), and the rename
+ * once it resolves (the parent synced): a power cut after a build never leaves a torn file under
+ * a published name, which the next start would trust (its marker, `manifest.json` or
+ * `rootfs.json`, is inside). Exported for its tests (`syncer`: a recording fake).
  */
-async function publish(dir: string, fill: (tmp: string) => Promise<void>): Promise<void> {
+export async function publish(
+  dir: string,
+  fill: (tmp: string) => Promise<void>,
+  syncer: Syncer = fsSyncer,
+): Promise<void> {
   const parent = resolve(dir, '..');
   await mkdir(parent, { recursive: true });
   for (const name of await readdir(parent)) {
@@ -383,12 +398,23 @@ async function publish(dir: string, fill: (tmp: string) => Promise<void>): Promi
     // QEMU runs as another account that must read the files (mkdtemp makes 0700).
     await chmod(tmp, 0o755);
     await fill(tmp);
+    await syncTree(tmp, syncer);
     await rm(dir, { recursive: true, force: true }); // an unfinished older attempt
     await rename(tmp, dir);
   } catch (err) {
     await rm(tmp, { recursive: true, force: true });
     throw err;
   }
+  await syncer.dir(parent);
+}
+
+/**
+ * A layer a build script published (its folder renamed into place) made durable: its files and
+ * folders synced, then the folder it was renamed in. Syncs of files already on disk cost little.
+ */
+async function durableLayer(dir: string, syncer: Syncer = fsSyncer): Promise<void> {
+  await syncTree(dir, syncer);
+  await syncer.dir(dirname(dir));
 }
 
 /** Shares the bytes with the cache entry it came from; a copy where links are not possible. */

@@ -7,8 +7,8 @@
  * The syncs run at once on libuv's thread pool, never on the event loop: an fsync waits for the
  * disk, the longest of them sets the cost (docs/architecture.md, "Measured choices in the code").
  */
-import { open } from 'node:fs/promises';
-import { dirname } from 'node:path';
+import { open, readdir } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 
 /** The two syncs; tests give a recording fake. */
 export interface Syncer {
@@ -44,6 +44,22 @@ export async function syncAll(
     ...uniqueFiles.map((f) => syncer.file(f)),
     ...uniqueDirs.map((d) => syncer.dir(d)),
   ]);
+}
+
+/**
+ * Makes folder `dir` durable with everything in it, before the rename that publishes it: every
+ * file under it synced, and every folder (itself included), at once (`syncAll`). The rename is
+ * then on disk once the folder it was made in is synced (`syncer.dir` of its parent): a power
+ * cut finds the folder whole under its name or not at all, never a torn file a reader trusts.
+ */
+export async function syncTree(dir: string, syncer: Syncer = fsSyncer): Promise<void> {
+  const entries = await readdir(dir, { recursive: true, withFileTypes: true });
+  const under = (e: { parentPath: string; name: string }): string => join(e.parentPath, e.name);
+  await syncAll(
+    entries.filter((e) => e.isFile()).map(under),
+    [dir, ...entries.filter((e) => e.isDirectory()).map(under)],
+    syncer,
+  );
 }
 
 /**
