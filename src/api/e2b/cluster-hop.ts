@@ -231,7 +231,8 @@ export function installE2bHop(
     reply: FastifyReply,
     id: string,
   ): Promise<FastifyReply | undefined> => {
-    if (!opts.trafficMoves(req, id)) return;
+    // Most traffic is for a sandbox that runs, or one with room: nothing to check further.
+    if (!front.wantsRoom(id) || !opts.trafficMoves(req, id)) return;
     return moveThen(req, reply, id);
   };
 
