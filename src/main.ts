@@ -533,7 +533,8 @@ function stopOnSignals(
       // back with the node. SIGINT (Ctrl-C, a whole cluster stopped at once) pauses in place.
       // Either way the node is `draining` from now on (the manager refuses creates from its
       // shutdown on) and an undrain is refused: `serving` would place creates on a node going.
-      await cluster
+      // Set at once; its publish is not waited for (etcd unreachable must not delay the stop).
+      void cluster
         ?.leave()
         .catch((err: unknown) => log.warn({ err }, 'could not publish that the node stops'));
       if (moves && signal === 'SIGTERM') await drainFor(moves, config, log);

@@ -1274,9 +1274,8 @@ export class ClusterNode {
     })();
   }
 
-  /** Writes this node's record on its lease when it changed (or `force`). */
   /**
-   * Publishes this node's record. Writes go one at a time, in the order asked, each reading the
+   * Writes this node's record on its lease when it changed (or `force`). Writes go one at a time, in the order asked, each reading the
    * record when its turn comes: the last one asked carries the latest state (a drain's `draining`
    * and an undrain's `serving` in flight at once end with the later intent, whatever order etcd
    * answers in). A periodic publish joins one already waiting.
