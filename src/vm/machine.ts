@@ -134,6 +134,7 @@ export interface ContextAnswer {
 export type GuestFiles = Pick<
   FileChannel,
   | 'writeFile'
+  | 'putFile'
   | 'readFile'
   | 'tarOut'
   | 'tarIn'
