@@ -69,24 +69,6 @@ export class SandboxFiles {
     );
   }
 
-  /**
-   * write() for a body already in memory (a small upload, read whole by the route): the
-   * request, its data and its end leave for the guest in one write, with no stream between
-   * (docs/architecture.md, "Where a small file operation ... spend their time").
-   */
-  writeWhole(
-    id: string,
-    path: string,
-    mode: number,
-    content: Buffer,
-    signal: AbortSignal,
-  ): Promise<WriteResult> {
-    if (content.length > this.maxFileBytes) {
-      return Promise.reject(fail('fileTooLarge', this.maxFileBytes));
-    }
-    return this.simple(id, path, signal, (files) => files.putFile(path, content, { mode, signal }));
-  }
-
   /** Extracts the tar stream `body` into directory `path`. */
   extract(id: string, path: string, body: Readable, signal: AbortSignal): Promise<ExtractResult> {
     return this.upload(id, path, body, signal, (files, opSignal) =>

@@ -134,7 +134,6 @@ export interface ContextAnswer {
 export type GuestFiles = Pick<
   FileChannel,
   | 'writeFile'
-  | 'putFile'
   | 'readFile'
   | 'tarOut'
   | 'tarIn'

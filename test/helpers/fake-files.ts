@@ -54,19 +54,6 @@ export class FakeFiles implements GuestFiles {
     return { sink, done };
   }
 
-  async putFile(
-    path: string,
-    content: Buffer,
-    options: { signal?: AbortSignal } = {},
-  ): Promise<WriteResult> {
-    if (options.signal?.aborted) {
-      throw new FileChannelError('cancelled', 'the upload was cancelled');
-    }
-    await this.gate();
-    this.memory.set(PREFIX + path, content.toString('latin1'));
-    return { path, size: content.length };
-  }
-
   async readFile(path: string): Promise<Download> {
     await this.gate();
     const content = this.memory.get(PREFIX + path);

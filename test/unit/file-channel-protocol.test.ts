@@ -162,37 +162,3 @@ test('the guest closing the port fails the running operation', async () => {
     assert.equal(channel.closed, true);
   });
 });
-
-test('a file already in memory leaves in the call, a streamed upload in the next turn', async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'hostd-files-proto-'));
-  const guest = await ScriptedGuest.start(join(dir, 'files.sock'));
-  const socket = await connectUnix(join(dir, 'files.sock'));
-  const channel = new FileChannel(socket);
-  try {
-    // putFile: request, data and end are handed to the socket before it returns (nothing is
-    // held corked for a later turn: docs/architecture.md, "Where a small file operation ...").
-    const put = channel.putFile('/small', Buffer.alloc(4096, 0x61));
-    assert.equal(socket.writableCorked, 0);
-    guest.send(guest.helloReply((await guest.next('hello')).msg!.nonce));
-    const request = await guest.next('write');
-    const data = await guest.nextOfKind(Kind.data, request.id);
-    assert.equal(data.payload.length, 4096);
-    await guest.nextOfKind(Kind.end, request.id);
-    guest.send(jsonFrame(request.id, { op: 'done', ok: true, path: '/small', size: 4096 }));
-    assert.deepEqual(await put, { path: '/small', size: 4096 });
-
-    // A streamed upload holds its request until the loop's next turn, for the data to join it.
-    const upload = channel.writeFile('/streamed');
-    upload.sink.write(Buffer.from('x'));
-    assert.equal(socket.writableCorked, 1);
-    upload.sink.end();
-    const streamed = await guest.next('write');
-    await guest.nextOfKind(Kind.end, streamed.id);
-    guest.send(jsonFrame(streamed.id, { op: 'done', ok: true, path: '/streamed', size: 1 }));
-    assert.deepEqual(await upload.done, { path: '/streamed', size: 1 });
-  } finally {
-    channel.close();
-    guest.close();
-    rmSync(dir, { recursive: true, force: true });
-  }
-});

@@ -7,7 +7,6 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Readable } from 'node:stream';
 import { Errors } from '../../src/errors.js';
 import { FileOpError } from '../../src/vm/machine.js';
 import { FakeFiles } from '../helpers/fake-files.js';
@@ -149,41 +148,6 @@ describe('file routes', () => {
       assert.equal(errorBody(res).code, Errors.permissionDenied.code);
     } finally {
       FakeFiles.prototype.mkdir = mkdir;
-    }
-  });
-
-  test('a small upload of declared length goes to the guest whole; a chunked one streams', async () => {
-    const { putFile, writeFile } = FakeFiles.prototype;
-    const calls: string[] = [];
-    FakeFiles.prototype.putFile = function (this: FakeFiles, ...args) {
-      calls.push('whole');
-      return putFile.apply(this, args);
-    };
-    FakeFiles.prototype.writeFile = function (this: FakeFiles, ...args) {
-      calls.push('stream');
-      return writeFile.apply(this, args);
-    };
-    try {
-      const put = await upload('?path=/tmp/w.txt', 'whole');
-      assert.equal(put.statusCode, 200, put.body);
-      assert.deepEqual(JSON.parse(put.body), { path: '/tmp/w.txt', size: 5 });
-      const chunked = await s.inject({
-        method: 'PUT',
-        url: files('?path=/tmp/s.txt'),
-        payload: Readable.from([Buffer.from('stre'), Buffer.from('amed')]),
-        headers: { 'content-type': 'application/octet-stream' },
-      });
-      assert.equal(chunked.statusCode, 200, chunked.body);
-      assert.deepEqual(calls, ['whole', 'stream']);
-      for (const [path, body] of [
-        ['/tmp/w.txt', 'whole'],
-        ['/tmp/s.txt', 'streamed'],
-      ]) {
-        const get = await s.inject({ method: 'GET', url: files(`?path=${path}`) });
-        assert.equal(get.body, body);
-      }
-    } finally {
-      Object.assign(FakeFiles.prototype, { putFile, writeFile });
     }
   });
 

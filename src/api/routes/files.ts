@@ -32,11 +32,6 @@ export function registerFileRoutes(app: FastifyInstance, manager: SandboxManager
     const signal = clientGone(reply);
     if (isTar(req)) return files.extract(req.params.id, path, body, signal);
     const mode = parseFileMode(req.query.mode);
-    const small = smallBodyLength(req);
-    if (small !== null) {
-      const content = await readWhole(body, small);
-      return files.writeWhole(req.params.id, path, mode, content, signal);
-    }
     return files.write(req.params.id, path, mode, body, signal);
   });
 
@@ -114,40 +109,6 @@ function isTar(req: FileRequest): boolean {
 function uploadBody(req: FileRequest): Readable {
   const body = req.body as Readable | undefined;
   return body && typeof body.pipe === 'function' ? body : req.raw;
-}
-
-/**
- * Uploads up to this size whose length is declared are read whole before they go to the guest
- * (SandboxFiles.writeWhole): one write to the guest and no stream per request. Larger ones,
- * and chunked ones, stream. Two of the guest's 32 KiB frames at most.
- */
-export const SMALL_UPLOAD_BYTES = 64 * 1024;
-
-/** The declared length of a small upload's body; null when it streams (see above). */
-export function smallBodyLength(req: FastifyRequest): number | null {
-  const declared = req.headers['content-length'];
-  if (declared === undefined || req.headers['transfer-encoding'] !== undefined) return null;
-  const length = Number(declared);
-  return Number.isSafeInteger(length) && length > 0 && length <= SMALL_UPLOAD_BYTES ? length : null;
-}
-
-/**
- * The whole of a small body (`length` bytes, which node's parser holds the request to). A body
- * that breaks off is the client gone, as for a streamed upload.
- */
-export async function readWhole(body: Readable, length: number): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let got = 0;
-  try {
-    for await (const chunk of body as AsyncIterable<Buffer>) {
-      chunks.push(chunk);
-      got += chunk.length;
-    }
-  } catch {
-    throw fail('requestAborted', 'during the file transfer');
-  }
-  if (got !== length) throw fail('requestAborted', 'during the file transfer');
-  return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, got);
 }
 
 /** Aborts when the client goes away before the answer is complete: the transfer stops. */

@@ -303,23 +303,16 @@ export class UploadOp<R> extends FileOp {
     this.sink.destroy(err);
   }
 
-  /**
-   * Sends everything at once, now: request, data and end in one write. No coalescing: there is
-   * nothing more to wait for, and holding the write until the event loop's next turn delayed
-   * a small upload's start by the rest of that turn.
-   */
+  /** Sends everything at once: request, data and end. */
   sendWhole(content: Buffer): void {
-    this.link.send([...this.take(false), ...dataFrames(this.id, content), endFrame(this.id)]);
+    this.link.send([...this.take(), ...dataFrames(this.id, content), endFrame(this.id)]);
   }
 
-  /**
-   * The request's frames the first time, nothing after. A streamed upload holds them until the
-   * loop's next turn (`coalesce`), so that the data and end that come in this turn go with them.
-   */
-  private take(coalesce = true): Buffer[] {
+  /** The request's frames the first time, nothing after. */
+  private take(): Buffer[] {
     if (this.requested) return [];
     this.requested = true;
-    if (coalesce) this.link.coalesce();
+    this.link.coalesce();
     return this.link.request(this.id, this.request);
   }
 
