@@ -201,3 +201,12 @@ test('machines booted now have the processes port; states frozen before it keep 
   assert.ok(argAfter(before, '-device').includes('virtio-serial-device,max_ports=5'));
   assert.ok(!before.some((a) => a.includes('hostd.proc')));
 });
+
+test('machines booted now have one IO-APIC (8 virtio-mmio transports); states frozen before keep both', () => {
+  const machine = (s: MachineSpec): string =>
+    argAfter(qemuArgs(s, paths, { kind: 'clone', memPath: '/m' }), '-M')[0]!;
+  assert.match(machine({ ...spec, oneIoapic: true }), /^microvm,.*,ioapic2=off,/);
+  assert.doesNotMatch(machine(spec), /ioapic2/);
+  // Only that option differs: a device state loads only into the machine that saved it.
+  assert.equal(machine({ ...spec, oneIoapic: true }).replace(',ioapic2=off', ''), machine(spec));
+});

@@ -85,8 +85,13 @@ export class QemuHypervisor implements Hypervisor {
       throw new VmError('unsupported', `not an image of the cache: ${image.key}`);
     }
     // The spec holds the image's key and files, so the frozen template's cache key does too.
-    // Templates booted now have the processes port; states frozen earlier keep their machine.
-    const spec: MachineSpec = { ...this.specFor(template, shape, image.loaded), procPort: true };
+    // Templates booted now have the processes port and one IO-APIC; states frozen earlier keep
+    // their machine.
+    const spec: MachineSpec = {
+      ...this.specFor(template, shape, image.loaded),
+      procPort: true,
+      oneIoapic: true,
+    };
     const key = templateKey(spec, this.qemuVersion);
     const { store } = this.ctx;
     const cached = await store.cachedTemplate(key, spec);

@@ -49,6 +49,21 @@ export interface MachineSpec {
    * whose processes API then answers that the sandbox predates it.
    */
   readonly procPort?: boolean;
+  /**
+   * The machine has one IO-APIC (microvm's `ioapic2=off`), and so 8 virtio-mmio transports
+   * instead of the 24 that QEMU 7.2's microvm creates with ACPI on (our 3 devices use 3 of them).
+   * Every QEMU of a sandbox creates, realizes and loads the state of each transport, used or
+   * not (docs/architecture.md, "Fork"). Every template booted now has it; a state frozen before
+   * (a snapshot or a paused sandbox of an earlier hostd) says nothing and restores into the
+   * machine it was made on: a device state loads only into the machine that saved it.
+   */
+  readonly oneIoapic?: boolean;
+}
+
+/** The `-M` value of a machine: microvm with the devices hostd uses and no others. */
+export function machineOption(spec: MachineSpec): string {
+  const ioapic = spec.oneIoapic ? ',ioapic2=off' : '';
+  return `microvm,x-option-roms=off,isa-serial=on,rtc=on,pit=off,pic=off,acpi=on${ioapic},auto-kernel-cmdline=off,memory-backend=mem`;
 }
 
 /** The kernel command line for a machine: the image's, plus what the accelerator needs. */
@@ -165,7 +180,7 @@ export function qemuArgs(spec: MachineSpec, paths: VmPaths, ram: RamMode): strin
     '-name',
     'hostd-vm,debug-threads=on',
     '-M',
-    'microvm,x-option-roms=off,isa-serial=on,rtc=on,pit=off,pic=off,acpi=on,auto-kernel-cmdline=off,memory-backend=mem',
+    machineOption(spec),
     ...accel,
     '-m',
     `${spec.memoryMib}M`,
