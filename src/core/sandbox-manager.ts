@@ -148,7 +148,7 @@ export interface ManagerOptions {
   readonly forkStandbyMax: number;
   /**
    * How many of a fork's children are restored at a time (core/lineage.ts); by default twice
-   * the host's cores.
+   * the host's cores. hostd sets it so under TCG only, and to all of them under KVM.
    */
   readonly forkRestoreAtOnce?: number;
   /** The host's free memory and data-dir space now. */
