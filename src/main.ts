@@ -17,7 +17,6 @@ import { CLUSTER_KEY_HEADER } from './core/cluster/headers.js';
 import { cachedHostFree, hostFree, hostMemTotalMib } from './core/host-resources.js';
 import { FileRecords, type SandboxRecord } from './core/journal.js';
 import { SandboxManager } from './core/sandbox-manager.js';
-import { MAX_FORK } from './core/lineage.js';
 import { chooseAccel, hostTscKhz, type AccelDecision } from './vm/qemu/accel.js';
 import { QemuHypervisor } from './vm/qemu/hypervisor.js';
 import { guestImageOf } from './vm/image/image.js';
@@ -49,7 +48,7 @@ import { ClusterNode, type LocalSandboxes } from './core/cluster/cluster-node.js
 import type { RecordStore, SnapshotRecord } from './core/journal.js';
 import { randomBytes } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
-import { availableParallelism, networkInterfaces } from 'node:os';
+import { networkInterfaces } from 'node:os';
 import { dirname, join } from 'node:path';
 
 const HOSTD_VERSION = '0.1.0';
@@ -83,7 +82,7 @@ async function main(): Promise<void> {
   const cluster = config.cluster ? await clusterNode(config, log) : null;
   const manager = createManager(
     config,
-    { templates, images, sizing, ports, cluster, accel: accel.accel },
+    { templates, images, sizing, ports, cluster },
     hypervisor,
     log,
     metrics,
@@ -365,7 +364,6 @@ function createManager(
     sizing: SandboxSizing;
     ports: ApiPorts;
     cluster: ClusterNode | null;
-    accel: AccelDecision['accel'];
   },
   hypervisor: QemuHypervisor,
   log: Logger,
@@ -390,10 +388,6 @@ function createManager(
       minFreeMib: config.minFreeMib,
       maxExecOutputBytes: config.maxExecOutputBytes,
       forkStandbyMax: config.forkStandbyMax,
-      // A few at a time under TCG, where each child's restore is its guest's CPU (translating
-      // its code anew), and that cost more run all at once; under KVM it is mostly waiting on
-      // QEMU and the guest, which all at once overlaps (core/lineage.ts).
-      forkRestoreAtOnce: parts.accel === 'tcg' ? 2 * availableParallelism() : MAX_FORK,
       hostFree: cachedHostFree(config.dataDir),
       records: cluster
         ? {

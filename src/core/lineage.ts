@@ -16,7 +16,6 @@ import type { Admission } from './admission.js';
 import type { ForkStandby } from './fork-standby.js';
 import type { SandboxRegistry } from './registry.js';
 import type { RunningSandbox, Sandbox, SandboxInfo } from './sandbox.js';
-import { eachAtOnce } from './each-at-once.js';
 import { asMachineError, clientReason, logMachineFailure } from './machine-error.js';
 
 export const MAX_FORK = 32;
@@ -31,11 +30,6 @@ export interface LineageDeps {
   readonly stopping: () => boolean;
   readonly network: SandboxNetwork;
   readonly onForked?: (n: number, seconds: number) => void;
-  /**
-   * How many of a fork's children are restored at a time (`restoreAll`); the rest start as
-   * those finish.
-   */
-  readonly restoreAtOnce: number;
 }
 
 export class Lineage {
@@ -146,10 +140,7 @@ export class Lineage {
 
   /**
    * Restores `n` machines from `state` with the parent's network rules, or none: on any failure
-   * the others are destroyed. At most `restoreAtOnce` at a time (docs/architecture.md, "Fork"):
-   * started all at once, each child's guest shared the cores with every other for the whole
-   * fork, and its restore took more CPU the longer it lasted (under TCG, 69 against 58 ms a
-   * child in a fork of 32, four at a time).
+   * the others are destroyed.
    */
   private async restoreAll(state: FrozenState, n: number, parent: Sandbox): Promise<Machine[]> {
     const { allowOut } = parent;
@@ -165,15 +156,7 @@ export class Lineage {
       return machine;
     };
     // Each child holds its own reference to the state; the capture's goes when all are started.
-    const results: PromiseSettledResult<Machine>[] = [];
-    const each = async (i: number): Promise<void> => {
-      results[i] = await restoreOne().then(
-        (value) => ({ status: 'fulfilled', value }) as const,
-        (reason: unknown) => ({ status: 'rejected', reason }) as const,
-      );
-    };
-    const indices = Array.from({ length: n }, (_, i) => i);
-    await eachAtOnce(indices, this.deps.restoreAtOnce, each).finally(() => {
+    const results = await Promise.allSettled(Array.from({ length: n }, restoreOne)).finally(() => {
       state.release();
       void state.discardPrepared();
     });

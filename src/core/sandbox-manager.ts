@@ -5,7 +5,6 @@
  * errors and async iterables; it knows nothing of HTTP, and of machines only the
  * vm/machine.ts interfaces.
  */
-import { availableParallelism } from 'node:os';
 import type { Logger } from 'pino';
 import { fail, HostdError } from '../errors.js';
 import type {
@@ -146,11 +145,6 @@ export interface ManagerOptions {
   readonly maxExecOutputBytes: number;
   /** Most machines kept started ahead per template for forks (core/fork-standby.ts). */
   readonly forkStandbyMax: number;
-  /**
-   * How many of a fork's children are restored at a time (core/lineage.ts); by default twice
-   * the host's cores. hostd sets it so under TCG only, and to all of them under KVM.
-   */
-  readonly forkRestoreAtOnce?: number;
   /** The host's free memory and data-dir space now. */
   readonly hostFree: () => HostFree;
   readonly refillPauses?: RefillPauses;
@@ -289,7 +283,6 @@ export class SandboxManager {
       stopping: () => this.stopping,
       network: this.network,
       onForked: (n, s) => observer.forked?.(n, s),
-      restoreAtOnce: options.forkRestoreAtOnce ?? 2 * availableParallelism(),
     });
     this.catalog = new TemplateCatalog(
       options.templates,

@@ -259,34 +259,6 @@ describe('fork', () => {
     await manager.shutdown();
   });
 
-  test("restores a fork's children a few at a time, the next as one is done", async () => {
-    const { manager, hv } = await started({ forkRestoreAtOnce: 2 });
-    const { id } = await manager.create({ template: 'slim' });
-    await eventually('the pools to settle', () => manager.poolStats()[0]!.ready === 2);
-    let running = 0;
-    let most = 0;
-    const restore = hv.restore.bind(hv);
-    hv.restore = async (state) => {
-      most = Math.max(most, ++running);
-      try {
-        return await restore(state);
-      } finally {
-        running--;
-      }
-    };
-    hv.hold('restore');
-    const fork = manager.fork(id, 5);
-    for (const waiting of [2, 2, 1]) {
-      await eventually(`${waiting} restores to wait`, () => hv.waitingAt('restore') === waiting);
-      hv.release('restore');
-      hv.hold('restore');
-    }
-    hv.release('restore');
-    assert.equal((await fork).length, 5);
-    assert.equal(most, 2);
-    await manager.shutdown();
-  });
-
   test('a fork that would pass the sandbox cap starts no child', async () => {
     const { manager, hv } = await started({ maxSandboxes: 4 });
     const { id } = await manager.create({ template: 'slim' });
