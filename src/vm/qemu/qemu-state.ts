@@ -9,7 +9,25 @@ import type { MemImage } from '../storage/mem-image.js';
 import type { MachineSpec } from './qemu-args.js';
 import type { Vm } from './vm.js';
 
+/**
+ * What a fork point's image holds over the image it was copied from, when that base is a
+ * template's (durable from the moment it was published): a snapshot or a pause makes the state
+ * durable by writing and syncing those pages as a page delta (`<id>.delta`) instead of the whole
+ * image, most of which is a copy still dirty in the page cache (docs/architecture.md,
+ * "Measured choices in the code"). The image itself is synced later, off every request
+ * (StateStore, `settle`), and the delta then goes.
+ */
+export interface StateDelta {
+  /** The template state the image was copied from. */
+  readonly base: QemuState;
+  /** The runs [first page, count) of the image that differ from the base. */
+  readonly runs: ReadonlyArray<[number, number]>;
+}
+
 export class QemuState implements FrozenState {
+  /** Null once the image itself is durable, or when its base is not a template's. */
+  delta: StateDelta | null = null;
+
   constructor(
     readonly id: string,
     readonly spec: MachineSpec,

@@ -5,7 +5,9 @@
  *     disk.qcow2                                everything that shapes it (`templateKey`): a
  *                                               restart restores from it instead of booting
  *   images/<id>.mem, <id>.state, <id>.json      fork points: a fork's, a snapshot's (the JSON
- *                                               names its disk layer)
+ *     <id>.delta                                names its disk layer, and the template it was
+ *                                               copied from); the delta, while the image is
+ *                                               not durable yet (QemuState's StateDelta)
  *   paused/<id>/memory.delta, device.state,     paused machines (vm/qemu/qemu-paused.ts)
  *     disk.qcow2, disk.json
  *   disks/                                      writable disks (vm/storage/disk-store.ts)
@@ -28,11 +30,12 @@ import type { PausedDescriptor, StateDescriptor } from '../machine.js';
 import { BuildCopies } from '../image/build-copies.js';
 import { checkImageBuild } from '../image/image.js';
 import { closeRamImages, MemImage, RAM_IMAGE_MODE } from '../storage/mem-image.js';
+import { applyDeltaTo, writeDeltaFrom } from '../storage/page-delta.js';
 import type { MachineSpec } from './qemu-args.js';
 import { readBounded, syncFile, writeDurably } from '../storage/safe-files.js';
 import { QemuPaused } from './qemu-paused.js';
 import { PausedTransfer } from './paused-transfer.js';
-import { QemuState } from './qemu-state.js';
+import { QemuState, type StateDelta } from './qemu-state.js';
 import { STATE_FORMAT } from '../storage/state-format.js';
 import type { Vm } from './vm.js';
 import type { DiskLayer } from '../storage/disk-layer.js';
@@ -42,6 +45,14 @@ import { DurableOnce, syncAll, type Syncer } from '../storage/durable.js';
 const run = promisify(execFile);
 
 const MAX_DEVICE_STATE = 64 * 1024 * 1024;
+
+/**
+ * How long a fork point made durable as a page delta waits before its image is synced and the
+ * delta goes (`settle`): past the kernel's dirty expiry (30 s by default), by when the kernel's
+ * own write-back has usually written the image, so that the fsync finds little left to do and
+ * never runs beside the forks that follow a snapshot (docs/architecture.md, "Measured choices").
+ */
+export const SETTLE_DELAY_MS = 40_000;
 
 /** The key of a template's frozen boot: everything that must match for a restore to work. */
 export function templateKey(spec: MachineSpec, qemuVersion: string): string {
@@ -68,6 +79,10 @@ export class StateStore {
   private readonly opening = new Map<string, Promise<QemuState | null>>();
   /** States and disk layers made durable in this process (`persistState`). */
   private readonly durable: DurableOnce;
+  /** Fork points whose page delta is written (or being written), `deltaFiles`. */
+  private readonly deltasWritten = new WeakMap<QemuState, Promise<void>>();
+  /** Fork points whose image is to be synced, and their delta removed (`settle`). */
+  private readonly settling = new WeakSet<QemuState>();
 
   constructor(
     readonly dataDir: string,
@@ -77,6 +92,8 @@ export class StateStore {
     cacheDir?: string,
     /** The fsyncs; tests record them. */
     private readonly syncer?: Syncer,
+    /** How long a state durable as a delta waits before its image is synced (`settle`). */
+    private readonly settleDelayMs = SETTLE_DELAY_MS,
   ) {
     this.durable = new DurableOnce(syncer);
     this.templatesDir = join(dataDir, 'templates');
@@ -195,12 +212,19 @@ export class StateStore {
     deviceState: Buffer,
     layer: DiskLayer | null,
     incoming: Vm[] = [],
+    /** The state the image was copied from and the pages the capture wrote over it. */
+    origin: StateDelta | null = null,
   ): Promise<QemuState> {
     const id = imagePath.slice(this.imagesDir.length + 1).replace(/\.mem$/, '');
+    // Only a template's image is durable whenever a fork point is: over any other base, a
+    // delta would need that base synced first, which is the image's cost again.
+    const delta = origin?.base.id.startsWith('template-') ? origin : null;
     await writeFile(join(this.imagesDir, `${id}.state`), deviceState, { mode: 0o640 });
-    const disk = Buffer.from(JSON.stringify({ disk: layer?.id ?? null }));
-    await writeFile(join(this.imagesDir, `${id}.json`), disk, { mode: 0o640 });
-    return this.adopt(id, spec, imagePath, deviceState, false, layer, incoming);
+    const meta = { disk: layer?.id ?? null, ...(delta ? { base: delta.base.id } : {}) };
+    await writeFile(join(this.imagesDir, `${id}.json`), JSON.stringify(meta), { mode: 0o640 });
+    const state = this.adopt(id, spec, imagePath, deviceState, false, layer, incoming);
+    state.delta = delta;
+    return state;
   }
 
   /**
@@ -209,10 +233,13 @@ export class StateStore {
    * of its chain, and the directory entries naming them. A fork point is not synced when it is
    * made (a fork's children do not outlive the host): a snapshot syncs its own, and a pause its
    * origin's, before the record naming it is written. Each state and layer is synced once
-   * (`DurableOnce`), all files at the same time, each directory once.
+   * (`DurableOnce`), all files at the same time, each directory once. A fork point copied from a
+   * template's image is made durable as a page delta against it (QemuState's StateDelta), and
+   * its image synced later (`settle`).
    */
-  persistState(state: QemuState): Promise<void> {
-    return this.durable.sync([...this.stateFiles(state), ...this.layerFiles(state.layer)]);
+  async persistState(state: QemuState): Promise<void> {
+    await this.durable.sync([...(await this.stateFiles(state)), ...this.layerFiles(state.layer)]);
+    this.settleLater(state);
   }
 
   /**
@@ -222,14 +249,16 @@ export class StateStore {
    * under its overlay (`layer`). Its own files are synced whenever asked: each pause writes
    * new ones.
    */
-  persistPaused(
+  async persistPaused(
     files: readonly string[],
     dirs: readonly string[],
     origin: QemuState,
     layer: DiskLayer | null,
   ): Promise<void> {
     const own = { key: {}, files, dirs };
-    return this.durable.sync([own, ...this.stateFiles(origin), ...this.layerFiles(layer)]);
+    const originFiles = await this.stateFiles(origin);
+    await this.durable.sync([own, ...originFiles, ...this.layerFiles(layer)]);
+    this.settleLater(origin);
   }
 
   /** The files a paused machine's folder `dir` holds (the layout above), for `persistPaused`. */
@@ -242,7 +271,15 @@ export class StateStore {
     return names.map((n) => join(dir, n));
   }
 
-  private stateFiles(state: QemuState): { key: object; files: string[]; dirs: string[] }[] {
+  private async stateFiles(
+    state: QemuState,
+  ): Promise<{ key: object; files: string[]; dirs: string[] }[]> {
+    const { delta } = state;
+    if (delta) {
+      await this.writeDelta(state, delta);
+      const files = ['delta', 'state', 'json'].map((e) => join(this.imagesDir, `${state.id}.${e}`));
+      return [{ key: state, files, dirs: [] }, ...(await this.stateFiles(delta.base))];
+    }
     if (state.id.startsWith('template-')) {
       const dir = join(this.templatesDir, state.id.slice('template-'.length));
       const names = ['memory.img', 'device.state', 'complete'];
@@ -251,6 +288,48 @@ export class StateStore {
     }
     const files = ['mem', 'state', 'json'].map((ext) => join(this.imagesDir, `${state.id}.${ext}`));
     return [{ key: state, files, dirs: [] }];
+  }
+
+  /** Writes fork point `state`'s page delta (`<id>.delta`) once; a failed write is retried. */
+  private writeDelta(state: QemuState, delta: StateDelta): Promise<void> {
+    const known = this.deltasWritten.get(state);
+    if (known) return known;
+    const path = join(this.imagesDir, `${state.id}.delta`);
+    // Renamed into place whole: a delta that is there is complete (`reopenFork` rebuilds from it).
+    const work = (async () => {
+      await rm(`${path}.part`, { force: true });
+      await writeDeltaFrom(state.image.path, delta.runs, `${path}.part`);
+      await rename(`${path}.part`, path);
+    })();
+    this.deltasWritten.set(state, work);
+    work.catch(() => {
+      if (this.deltasWritten.get(state) === work) this.deltasWritten.delete(state);
+    });
+    return work;
+  }
+
+  /**
+   * Once `settleDelayMs` has passed, syncs the image of `state` (durable as a page delta) and
+   * removes the delta: the state is then a fork point like any other. Its image is written back
+   * by the kernel in that time anyway, as every file is (a snapshot's image stays on disk), so
+   * the fsync costs little; a removed delta that a crash brings back only costs a rebuild.
+   * Expected failures (the state freed meanwhile, a failing disk) keep the delta, and with it
+   * the state's durability; a restart rebuilds the image from it.
+   */
+  private settleLater(state: QemuState): void {
+    if (!state.delta || this.settling.has(state)) return;
+    this.settling.add(state);
+    const timer = setTimeout(() => {
+      if (state.image.references === 0) return;
+      const delta = join(this.imagesDir, `${state.id}.delta`);
+      void syncAll([state.image.path], [], this.syncer)
+        .then(async () => {
+          state.delta = null;
+          await rm(delta, { force: true });
+        })
+        .catch(() => undefined);
+    }, this.settleDelayMs);
+    timer.unref();
   }
 
   private layerFiles(layer: DiskLayer | null): { key: object; files: string[]; dirs: string[] }[] {
@@ -303,13 +382,46 @@ export class StateStore {
     const deviceState = await readBounded(join(this.imagesDir, `${id}.state`), MAX_DEVICE_STATE);
     const meta = JSON.parse(
       (await readBounded(join(this.imagesDir, `${id}.json`), 4096)).toString('utf8'),
-    ) as { disk?: unknown };
+    ) as { disk?: unknown; base?: unknown };
     if (meta.disk !== null && typeof meta.disk !== 'string') {
       throw new Error(`state ${id} names no disk layer`);
     }
-    const layer = meta.disk === null ? null : await this.disks.open(meta.disk);
     const image = join(this.imagesDir, `${id}.mem`);
-    return this.adopt(id, spec, image, deviceState, false, layer);
+    const deltaPath = join(this.imagesDir, `${id}.delta`);
+    // Durable as a delta only: the image may be anything a crash left; it is made again.
+    const base =
+      typeof meta.base === 'string' && existsSync(deltaPath)
+        ? await this.open({ format: STATE_FORMAT, id: meta.base, spec })
+        : null;
+    if (base) await this.rebuildImage(base, deltaPath, image, spec);
+    const layer = meta.disk === null ? null : await this.disks.open(meta.disk);
+    const state = this.adopt(id, spec, image, deviceState, false, layer);
+    if (base) {
+      // The delta on disk is the one `persistState` wrote and synced: it is not written again.
+      state.delta = { base, runs: [] };
+      this.deltasWritten.set(state, Promise.resolve());
+      this.settleLater(state);
+    }
+    return state;
+  }
+
+  /** Makes `image` again as a copy of `base`'s with the pages of the delta at `deltaPath`. */
+  private async rebuildImage(
+    base: QemuState,
+    deltaPath: string,
+    image: string,
+    spec: MachineSpec,
+  ): Promise<void> {
+    const part = `${image}.part`;
+    await rm(part, { force: true });
+    await MemImage.copy(base.image.path, part, this.group);
+    try {
+      await applyDeltaTo(deltaPath, part, spec.memoryMib * 1024 * 1024);
+      await rename(part, image);
+    } catch (err) {
+      await rm(part, { force: true });
+      throw err;
+    }
   }
 
   /** A fresh, empty folder for a machine being paused. */
@@ -373,7 +485,7 @@ export class StateStore {
   async collectGarbage(): Promise<number> {
     let removed = 0;
     for (const name of await readdir(this.imagesDir)) {
-      const id = name.replace(/\.(mem|state|json)$/, '');
+      const id = name.replace(/\.(mem|state|json|delta)$/, '');
       if (this.live.has(id)) continue;
       await rm(join(this.imagesDir, name), { force: true });
       removed++;
@@ -404,7 +516,11 @@ export class StateStore {
     layer?.retain();
     const image = new MemImage(path, {
       keep,
-      companions: keep ? [] : ['state', 'json'].map((ext) => join(this.imagesDir, `${id}.${ext}`)),
+      companions: keep
+        ? []
+        : ['state', 'json', 'delta', 'delta.part'].map((ext) =>
+            join(this.imagesDir, `${id}.${ext}`),
+          ),
       onFree: () => {
         this.live.delete(id);
         layer?.release();

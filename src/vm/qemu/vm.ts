@@ -592,10 +592,12 @@ export class Vm implements Machine {
       // Made while the guest runs; only putting it over the current overlay needs the pause.
       overlay = this.disk ? await this.disk.prepareCapture(this.process) : null;
       const pending = overlay;
+      // What the new image holds over its base: a snapshot of it syncs only that (StateDelta).
+      const runs: Array<[number, number]> = [];
       const deviceState = await whileStopped(this.runState(), 'always', async () => {
         const saved = await this.process.saveDeviceState();
         const ram = this.spec.memoryMib * 1024 * 1024;
-        await copyWrittenPages(pid, base.path, ram, path, base.zeroPages);
+        await copyWrittenPages(pid, base.path, ram, path, base.zeroPages, runs);
         // `stop` drained and flushed the disk: the overlay now is the disk of this instant.
         await pending?.stack();
         return saved;
@@ -606,7 +608,8 @@ export class Vm implements Machine {
         // old chain (VmDisk.flatten); only a cost, never a failure: it is just as correct.
         layer = (await this.disk.flatten(this.process).catch(() => null)) ?? layer;
       }
-      return (await store.addFork(path, this.spec, deviceState, layer, incoming)).retain();
+      const origin = this.state ? { base: this.state, runs } : null;
+      return (await store.addFork(path, this.spec, deviceState, layer, incoming, origin)).retain();
     } catch (err) {
       await overlay?.abandon();
       for (const vm of incoming) void vm.destroy();

@@ -196,7 +196,9 @@ async function forEachKeptRun(
  * Copies every page process `pid` has written in its private mapping of `basePath` into the
  * same offsets of `target` (a copy of the base): the image of a fork point. The process must be
  * paused. Written pages that are zero, as the base is there, are left as they are in the
- * copy; `baseZero` as in forEachKeptRun. Returns bytes copied.
+ * copy; `baseZero` as in forEachKeptRun. Returns bytes copied. `runs`, if given, receives the
+ * runs [first page, count) copied, in order: what `target` holds that the base does not, from
+ * which `writeDeltaFrom` can later write a page delta without the process.
  */
 export async function copyWrittenPages(
   pid: number,
@@ -204,15 +206,25 @@ export async function copyWrittenPages(
   bytes: number,
   target: string,
   baseZero: ZeroPages | null = null,
+  runs?: Array<[number, number]>,
 ): Promise<number> {
   const out = openSync(target, 'r+');
   try {
-    return await forEachKeptRun(pid, basePath, bytes, baseZero, (offset, data, from, length) =>
-      writeSync(out, data, from, length, offset),
-    );
+    return await forEachKeptRun(pid, basePath, bytes, baseZero, (offset, data, from, length) => {
+      writeSync(out, data, from, length, offset);
+      if (runs) addRun(runs, offset, length);
+    });
   } finally {
     closeSync(out);
   }
+}
+
+/** Appends the pages at byte `offset`, `length` long, to `runs`, joining the last run. */
+function addRun(runs: Array<[number, number]>, offset: number, length: number): void {
+  const first = offset / PAGE;
+  const last = runs[runs.length - 1];
+  if (last && last[0] + last[1] === first) last[1] += length / PAGE;
+  else runs.push([first, length / PAGE]);
 }
 
 /**
@@ -252,27 +264,110 @@ export async function saveWrittenPages(
       (offset, data, from, length) => {
         writeSync(out, data, from, length, at);
         at += length;
-        const first = offset / PAGE;
-        const last = runs[runs.length - 1];
-        if (last && last[0] + last[1] === first) last[1] += length / PAGE;
-        else runs.push([first, length / PAGE]);
+        addRun(runs, offset, length);
       },
     );
-    const table = Buffer.alloc(runs.length * 8);
-    runs.forEach(([first, count], i) => {
-      table.writeUInt32LE(first, i * 8);
-      table.writeUInt32LE(count, i * 8 + 4);
-    });
-    writeSync(out, table, 0, table.length, at);
-    const header = Buffer.alloc(HEADER_BYTES);
-    header.write(DELTA_MAGIC, 0, 'latin1');
-    header.writeUInt32LE(DELTA_FORMAT, 4);
-    header.writeUInt32LE(PAGE, 8);
-    header.writeUInt32LE(runs.length, 12);
-    writeSync(out, header, 0, header.length, 0);
+    finishDelta(out, runs, at);
     return saved;
   } finally {
     closeSync(out);
+  }
+}
+
+/** Writes a delta's run table at `at` (after its pages) and its header. */
+function finishDelta(out: number, runs: ReadonlyArray<[number, number]>, at: number): void {
+  const table = Buffer.alloc(runs.length * 8);
+  runs.forEach(([first, count], i) => {
+    table.writeUInt32LE(first, i * 8);
+    table.writeUInt32LE(count, i * 8 + 4);
+  });
+  writeSync(out, table, 0, table.length, at);
+  const header = Buffer.alloc(HEADER_BYTES);
+  header.write(DELTA_MAGIC, 0, 'latin1');
+  header.writeUInt32LE(DELTA_FORMAT, 4);
+  header.writeUInt32LE(PAGE, 8);
+  header.writeUInt32LE(runs.length, 12);
+  writeSync(out, header, 0, header.length, 0);
+}
+
+/**
+ * Writes the pages `runs` of the image file `imagePath` to `deltaPath` as a page delta file:
+ * the delta of a fork point against the base it was copied from, when `runs` are the pages its
+ * capture wrote into the copy (copyWrittenPages). Reads in slices between which the event loop
+ * runs. Returns bytes of pages written. Not synced (vm/storage/durable.ts syncs it).
+ */
+export async function writeDeltaFrom(
+  imagePath: string,
+  runs: ReadonlyArray<[number, number]>,
+  deltaPath: string,
+): Promise<number> {
+  const input = openSync(imagePath, 'r');
+  let out: number | null = null;
+  try {
+    out = openSync(deltaPath, 'wx', 0o640);
+    const chunk = Buffer.alloc(CHUNK_BYTES);
+    let at = HEADER_BYTES;
+    let sinceYield = 0;
+    for (const [first, count] of runs) {
+      for (let done = 0; done < count;) {
+        const n = Math.min(count - done, chunk.length / PAGE);
+        readExactly(input, chunk, n * PAGE, (first + done) * PAGE, `${imagePath} is too short`);
+        writeSync(out, chunk, 0, n * PAGE, at);
+        at += n * PAGE;
+        done += n;
+        sinceYield += n * PAGE;
+        if (sinceYield >= SLICE_BYTES) {
+          sinceYield = 0;
+          await yieldToEventLoop();
+        }
+      }
+    }
+    finishDelta(out, runs, at);
+    return at - HEADER_BYTES;
+  } finally {
+    if (out !== null) closeSync(out);
+    closeSync(input);
+  }
+}
+
+/**
+ * Writes the pages of the delta file `deltaPath` into the file `target` (a copy of the base the
+ * delta was made against, `bytes` of guest RAM) at their offsets: the image the delta was made
+ * from, again. Returns bytes written.
+ */
+export async function applyDeltaTo(
+  deltaPath: string,
+  target: string,
+  bytes: number,
+): Promise<number> {
+  const input = openSync(deltaPath, 'r');
+  let out: number | null = null;
+  try {
+    out = openSync(target, 'r+');
+    const { runs, pagesAt } = readDeltaLayout(input, deltaPath, bytes);
+    const chunk = Buffer.alloc(CHUNK_BYTES);
+    let at = pagesAt;
+    let written = 0;
+    let sinceYield = 0;
+    for (const [first, count] of runs) {
+      for (let done = 0; done < count;) {
+        const n = Math.min(count - done, chunk.length / PAGE);
+        readExactly(input, chunk, n * PAGE, at, `${deltaPath} is truncated`);
+        at += n * PAGE;
+        writeSync(out, chunk, 0, n * PAGE, (first + done) * PAGE);
+        written += n * PAGE;
+        done += n;
+        sinceYield += n * PAGE;
+        if (sinceYield >= SLICE_BYTES) {
+          sinceYield = 0;
+          await yieldToEventLoop();
+        }
+      }
+    }
+    return written;
+  } finally {
+    if (out !== null) closeSync(out);
+    closeSync(input);
   }
 }
 

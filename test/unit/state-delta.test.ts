@@ -1,0 +1,193 @@
+/**
+ * A fork point copied from a template's image (a snapshot of a sandbox made from a template, the
+ * origin of a fork's children) is made durable as a page delta against that image, which is
+ * durable already, instead of as the whole copy, most of it still dirty in the page cache: the
+ * image itself is synced later, off the request, and the delta then goes; reopened while the
+ * delta is there, the image is made again from the template's and the delta (real files, no
+ * QEMU; the fsyncs recorded).
+ */
+import assert from 'node:assert/strict';
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdir, mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import type { MachineSpec } from '../../src/vm/qemu/qemu-args.js';
+import type { QemuState } from '../../src/vm/qemu/qemu-state.js';
+import { StateStore } from '../../src/vm/qemu/state-store.js';
+import type { Syncer } from '../../src/vm/storage/durable.js';
+import { MemImage } from '../../src/vm/storage/mem-image.js';
+import { STATE_FORMAT } from '../../src/vm/storage/state-format.js';
+import { eventually } from '../../testkit/eventually.js';
+
+const KEY = 'abcdef0123456789abcdef01';
+const PAGE = 4096;
+let root: string;
+let spec: MachineSpec;
+
+/** A template build in the image cache, as image-build checks it, and a 1 MiB machine of it. */
+async function buildImage(cache: string): Promise<MachineSpec> {
+  const key = '0123456789abcdef';
+  const dir = join(cache, 'templates', 'python', key);
+  await mkdir(dir, { recursive: true });
+  const files: Record<string, { size_bytes: number; sha256: string }> = {};
+  for (const name of ['vmlinux', 'initrd.cpio', 'rootfs.erofs']) {
+    const body = Buffer.alloc(1000, name);
+    await writeFile(join(dir, name), body);
+    files[name] = { size_bytes: 1000, sha256: createHash('sha256').update(body).digest('hex') };
+  }
+  const manifest = { format: 2, name: 'python', key, built_at: 'a', files };
+  await writeFile(join(dir, 'manifest.json'), JSON.stringify(manifest));
+  return {
+    image: {
+      kernel: join(dir, 'vmlinux'),
+      initrd: join(dir, 'initrd.cpio'),
+      rootfs: join(dir, 'rootfs.erofs'),
+      cmdline: '',
+      key,
+    },
+    memoryMib: 1,
+    vcpus: 1,
+    accel: 'tcg',
+    tcgTbMib: 16,
+  };
+}
+
+/** Records each fsync (relative to `root`) and does none. */
+function recordingSyncer(): Syncer & { synced: string[] } {
+  const synced: string[] = [];
+  const note = (p: string): Promise<void> => {
+    synced.push(p.slice(root.length + 1));
+    return Promise.resolve();
+  };
+  return { synced, file: note, dir: note };
+}
+
+async function newStore(name: string, syncer: Syncer, settleMs: number): Promise<StateStore> {
+  const store = new StateStore(join(root, name), undefined, join(root, 'cache'), syncer, settleMs);
+  await store.init();
+  return store;
+}
+
+/** The template frozen in `store`: 1 MiB of RAM, its second half zero (a hole). */
+async function frozenTemplate(store: StateStore): Promise<QemuState> {
+  const dir = join(store.templatesDir, KEY);
+  await mkdir(dir, { recursive: true });
+  await writeFile(join(dir, 'memory.img'), randomBytes(512 * 1024));
+  const fh = await open(join(dir, 'memory.img'), 'r+');
+  await fh.truncate(1024 * 1024);
+  await fh.close();
+  await writeFile(join(dir, 'device.state'), randomBytes(2000));
+  await writeFile(join(dir, 'complete'), '1\n');
+  const state = await store.cachedTemplate(KEY, spec);
+  assert.ok(state);
+  return state;
+}
+
+/**
+ * A capture of a machine restored from `base`, as Vm.captureState makes one: a copy of its
+ * image with the pages the machine wrote (pages 3-4 and 200) at their offsets.
+ */
+async function captureOver(store: StateStore, base: QemuState): Promise<QemuState> {
+  const path = store.newImagePath('fork');
+  await MemImage.copy(base.image.path, path);
+  const runs: Array<[number, number]> = [
+    [3, 2],
+    [200, 1],
+  ];
+  const fh = await open(path, 'r+');
+  for (const [first, count] of runs)
+    await fh.write(randomBytes(count * PAGE), 0, count * PAGE, first * PAGE);
+  await fh.close();
+  const state = await store.addFork(path, spec, randomBytes(800), null, [], { base, runs });
+  return state.retain();
+}
+
+describe('a fork point over a template image is durable as its page delta', () => {
+  before(async () => {
+    root = await mkdtemp(join(tmpdir(), 'hostd-state-delta-'));
+    spec = await buildImage(join(root, 'cache'));
+  });
+  after(async () => {
+    await rm(root, { recursive: true, force: true });
+  });
+
+  it('syncs the delta, device state and record with the template, never the image copy', async () => {
+    const syncer = recordingSyncer();
+    const store = await newStore('snap', syncer, 3_600_000);
+    const state = await captureOver(store, await frozenTemplate(store));
+    await store.persistState(state);
+    assert.deepEqual(syncer.synced.sort(), [
+      'snap/images',
+      `snap/images/${state.id}.delta`,
+      `snap/images/${state.id}.json`,
+      `snap/images/${state.id}.state`,
+      'snap/templates',
+      `snap/templates/${KEY}`,
+      `snap/templates/${KEY}/complete`,
+      `snap/templates/${KEY}/device.state`,
+      `snap/templates/${KEY}/memory.img`,
+    ]);
+    // The delta holds the three written pages and their table, nothing of the copy's rest.
+    const delta = await readFile(join(store.imagesDir, `${state.id}.delta`));
+    assert.equal(delta.length, 16 + 3 * PAGE + 2 * 8);
+    state.release();
+  });
+
+  it('syncs the image once it has waited, then removes the delta', async () => {
+    const syncer = recordingSyncer();
+    const store = await newStore('settle', syncer, 0);
+    const state = await captureOver(store, await frozenTemplate(store));
+    const delta = join(store.imagesDir, `${state.id}.delta`);
+    await store.persistState(state);
+    assert.ok(!syncer.synced.includes(`settle/images/${state.id}.mem`));
+    await eventually('the delta removed', () => !existsSync(delta));
+    assert.ok(syncer.synced.includes(`settle/images/${state.id}.mem`), 'the image synced first');
+    assert.equal(state.delta, null);
+    syncer.synced.length = 0;
+    await store.persistState(state);
+    assert.deepEqual(syncer.synced, [], 'durable, it is not synced again');
+    state.release();
+  });
+
+  it('a pause of a child of the fork syncs its origin as the delta too', async () => {
+    const syncer = recordingSyncer();
+    const store = await newStore('pause', syncer, 3_600_000);
+    const origin = await captureOver(store, await frozenTemplate(store));
+    const { dir } = await store.newPausedDir();
+    await writeFile(join(dir, 'memory.delta'), randomBytes(100));
+    await store.persistPaused([join(dir, 'memory.delta')], [store.pausedDir], origin, null);
+    assert.ok(syncer.synced.includes(`pause/images/${origin.id}.delta`));
+    assert.ok(!syncer.synced.includes(`pause/images/${origin.id}.mem`));
+    origin.release();
+  });
+
+  it('reopened while its delta is there, its image is made again from the template and the delta', async () => {
+    const syncer = recordingSyncer();
+    const store = await newStore('crash', syncer, 3_600_000);
+    const state = await captureOver(store, await frozenTemplate(store));
+    await store.persistState(state);
+    const image = join(store.imagesDir, `${state.id}.mem`);
+    const want = await readFile(image);
+    // What a power cut may leave of an image that was never synced.
+    await writeFile(image, Buffer.alloc(100));
+    const again = await newStore('crash', recordingSyncer(), 3_600_000);
+    const reopened = await again.open({ format: STATE_FORMAT, id: state.id, spec });
+    assert.ok((await readFile(image)).equals(want));
+    assert.equal(reopened.delta?.base.id, `template-${KEY}`);
+    assert.ok(!existsSync(`${image}.part`));
+  });
+
+  it('a fork point over another fork point is synced whole, as before', async () => {
+    const syncer = recordingSyncer();
+    const store = await newStore('chain', syncer, 3_600_000);
+    const first = await captureOver(store, await frozenTemplate(store));
+    const second = await captureOver(store, first);
+    await store.persistState(second);
+    assert.ok(syncer.synced.includes(`chain/images/${second.id}.mem`));
+    assert.ok(!existsSync(join(store.imagesDir, `${second.id}.delta`)));
+    second.release();
+    first.release();
+  });
+});
