@@ -15,7 +15,7 @@ import type { Vm } from './vm.js';
  * durable by writing and syncing those pages as a page delta (`<id>.delta`) instead of the whole
  * image, most of which is a copy still dirty in the page cache (docs/architecture.md,
  * "Measured choices in the code"). The image itself is synced later, off every request
- * (StateStore, `settle`), and the delta then goes.
+ * (StateStore, `settleLater`), and the delta then goes.
  */
 export interface StateDelta {
   /** The template state the image was copied from. */

@@ -48,7 +48,7 @@ const MAX_DEVICE_STATE = 64 * 1024 * 1024;
 
 /**
  * How long a fork point made durable as a page delta waits before its image is synced and the
- * delta goes (`settle`): past the kernel's dirty expiry (30 s by default), by when the kernel's
+ * delta goes (`settleLater`): past the kernel's dirty expiry (30 s by default), by when the kernel's
  * own write-back has usually written the image, so that the fsync finds little left to do and
  * never runs beside the forks that follow a snapshot (docs/architecture.md, "Measured choices").
  */
@@ -81,7 +81,7 @@ export class StateStore {
   private readonly durable: DurableOnce;
   /** Fork points whose page delta is written (or being written), `deltaFiles`. */
   private readonly deltasWritten = new WeakMap<QemuState, Promise<void>>();
-  /** Fork points whose image is to be synced, and their delta removed (`settle`). */
+  /** Fork points whose image is to be synced, and their delta removed (`settleLater`). */
   private readonly settling = new WeakSet<QemuState>();
 
   constructor(
@@ -92,7 +92,7 @@ export class StateStore {
     cacheDir?: string,
     /** The fsyncs; tests record them. */
     private readonly syncer?: Syncer,
-    /** How long a state durable as a delta waits before its image is synced (`settle`). */
+    /** How long a state durable as a delta waits before its image is synced (`settleLater`). */
     private readonly settleDelayMs = SETTLE_DELAY_MS,
   ) {
     this.durable = new DurableOnce(syncer);
@@ -235,7 +235,7 @@ export class StateStore {
    * origin's, before the record naming it is written. Each state and layer is synced once
    * (`DurableOnce`), all files at the same time, each directory once. A fork point copied from a
    * template's image is made durable as a page delta against it (QemuState's StateDelta), and
-   * its image synced later (`settle`).
+   * its image synced later (`settleLater`).
    */
   async persistState(state: QemuState): Promise<void> {
     await this.durable.sync([...(await this.stateFiles(state)), ...this.layerFiles(state.layer)]);
