@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, open, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -170,13 +170,28 @@ describe('a fork point over a template image is durable as its page delta', () =
     await store.persistState(state);
     const image = join(store.imagesDir, `${state.id}.mem`);
     const want = await readFile(image);
-    // What a power cut may leave of an image that was never synced.
+    // What a power cut may leave of an image that was never synced, and a host booted again.
     await writeFile(image, Buffer.alloc(100));
+    const record = join(store.imagesDir, `${state.id}.json`);
+    const meta = JSON.parse(await readFile(record, 'utf8')) as Record<string, unknown>;
+    await writeFile(record, JSON.stringify({ ...meta, boot: 'an-earlier-boot' }));
     const again = await newStore('crash', recordingSyncer(), 3_600_000);
     const reopened = await again.open({ format: STATE_FORMAT, id: state.id, spec });
     assert.ok((await readFile(image)).equals(want));
     assert.equal(reopened.delta?.base.id, `template-${KEY}`);
     assert.ok(!existsSync(`${image}.part`));
+  });
+
+  it('reopened in the same boot (hostd restarted), its image is kept: QEMUs from before may map it', async () => {
+    const store = await newStore('restart', recordingSyncer(), 3_600_000);
+    const state = await captureOver(store, await frozenTemplate(store));
+    await store.persistState(state);
+    const image = join(store.imagesDir, `${state.id}.mem`);
+    const inode = (await stat(image)).ino;
+    const again = await newStore('restart', recordingSyncer(), 3_600_000);
+    const reopened = await again.open({ format: STATE_FORMAT, id: state.id, spec });
+    assert.equal((await stat(image)).ino, inode, 'the same file, not one made again');
+    assert.equal(reopened.delta?.base.id, `template-${KEY}`, 'still durable as its delta');
   });
 
   it('a fork point over another fork point is synced whole, as before', async () => {

@@ -22,7 +22,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { execFile } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { chmod, chown, mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
@@ -54,6 +54,18 @@ const MAX_DEVICE_STATE = 64 * 1024 * 1024;
  */
 export const SETTLE_DELAY_MS = 40_000;
 
+/**
+ * This boot of the host's kernel, or null if unknown. A fork point's record keeps it: reopened in
+ * the same boot, its image is whole in the page cache whether or not it reached the disk.
+ */
+function hostBootId(): string | null {
+  try {
+    return readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+  } catch {
+    return null;
+  }
+}
+
 /** The key of a template's frozen boot: everything that must match for a restore to work. */
 export function templateKey(spec: MachineSpec, qemuVersion: string): string {
   const h = createHash('sha256');
@@ -79,7 +91,7 @@ export class StateStore {
   private readonly opening = new Map<string, Promise<QemuState | null>>();
   /** States and disk layers made durable in this process (`persistState`). */
   private readonly durable: DurableOnce;
-  /** Fork points whose page delta is written (or being written), `deltaFiles`. */
+  /** Fork points whose page delta is written (or being written), `writeDelta`. */
   private readonly deltasWritten = new WeakMap<QemuState, Promise<void>>();
   /** Fork points whose image is to be synced, and their delta removed (`settleLater`). */
   private readonly settling = new WeakSet<QemuState>();
@@ -220,7 +232,10 @@ export class StateStore {
     // delta would need that base synced first, which is the image's cost again.
     const delta = origin?.base.id.startsWith('template-') ? origin : null;
     await writeFile(join(this.imagesDir, `${id}.state`), deviceState, { mode: 0o640 });
-    const meta = { disk: layer?.id ?? null, ...(delta ? { base: delta.base.id } : {}) };
+    const meta = {
+      disk: layer?.id ?? null,
+      ...(delta ? { base: delta.base.id, boot: hostBootId() } : {}),
+    };
     await writeFile(join(this.imagesDir, `${id}.json`), JSON.stringify(meta), { mode: 0o640 });
     const state = this.adopt(id, spec, imagePath, deviceState, false, layer, incoming);
     state.delta = delta;
@@ -382,18 +397,23 @@ export class StateStore {
     const deviceState = await readBounded(join(this.imagesDir, `${id}.state`), MAX_DEVICE_STATE);
     const meta = JSON.parse(
       (await readBounded(join(this.imagesDir, `${id}.json`), 4096)).toString('utf8'),
-    ) as { disk?: unknown; base?: unknown };
+    ) as { disk?: unknown; base?: unknown; boot?: unknown };
     if (meta.disk !== null && typeof meta.disk !== 'string') {
       throw new Error(`state ${id} names no disk layer`);
     }
     const image = join(this.imagesDir, `${id}.mem`);
     const deltaPath = join(this.imagesDir, `${id}.delta`);
-    // Durable as a delta only: the image may be anything a crash left; it is made again.
     const base =
       typeof meta.base === 'string' && existsSync(deltaPath)
         ? await this.open({ format: STATE_FORMAT, id: meta.base, spec })
         : null;
-    if (base) await this.rebuildImage(base, deltaPath, image, spec);
+    // Durable as a delta only: after a reboot, the image may be anything the power cut left,
+    // and it is made again. In the same boot (hostd restarted) it is whole in the page cache,
+    // and QEMUs adopted from before may map it (a pause finds its pages by its inode): kept.
+    const boot = hostBootId();
+    if (base && (boot === null || meta.boot !== boot)) {
+      await this.rebuildImage(base, deltaPath, image, spec);
+    }
     const layer = meta.disk === null ? null : await this.disks.open(meta.disk);
     const state = this.adopt(id, spec, image, deviceState, false, layer);
     if (base) {
