@@ -180,6 +180,8 @@ describe('a fork point over a template image is durable as its page delta', () =
     assert.ok((await readFile(image)).equals(want));
     assert.equal(reopened.delta?.base.id, `template-${KEY}`);
     assert.ok(!existsSync(`${image}.part`));
+    const rebuilt = JSON.parse(await readFile(record, 'utf8')) as Record<string, unknown>;
+    assert.notEqual(rebuilt.boot, 'an-earlier-boot', 'made in this boot: not made again in it');
   });
 
   it('reopened in the same boot (hostd restarted), its image is kept: QEMUs from before may map it', async () => {

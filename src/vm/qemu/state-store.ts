@@ -413,6 +413,9 @@ export class StateStore {
     const boot = hostBootId();
     if (base && (boot === null || meta.boot !== boot)) {
       await this.rebuildImage(base, deltaPath, image, spec);
+      // Made in this boot: a hostd restarted in it keeps this one (QEMUs may map it by then).
+      const record = join(this.imagesDir, `${id}.json`);
+      await writeDurably(record, Buffer.from(JSON.stringify({ ...meta, boot })));
     }
     const layer = meta.disk === null ? null : await this.disks.open(meta.disk);
     const state = this.adopt(id, spec, image, deviceState, false, layer);
