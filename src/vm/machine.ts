@@ -262,9 +262,11 @@ export interface Machine {
   logTail(): Promise<string>;
   /**
    * What the machine costs the host now (the sandbox metrics the E2B front serves). Optional:
-   * a machine that cannot tell has none; it rejects once the machine is gone.
+   * a machine that cannot tell has none; it throws once the machine is gone. Synchronous, and
+   * must stay cheap (a few O(1) reads of /proc and file sizes): it runs on hostd's event loop
+   * for every running sandbox every 5 s (core/sandbox-metrics.ts).
    */
-  usage?(): Promise<MachineUsage>;
+  usage?(): MachineUsage;
   /** What to store so that a hostd that restarts after a crash can re-adopt it (`adopt`). */
   describe(): MachineDescriptor;
 }

@@ -122,7 +122,7 @@ export class FakeMachine implements Machine {
   }
 
   /** What the metrics sampler reads: fixed figures, the memory held growing with its keys. */
-  async usage(): Promise<MachineUsage> {
+  usage(): MachineUsage {
     if (this.dead !== null || this.destroyed) throw new Error('the machine is gone');
     return { cpuSeconds: 0, memoryBytes: (64 + this.memory.size) << 20, diskBytes: 1 << 20 };
   }

@@ -1,7 +1,7 @@
 /** The per-sandbox metrics history (core/sandbox-metrics.ts), on a fake clock and fake machines. */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { MetricsSampler } from '../../src/core/sandbox-metrics.js';
+import { MetricsSampler, SAMPLE_SLICE } from '../../src/core/sandbox-metrics.js';
 import type { Sandbox } from '../../src/core/sandbox.js';
 import type { MachineUsage } from '../../src/vm/machine.js';
 
@@ -10,7 +10,7 @@ const MiB = 1024 * 1024;
 function fakeSandbox(id: string, usage: () => MachineUsage | Error): Sandbox {
   const machine = {
     alive: true,
-    usage: async () => {
+    usage: () => {
       const u = usage();
       if (u instanceof Error) throw u;
       return u;
@@ -88,4 +88,29 @@ test('keeps the last 30 minutes', async () => {
   const samples = sampler.samples('a');
   assert.ok(samples.length <= 361, `${samples.length} samples kept`);
   assert.ok(samples.at(-1)!.timestamp - samples[0]!.timestamp <= 30 * 60_000);
+});
+
+test('reads many sandboxes a slice per turn of the event loop, not all in one', async () => {
+  // Each read is synchronous; what lets an exec's answer through between them is the turn.
+  let readsThisTurn = 0;
+  let mostInOneTurn = 0;
+  let turns = 0;
+  const sandboxes = Array.from({ length: 10 * SAMPLE_SLICE + 3 }, (_, i) =>
+    fakeSandbox(`s${i}`, () => {
+      if (readsThisTurn === 0) {
+        turns++;
+        setImmediate(() => (readsThisTurn = 0));
+      }
+      mostInOneTurn = Math.max(mostInOneTurn, ++readsThisTurn);
+      return { cpuSeconds: 1, memoryBytes: MiB, diskBytes: 0 };
+    }),
+  );
+  const sampler = new MetricsSampler(
+    () => sandboxes,
+    () => ({ vcpus: 1, memoryMib: 512, diskMib: 1024 }),
+  );
+  await sampler.sample();
+  assert.equal(mostInOneTurn, SAMPLE_SLICE);
+  assert.equal(turns, 11);
+  for (const s of sandboxes) assert.equal(sampler.samples(s.id).length, 1, s.id);
 });

@@ -11,7 +11,8 @@
  *   overlay over it (`blockdev-add`, then `blockdev-snapshot` inside the pause window, so disk and
  *   memory are captured at one instant); `stop` has already drained and flushed QEMU's writes.
  */
-import { link, stat } from 'node:fs/promises';
+import { statSync } from 'node:fs';
+import { link } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { DiskLayer } from '../storage/disk-layer.js';
 import type { DiskStore } from '../storage/disk-store.js';
@@ -379,18 +380,21 @@ export class VmDisk {
     return { path, layer };
   }
 
-  /** Bytes the overlay and the layers under it take on the host's disk (sparse files: blocks). */
-  async allocatedBytes(): Promise<number> {
-    const paths = [this.disks.topPath(this.topId), ...this.layerPaths(this.backing)];
-    const sizes = await Promise.all(
-      paths.map((p) =>
-        stat(p).then(
-          (s) => s.blocks * 512,
-          () => 0,
-        ),
-      ),
-    );
-    return sizes.reduce((a, b) => a + b, 0);
+  /**
+   * Bytes the overlay and the layers under it take on the host's disk (sparse files: blocks).
+   * Synchronous: the files are open in QEMU, so their inodes are cached (Vm.usage says why).
+   * One that cannot be read counts 0, as before.
+   */
+  allocatedBytes(): number {
+    let total = 0;
+    for (const p of [this.disks.topPath(this.topId), ...this.layerPaths(this.backing)]) {
+      try {
+        total += (statSync(p, { throwIfNoEntry: false })?.blocks ?? 0) * 512;
+      } catch {
+        /* unreadable: 0, as a missing file */
+      }
+    }
+    return total;
   }
 
   /** Deletes the overlay and lets go of its layer. Idempotent. */
