@@ -117,3 +117,18 @@ export function httpRequest(
     req.end(body);
   });
 }
+
+/**
+ * Creates a sandbox (`POST /v1/sandboxes` with `body`) through a node:http keep-alive agent, as
+ * the TypeScript SDK does (sdk/typescript/src/transport.ts), and returns its id. fetch (undici),
+ * which testkit's `createSandbox` uses, added 0.3 to 0.5 ms to a pool hit's round trip here.
+ */
+export async function createHttp(c: Api, agent: Agent, body: unknown = {}): Promise<string> {
+  const text = Buffer.from(JSON.stringify(body));
+  const res = await httpRequest(c, agent, 'POST', '/v1/sandboxes', text, {
+    'content-type': 'application/json',
+  });
+  const answer = res.body.toString('utf8');
+  if (res.status !== 200) throw new Error(`create returned ${res.status}: ${answer.slice(0, 300)}`);
+  return (JSON.parse(answer) as { id: string }).id;
+}
