@@ -56,10 +56,16 @@ export interface Config {
    * CPU's flags (guest/agent/cpu_quirks.py). Never used under KVM, where the guest gets `host`.
    */
   readonly tcgCpu: string | null;
-  /** Let TCG VMs use transparent huge pages (SERVICE_TCG_HUGE_PAGES=1); off: vm/host/huge-pages.ts. */
+  /** Let TCG VMs use transparent huge pages (SERVICE_TCG_HUGE_PAGES=1); off: vm/host/memory-flags.ts. */
   readonly tcgHugePages: boolean;
   /** Turn the host's KSM on at start when hostd is root (SERVICE_KSM, default on): vm/host/ksm.ts. */
   readonly ksm: boolean;
+  /**
+   * What KSM may merge in a QEMU (SERVICE_KSM_SCOPE): `qemu` (default) every anonymous page,
+   * through PR_SET_MEMORY_MERGE in the launcher; `guest-ram` only the guest RAM QEMU marks
+   * mergeable itself. vm/host/memory-flags.ts, docs/architecture.md (Density).
+   */
+  readonly ksmScope: 'qemu' | 'guest-ram';
   /** The templates to serve, in order; null: every recipe, `python` first. */
   readonly templates: readonly TemplateConfig[] | null;
   /** Resource overrides for every template, when the SERVICE_VM_* variables are set. */
@@ -372,6 +378,7 @@ export function loadConfig(env: Env = process.env): Config {
     tcgCpu: tcgCpuVar(env),
     tcgHugePages: env.SERVICE_TCG_HUGE_PAGES === '1',
     ksm: choice(env, 'SERVICE_KSM', ['on', 'off'] as const, 'on') === 'on',
+    ksmScope: choice(env, 'SERVICE_KSM_SCOPE', ['qemu', 'guest-ram'] as const, 'qemu'),
     templates,
     templateDefaults: {
       ...(memoryMib === undefined ? {} : { memoryMib }),

@@ -25,7 +25,7 @@ import { BUILTIN_RECIPE_DIR, loadRecipes, RecipeError } from './core/recipe.js';
 import { planTemplates, UnknownRecipeError, type TemplatePlan } from './core/template-plan.js';
 import { capstoneStandIn } from './vm/host/capstone-stand-in.js';
 import { ramOpenShim } from './vm/host/ram-open-shim.js';
-import { noHugePagesLauncher } from './vm/host/huge-pages.js';
+import { memoryFlagsLauncher } from './vm/host/memory-flags.js';
 import { enableKsm } from './vm/host/ksm.js';
 import {
   claimDataDir,
@@ -276,7 +276,10 @@ async function startHypervisor(
   log: Logger,
 ): Promise<QemuHypervisor> {
   const ksm = enableKsm(config.ksm && process.getuid?.() === 0);
-  log.info(ksm, 'kernel same-page merging (SERVICE_KSM)');
+  log.info(
+    { ...ksm, scope: config.ksmScope },
+    'kernel same-page merging (SERVICE_KSM, SERVICE_KSM_SCOPE)',
+  );
   const standIn = config.qemuCapstone
     ? { dir: null, why: 'SERVICE_QEMU_CAPSTONE=1' }
     : capstoneStandIn(config.cacheDir, config.qemuBinary);
@@ -316,7 +319,10 @@ async function startHypervisor(
     {
       qemuBinary: config.qemuBinary,
       vmsDir: join(config.stateDir, 'vms'),
-      launcher: [...(accel === 'tcg' && !config.tcgHugePages ? noHugePagesLauncher() : [])],
+      launcher: memoryFlagsLauncher({
+        noHugePages: accel === 'tcg' && !config.tcgHugePages,
+        mergeAll: config.ksm && config.ksmScope === 'qemu',
+      }),
       ...(jail ? { jail } : {}),
       env: {
         ...(standIn.dir !== null ? { LD_LIBRARY_PATH: standIn.dir } : {}),

@@ -163,3 +163,9 @@ test('a retired variable that is set is listed for a warning, not refused', () =
   );
   assert.ok(RETIRED_VARS.every((v) => v.why !== ''));
 });
+
+test('KSM covers all of QEMU by default; SERVICE_KSM_SCOPE=guest-ram sets it back to guest RAM', () => {
+  assert.equal(loadConfig({}).ksmScope, 'qemu');
+  assert.equal(loadConfig({ SERVICE_KSM_SCOPE: 'guest-ram' }).ksmScope, 'guest-ram');
+  assert.throws(() => loadConfig({ SERVICE_KSM_SCOPE: 'all' }), ConfigError);
+});

@@ -25,7 +25,7 @@ const PAGE = 4096;
  * Prints the file's holes as "start end" lines, from lseek's SEEK_DATA (3) and SEEK_HOLE (4),
  * which Linux defines for every filesystem (one without holes reports the whole file as data).
  * Node's fs has no lseek; perl is already how hostd makes the calls Node lacks
- * (vm/host/huge-pages.ts). Exits non-zero on any other error than "no data past here".
+ * (vm/host/memory-flags.ts). Exits non-zero on any other error than "no data past here".
  */
 const HOLES_SCRIPT = `
 open(my $f, "<", $ARGV[0]) or exit 2;
