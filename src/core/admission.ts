@@ -21,7 +21,7 @@ export const CAP_RESERVE_MIB = 2048;
  * one sandbox, so a small host still serves). Sandboxes that grow past their idle size are
  * stopped by the memory check of `admit` (503), not by this count (429).
  *
- * @example sandboxCapFor(24105, 23) // 959 on a 24 GiB host at 23 MiB per sandbox
+ * @example sandboxCapFor(24105, 24) // 919 on a 24 GiB host at 24 MiB per sandbox
  */
 export function sandboxCapFor(
   memTotalMib: number,
@@ -34,10 +34,10 @@ export function sandboxCapFor(
 /**
  * Host memory (MiB) of an idle sandbox that has run code, outside any translation buffer, as the
  * bench measures it once KSM has merged what sandboxes have alike (docs/architecture.md, "Density:
- * what one sandbox costs the host": ~9.2 MiB with KSM over all of QEMU), with room for a guest
+ * what one sandbox costs the host": ~11 MiB with KSM over all of QEMU, 100 alive), with room for a guest
  * that wrote more. A sandbox that grows past it is held back by the memory check, not the count.
  */
-export const IDLE_SANDBOX_MIB = 11;
+export const IDLE_SANDBOX_MIB = 12;
 
 /**
  * The part of TCG's translation buffer (MiB) an idle VM has filled, whatever the buffer's size
