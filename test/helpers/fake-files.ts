@@ -31,7 +31,18 @@ export class FakeFiles implements GuestFiles {
     private readonly memory: Map<string, string>,
     /** Resolves when held operations may go on. */
     private readonly gate: () => Promise<void>,
+    /** Throws the fault a test injected into the next file operation (FakeHypervisor.failNext). */
+    private readonly fault: () => void = () => undefined,
   ) {}
+
+  /** Every operation, as `op path`, in the order they ran (the pool's files warm-up's). */
+  readonly ops: string[] = [];
+
+  /** Logs an operation and throws a fault injected into it. */
+  private did(op: string, path: string): void {
+    this.ops.push(`${op} ${path}`);
+    this.fault();
+  }
 
   writeFile(path: string, options: { signal?: AbortSignal } = {}): Upload<WriteResult> {
     const sink = new PassThrough();
@@ -45,6 +56,12 @@ export class FakeFiles implements GuestFiles {
       );
       sink.on('end', () => {
         void this.gate().then(() => {
+          try {
+            this.did('write', path);
+          } catch (err) {
+            reject(err);
+            return;
+          }
           const content = Buffer.concat(chunks);
           this.memory.set(PREFIX + path, content.toString('latin1'));
           resolve({ path, size: content.length });
@@ -56,6 +73,7 @@ export class FakeFiles implements GuestFiles {
 
   async readFile(path: string): Promise<Download> {
     await this.gate();
+    this.did('read', path);
     const content = this.memory.get(PREFIX + path);
     if (content === undefined) throw new FileOpError('file_not_found', path, 'no such file');
     const bytes = Buffer.from(content, 'latin1');
@@ -73,6 +91,7 @@ export class FakeFiles implements GuestFiles {
 
   async list(path: string): Promise<FileEntry[]> {
     await this.gate();
+    this.did('list', path);
     const dir = path.endsWith('/') ? path : `${path}/`;
     return [...this.memory.keys()]
       .filter((k) => k.startsWith(PREFIX + dir))
@@ -82,6 +101,7 @@ export class FakeFiles implements GuestFiles {
 
   async stat(path: string): Promise<FileEntry> {
     await this.gate();
+    this.did('stat', path);
     if (!this.memory.has(PREFIX + path))
       throw new FileOpError('file_not_found', path, 'no such file');
     return this.entry(path);
@@ -94,6 +114,7 @@ export class FakeFiles implements GuestFiles {
 
   async remove(path: string): Promise<void> {
     await this.gate();
+    this.did('remove', path);
     if (!this.memory.delete(PREFIX + path)) {
       throw new FileOpError('file_not_found', path, 'no such file');
     }

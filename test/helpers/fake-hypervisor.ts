@@ -111,7 +111,11 @@ export class FakeMachine implements Machine {
   ) {
     this.memory = new Map(origin.memory);
     origin.retain();
-    this.files = new FakeFiles(this.memory, () => hv.gate('file'));
+    this.files = new FakeFiles(
+      this.memory,
+      () => hv.gate('file'),
+      () => hv.fault('file', this),
+    );
   }
 
   get processes(): FakeProcesses {
@@ -402,7 +406,15 @@ class FakeTarget implements ForkTarget {
 
 type Step = 'restore' | 'capture' | 'persist' | 'boot' | 'pause' | 'resume' | 'file' | 'context';
 /** Steps `failNext` can make fail. */
-export type FaultStep = 'restore' | 'resume' | 'capture' | 'pause' | 'setEnv' | 'adopt';
+export type FaultStep =
+  | 'restore'
+  | 'resume'
+  | 'capture'
+  | 'pause'
+  | 'setEnv'
+  | 'adopt'
+  /** Any of a machine's file operations (FakeFiles). */
+  | 'file';
 
 export class FakeHypervisor implements Hypervisor {
   readonly machineOverheadMib = 50;

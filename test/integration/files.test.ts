@@ -10,8 +10,9 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdtemp, readFile, rm, writeFile, mkdir } from 'node:fs/promises';
 import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { Readable } from 'node:stream';
+import { WARM_FILE } from '../../src/core/pool.js';
 import { startHostd, type Hostd } from '../../testkit/hostd.js';
 import { run } from '../../testkit/exec.js';
 import { eventually } from '../../testkit/eventually.js';
@@ -72,6 +73,24 @@ describe('bytes in and out', () => {
       assert.equal((await readBytes(hostd, id, '/tmp/f')).length, 0);
       await upload(hostd, id, '/tmp/f', 'second');
       assert.equal((await readBytes(hostd, id, '/tmp/f')).toString(), 'second');
+    });
+  });
+
+  test("a pooled sandbox shows nothing of the pool's files warm-up", async () => {
+    // Taken from the pool, whose clones each wrote, read, listed and removed WARM_FILE.
+    await eventually(
+      'a pooled clone',
+      async () =>
+        /hostd_pool_ready\{[^}]*\} [1-9]/.test(
+          await (await hostd.request('GET', '/metrics')).text(),
+        ),
+      { timeoutMs: 300_000, everyMs: 200 },
+    );
+    await withSandbox(hostd, async (id) => {
+      const listing = await listDir(hostd, id, '/tmp');
+      assert.equal(listing.status, 200);
+      assert.ok(!listing.body.entries.some((e) => e.name === basename(WARM_FILE)));
+      assert.equal((await statPath(hostd, id, WARM_FILE)).body.code, 'file_not_found');
     });
   });
 

@@ -41,6 +41,8 @@ describe('the file lane', () => {
   test('a fork waits for the file operation in progress, and its children see the write', async () => {
     const { manager, hv } = await started();
     const { id } = await manager.create({});
+    // The pool's refill warms its clone's files path (core/pool.ts): held, it would wait too.
+    await eventually('the pool to refill', () => manager.poolStats()[0]!.ready === 2);
     hv.hold('file');
     const write = manager.files.write(id, '/tmp/a', 0o644, body('before the fork'), never);
     await eventually('the write to be in the guest', () => hv.waitingAt('file') === 1);
