@@ -93,6 +93,8 @@ export interface Config {
   readonly maxExecOutputBytes: number;
   /** Most QEMUs started ahead per template for forks (core/fork-standby.ts); 0: none. */
   readonly forkStandbyMax: number;
+  /** Warm pool machines' files path too (SERVICE_POOL_WARM_FILES=1): core/pool.ts `warm`. */
+  readonly poolWarmFiles: boolean;
   readonly logLevel: string;
   readonly qemuBinary: string;
   /** Load Debian's libcapstone in QEMU (SERVICE_QEMU_CAPSTONE=1); off: vm/host/capstone-stand-in.ts. */
@@ -398,6 +400,7 @@ export function loadConfig(env: Env = process.env): Config {
     maxStorageMib: intVar(env, 'SERVICE_MAX_STORAGE_MIB', 51200, 0, 1 << 30),
     minFreeMib: intVar(env, 'SERVICE_MIN_FREE_MIB', 256, 0, 1 << 30),
     forkStandbyMax: intVar(env, 'SERVICE_FORK_STANDBY_MAX', 32, 0, 32),
+    poolWarmFiles: env.SERVICE_POOL_WARM_FILES === '1',
     maxExecOutputBytes: intVar(
       env,
       'SERVICE_MAX_EXEC_OUTPUT_BYTES',

@@ -394,6 +394,7 @@ function createManager(
       minFreeMib: config.minFreeMib,
       maxExecOutputBytes: config.maxExecOutputBytes,
       forkStandbyMax: config.forkStandbyMax,
+      poolWarmFiles: config.poolWarmFiles,
       hostFree: cachedHostFree(config.dataDir),
       records: cluster
         ? {

@@ -58,6 +58,8 @@ export class TemplatePool {
       afterFailureMs: 1000,
       whileShortMs: 2000,
     },
+    /** Warm the files path too (`warm`): off unless the operator trades memory for it. */
+    private readonly warmFiles = false,
   ) {}
 
   /** The state every sandbox of this template is a restore of; null before `init`. */
@@ -141,7 +143,7 @@ export class TemplatePool {
       let machine: Machine;
       try {
         machine = await this.restore();
-        await warm(machine, this.image.preload).catch(async (err: unknown) => {
+        await warm(machine, this.image.preload, this.warmFiles).catch(async (err: unknown) => {
           await machine.destroy();
           throw err;
         });
@@ -183,10 +185,18 @@ const WARM_FILES_TIMEOUT_MS = 30_000;
  * "Where a small file operation and a pause spend their time"). One round trip of each file
  * operation a user calls first (upload, replace, download, stat, list, remove) pays that here,
  * off the request path; the file is removed, so the sandbox shows nothing of it. Under KVM there
- * is nothing to translate and it is a few sub-millisecond round trips per refill.
+ * is nothing to translate and it is a few sub-millisecond round trips per refill. The files part
+ * runs only when `warmFiles` says so (SERVICE_POOL_WARM_FILES): under TCG it leaves ~8 MiB of
+ * translations and guest pages in every idle pool machine, which a sandbox that never touches its
+ * files would pay for nothing (docs/operations.md).
  */
-export async function warm(machine: Machine, preload: readonly string[]): Promise<void> {
+export async function warm(
+  machine: Machine,
+  preload: readonly string[],
+  warmFiles: boolean,
+): Promise<void> {
   await machine.warmUp(preload);
+  if (!warmFiles) return;
   const signal = AbortSignal.timeout(WARM_FILES_TIMEOUT_MS);
   const files = machine.files;
   const content = Buffer.alloc(WARM_FILE_BYTES, 0x2e);

@@ -148,6 +148,12 @@ export interface ManagerOptions {
   /** The host's free memory and data-dir space now. */
   readonly hostFree: () => HostFree;
   readonly refillPauses?: RefillPauses;
+  /**
+   * Warm each pool machine's files path too (SERVICE_POOL_WARM_FILES=1): a new sandbox's first
+   * small file operations then cost what later ones do, and every idle pool machine holds what
+   * translating that path takes (~8 MiB under TCG), so it is the operator's choice.
+   */
+  readonly poolWarmFiles?: boolean;
   /** Where sandbox and snapshot records go (core/journal.ts); in memory by default. */
   readonly records?: {
     sandboxes: RecordStore<SandboxRecord>;
@@ -296,6 +302,7 @@ export class SandboxManager {
           () => this.admission.shortage(1),
           () => observer.vmStartFailed?.(),
           options.refillPauses,
+          options.poolWarmFiles ?? false,
         ),
       (_name, state) => this.standby.register(state),
       log,

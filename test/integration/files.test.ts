@@ -34,7 +34,13 @@ const sha = (b: Uint8Array): string => createHash('sha256').update(b).digest('he
 let hostd: Hostd;
 before(async () => {
   hostd = await startHostd({
-    env: { SERVICE_POOL_SIZE: '2', SERVICE_MAX_FILE_BYTES: String(2 ** 31) },
+    // The files warm-up is opt-in; on here, so that every test of this file also runs on
+    // machines that did it.
+    env: {
+      SERVICE_POOL_SIZE: '2',
+      SERVICE_MAX_FILE_BYTES: String(2 ** 31),
+      SERVICE_POOL_WARM_FILES: '1',
+    },
   });
 });
 after(async () => {

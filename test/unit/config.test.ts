@@ -169,3 +169,8 @@ test('KSM covers all of QEMU by default; SERVICE_KSM_SCOPE=guest-ram sets it bac
   assert.equal(loadConfig({ SERVICE_KSM_SCOPE: 'guest-ram' }).ksmScope, 'guest-ram');
   assert.throws(() => loadConfig({ SERVICE_KSM_SCOPE: 'all' }), ConfigError);
 });
+
+test("the pool warms its machines' files path only when SERVICE_POOL_WARM_FILES=1", () => {
+  assert.equal(loadConfig({}).poolWarmFiles, false);
+  assert.equal(loadConfig({ SERVICE_POOL_WARM_FILES: '1' }).poolWarmFiles, true);
+});

@@ -1,6 +1,6 @@
 /**
  * The pool's warm-up of a restored machine's files path (core/pool.ts, `warm`), against the fake
- * hypervisor: each pooled machine has done one round trip of the file operations a user calls
+ * hypervisor: with SERVICE_POOL_WARM_FILES (poolWarmFiles), each pooled machine has done one round trip of the file operations a user calls
  * first, and a new sandbox shows nothing of it; a machine whose files warm-up fails is destroyed
  * and replaced, as one whose exec warm-up fails.
  */
@@ -20,8 +20,15 @@ const ROUND_TRIP = [
   `remove ${WARM_FILE}`,
 ];
 
-test('a pooled machine has done a file round trip and a sandbox sees nothing of it', async () => {
+test('by default a pooled machine has done no file operation', async () => {
   const { manager, hv } = await started();
+  await eventually('the pool to fill', () => manager.poolStats()[0]!.ready === 2);
+  for (const machine of hv.live) assert.deepEqual(machine.files.ops, []);
+  await manager.shutdown();
+});
+
+test('with poolWarmFiles a pooled machine has done a file round trip and a sandbox sees nothing of it', async () => {
+  const { manager, hv } = await started({ poolWarmFiles: true });
   await eventually('the pool to fill', () => manager.poolStats()[0]!.ready === 2);
   assert.equal(hv.live.length, 2);
   for (const machine of hv.live) {
@@ -37,7 +44,7 @@ test('a pooled machine has done a file round trip and a sandbox sees nothing of 
 });
 
 test('a machine whose files warm-up fails is destroyed and replaced', async () => {
-  const { manager, hv } = await started({}, undefined);
+  const { manager, hv } = await started({ poolWarmFiles: true });
   // Injected before the pool's first refill reaches its files warm-up.
   hv.failNext('file', new FileOpError('io_error', WARM_FILE, 'the disk is full'));
   await eventually('the pool to fill', () => manager.poolStats()[0]!.ready === 2);
