@@ -155,7 +155,10 @@ export class FileRecords<R extends { id: string }> implements RecordStore<R> {
         return null;
       },
       (err: unknown) => {
-        if (this.pending.get(record.id) === mine) this.pending.delete(record.id);
+        // Superseded meanwhile: its file was removed (maybe before the sync could open it,
+        // ENOENT), and the newer write or the removal is the record. Not a failure of it.
+        if (this.pending.get(record.id) !== mine) return null;
+        this.pending.delete(record.id);
         rmSync(tmp, { force: true });
         return err;
       },

@@ -230,3 +230,20 @@ test('a durable write a crash interrupted before its rename is put in place by t
     );
     assert.deepEqual(files(dir), ['a.json', 'b.json']);
   }));
+
+test('a durable write superseded before its sync opened its file fails no flush: the newer write is the record', () =>
+  withDir(async (dir) => {
+    // The real syncs: the superseded write's file is gone before its fsync opens it (ENOENT).
+    const records = new FileRecords<Rec>(dir, (r) => r.n > 0);
+    records.write({ id: 'a', n: 1 });
+    records.write({ id: 'a', n: 2 });
+    records.write({ id: 'b', n: 1 });
+    records.remove('b');
+    await records.flush();
+    assert.deepEqual(records.readAll(), [{ id: 'a', n: 2 }]);
+    // Nor a later flush, for a record written since.
+    records.write({ id: 'c', n: 1 });
+    await records.flush();
+    await eventually('the superseded files to go', () => files(dir).length === 2);
+    assert.deepEqual(files(dir), ['a.json', 'c.json']);
+  }));
