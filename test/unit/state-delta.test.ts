@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, open, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { access, mkdir, mkdtemp, open, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -206,5 +206,56 @@ describe('a fork point over a template image is durable as its page delta', () =
     assert.ok(!existsSync(join(store.imagesDir, `${second.id}.delta`)));
     second.release();
     first.release();
+  });
+});
+
+describe('a fork point whose image settles while a pause syncs it as its delta', () => {
+  before(async () => {
+    root = await mkdtemp(join(tmpdir(), 'hostd-state-delta-race-'));
+    spec = await buildImage(join(root, 'cache'));
+  });
+  after(async () => {
+    await rm(root, { recursive: true, force: true });
+  });
+
+  it('the pause is durable (its origin synced whole), not failed: a failed pause loses its sandbox', async () => {
+    const first = await newStore('race', recordingSyncer(), 3_600_000);
+    const state = await captureOver(first, await frozenTemplate(first));
+    await first.persistState(state);
+    const deltaPath = join(first.imagesDir, `${state.id}.delta`);
+    // hostd restarted in the same boot: the delta is kept and its settle is due at once. The
+    // fsyncs wait on a busy thread pool (held here), and each opens its file as a real one does.
+    let releaseImage = (): void => undefined;
+    const imageHeld = new Promise<void>((r) => (releaseImage = r));
+    let releaseDelta = (): void => undefined;
+    const deltaHeld = new Promise<void>((r) => (releaseDelta = r));
+    const seen: string[] = [];
+    const syncer: Syncer = {
+      file: async (p) => {
+        seen.push(p);
+        if (p.endsWith('.mem')) await imageHeld;
+        if (p.endsWith('.delta')) await deltaHeld;
+        await access(p);
+      },
+      dir: () => Promise.resolve(),
+    };
+    const again = await newStore('race', syncer, 0);
+    const reopened = (await again.open({ format: STATE_FORMAT, id: state.id, spec })).retain();
+    await eventually('the settle syncing the image', () => seen.some((p) => p.endsWith('.mem')));
+    const { dir } = await again.newPausedDir();
+    await writeFile(join(dir, 'memory.delta'), randomBytes(100));
+    const paused = again.persistPaused(
+      [join(dir, 'memory.delta')],
+      [again.pausedDir],
+      reopened,
+      null,
+    );
+    await eventually('the pause syncing the delta', () => seen.some((p) => p.endsWith('.delta')));
+    releaseImage();
+    await eventually('the delta removed by the settle', () => !existsSync(deltaPath));
+    releaseDelta();
+    await paused;
+    assert.equal(reopened.delta, null);
+    reopened.release();
   });
 });

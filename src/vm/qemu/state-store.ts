@@ -253,7 +253,7 @@ export class StateStore {
    * its image synced later (`settleLater`).
    */
   async persistState(state: QemuState): Promise<void> {
-    await this.durable.sync([...(await this.stateFiles(state)), ...this.layerFiles(state.layer)]);
+    await this.syncWith(state, this.layerFiles(state.layer));
     this.settleLater(state);
   }
 
@@ -271,9 +271,28 @@ export class StateStore {
     layer: DiskLayer | null,
   ): Promise<void> {
     const own = { key: {}, files, dirs };
-    const originFiles = await this.stateFiles(origin);
-    await this.durable.sync([own, ...originFiles, ...this.layerFiles(layer)]);
+    await this.syncWith(origin, [own, ...this.layerFiles(layer)]);
     this.settleLater(origin);
+  }
+
+  /**
+   * Syncs `state`'s files (`stateFiles`) with `others`, once each (`DurableOnce`). A state
+   * durable as its delta may settle meanwhile (`settleLater`, due for a state reopened with its
+   * delta): its image is then synced and its delta, named here, removed, maybe before its fsync
+   * opened it. The state is then synced again as the fork point it has become, rather than
+   * failing a pause (which would lose its sandbox) or a snapshot for a file no longer needed.
+   */
+  private async syncWith(
+    state: QemuState,
+    others: readonly { key: object; files: readonly string[]; dirs?: readonly string[] }[],
+  ): Promise<void> {
+    const asDelta = state.delta !== null;
+    try {
+      await this.durable.sync([...others, ...(await this.stateFiles(state))]);
+    } catch (err) {
+      if (!asDelta || state.delta !== null) throw err;
+      await this.durable.sync([...others, ...(await this.stateFiles(state))]);
+    }
   }
 
   /** The files a paused machine's folder `dir` holds (the layout above), for `persistPaused`. */
