@@ -21,6 +21,8 @@ const log = pino({ level: 'silent' });
  * (its deadline passed) while the store still applies it once released (as etcd may).
  */
 class HeldKv extends MemoryKv {
+  /** Set: every write of a node record fails, as with etcd unreachable. */
+  failing = false;
   private held: { release: () => void } | null = null;
   /** What the store answered the last held write, once released. */
   applied: Promise<TxnResult> | null = null;
@@ -33,6 +35,9 @@ class HeldKv extends MemoryKv {
   }
 
   override async txn(compares: readonly KvCompare[], ops: readonly KvOp[]): Promise<TxnResult> {
+    if (this.failing && ops.some((op) => 'put' in op && op.put.startsWith('nodes/'))) {
+      throw new Error('etcd unreachable (test)');
+    }
     const armed = this.armed;
     if (!armed || !ops.some((op) => 'put' in op && op.put.startsWith('nodes/'))) {
       return super.txn(compares, ops);
@@ -94,5 +99,23 @@ describe("a node's state writes", () => {
     // And the next write still goes through (its compare is with the node's own last write).
     await node.setState('draining');
     assert.equal(published(store), 'draining');
+  });
+
+  test('the periodic publish that joins a forced write waiting never rejects: etcd failing it does not crash hostd', async () => {
+    const store = new MemoryStore();
+    const { node, kv } = await startNode(store);
+    const release = kv.hold();
+    const draining = node.setState('draining');
+    await eventually('the drain’s write under way', () => kv.heldCount === 1);
+    // An undrain waits for its turn; the timer's publish (every PUBLISH_EVERY_MS) joins it.
+    const serving = node.setState('serving');
+    const periodic = (node as unknown as { publish(force: boolean): Promise<void> }).publish(false);
+    kv.failing = true; // etcd unreachable from now on
+    release();
+    await draining;
+    await assert.rejects(serving); // the undrain's caller is told
+    // The timer's caller is not (it discards the promise: a rejection would be unhandled, and
+    // hostd stops on one, fail-fast.ts).
+    await periodic;
   });
 });

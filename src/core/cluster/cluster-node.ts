@@ -1282,6 +1282,10 @@ export class ClusterNode {
    */
   private publish(force: boolean): Promise<void> {
     const waiting = this.nextPublish;
+    // A periodic publish joining a forced one waiting is not told of its failure (only a forced
+    // publish rejects): its caller, the timer, discards the promise, and hostd stops on an
+    // unhandled rejection (fail-fast.ts).
+    if (waiting?.force && !force) return waiting.done.catch(() => undefined);
     if (waiting && (waiting.force || !force)) return waiting.done;
     const next: { force: boolean; done: Promise<void> } = { force, done: Promise.resolve() };
     next.done = this.publishing.then(() => {
