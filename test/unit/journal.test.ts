@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { FileRecords } from '../../src/core/journal.js';
@@ -246,4 +246,27 @@ test('a durable write superseded before its sync opened its file fails no flush:
     await records.flush();
     await eventually('the superseded files to go', () => files(dir).length === 2);
     assert.deepEqual(files(dir), ['a.json', 'c.json']);
+  }));
+
+test('a durable write put in place by the next start is synced before it replaces the durable record', () =>
+  withDir(async (dir) => {
+    const syncer = new HeldSyncer();
+    const before = new FileRecords<Rec>(dir, (r) => r.n > 0, syncer);
+    before.write({ id: 'a', n: 1 });
+    syncer.release();
+    await before.flush();
+    before.write({ id: 'a', n: 2 }); // its sync held: hostd dies here, the host stays up
+    const seen: string[] = [];
+    const after = new FileRecords<Rec>(
+      dir,
+      () => true,
+      syncer,
+      (path) => {
+        // Synced while a.json is still the durable record it is to replace.
+        const now = (JSON.parse(readFileSync(join(dir, 'a.json'), 'utf8')) as Rec).n;
+        seen.push(`${basename(path).replace(/\.\d+-\d+\.tmp$/, '.tmp')} over n=${now}`);
+      },
+    );
+    assert.deepEqual(after.readAll(), [{ id: 'a', n: 2 }]);
+    assert.deepEqual(seen, ['a.json.tmp over n=1']);
   }));
