@@ -54,7 +54,9 @@ export async function syncAll(
  */
 export async function syncTree(dir: string, syncer: Syncer = fsSyncer): Promise<void> {
   const entries = await readdir(dir, { recursive: true, withFileTypes: true });
-  const under = (e: { parentPath: string; name: string }): string => join(e.parentPath, e.name);
+  // `parentPath` is Node 20.12's name for what 20.1 to 20.11 call `path` (engines: >=20).
+  const under = (e: { parentPath?: string; path?: string; name: string }): string =>
+    join(e.parentPath ?? e.path ?? dir, e.name);
   await syncAll(
     entries.filter((e) => e.isFile()).map(under),
     [dir, ...entries.filter((e) => e.isDirectory()).map(under)],
