@@ -28,6 +28,13 @@ function node(id: string, over: Partial<NodeRecord> = {}): NodeRecord {
   };
 }
 
+/**
+ * How long a test lets a write it confirms take: the store is in memory, so only a stalled host
+ * comes near it. A test that expects a refusal gets it at once (a conflict) or asks for its own
+ * short bound (the store down).
+ */
+const CONFIRM_MS = 30_000;
+
 const entry = (nodeId: string, state: SandboxEntry['state'] = 'running'): SandboxEntry => ({
   node: nodeId,
   state,
@@ -164,15 +171,15 @@ describe('catalog writer', () => {
     await kv.grantLease(10, () => undefined);
     writer.start();
     writer.setSandbox('sbx_1', entry('a'), true, 0);
-    await writer.confirm([{ kind: 'sandbox', id: 'sbx_1' }], 1000);
+    await writer.confirm([{ kind: 'sandbox', id: 'sbx_1' }], CONFIRM_MS);
     assert.equal(store.read<SandboxEntry>('sandboxes/sbx_1')?.state, 'running');
     assert.equal(store.keys.get('live/sbx_1')?.lease, kv.lease);
     writer.setSandbox('sbx_1', entry('a', 'paused'), false, 0);
-    await writer.confirm([{ kind: 'sandbox', id: 'sbx_1' }], 1000);
+    await writer.confirm([{ kind: 'sandbox', id: 'sbx_1' }], CONFIRM_MS);
     assert.equal(store.read<SandboxEntry>('sandboxes/sbx_1')?.state, 'paused');
     assert.equal(store.keys.has('live/sbx_1'), false, 'a paused sandbox has no live key');
     writer.setSandbox('sbx_1', null, false, 0);
-    await writer.confirm([{ kind: 'sandbox', id: 'sbx_1' }], 1000);
+    await writer.confirm([{ kind: 'sandbox', id: 'sbx_1' }], CONFIRM_MS);
     assert.equal(store.keys.has('sandboxes/sbx_1'), false);
   });
 
@@ -187,7 +194,7 @@ describe('catalog writer', () => {
         { kind: 'sandbox', id: 'sbx_1' },
         { kind: 'sandbox', id: 'sbx_2' },
       ],
-      1000,
+      CONFIRM_MS,
     );
     store.down = true;
     writer.setSandbox('sbx_1', entry('a', 'paused'), false, 0);
@@ -197,7 +204,7 @@ describe('catalog writer', () => {
     );
     assert.equal(writer.backlog, 2);
     store.down = false;
-    await eventually('the backlog to be written', () => writer.backlog === 0, { timeoutMs: 5000 });
+    await eventually('the backlog to be written', () => writer.backlog === 0);
     assert.equal(store.read<SandboxEntry>('sandboxes/sbx_1')?.state, 'paused');
     assert.equal(store.keys.has('sandboxes/sbx_2'), false);
   });
@@ -213,14 +220,14 @@ describe('catalog writer', () => {
         { kind: 'sandbox', id: 'sbx_1' },
         { kind: 'sandbox', id: 'sbx_2' },
       ],
-      1000,
+      CONFIRM_MS,
     );
     const other = store.client();
     await other.txn([], [{ put: 'sandboxes/sbx_1', value: JSON.stringify(entry('b')) }]);
     await other.txn([], [{ delete: 'sandboxes/sbx_2' }]);
     writer.setSandbox('sbx_1', entry('a', 'paused'), false, 0);
     writer.setSandbox('sbx_2', entry('a', 'paused'), false, 0);
-    await eventually('both conflicts', () => conflicts.length === 2, { timeoutMs: 2000 });
+    await eventually('both conflicts', () => conflicts.length === 2);
     assert.equal(store.read<SandboxEntry>('sandboxes/sbx_1')?.node, 'b');
     assert.equal(store.keys.has('sandboxes/sbx_2'), false);
     assert.deepEqual(conflicts.map((c) => c.id).sort(), ['sbx_1', 'sbx_2']);
@@ -249,8 +256,8 @@ describe('catalog writer', () => {
     writer.setSandbox('sbx_2', entry('a'), true, 'adopt');
     writer.setSandbox('sbx_3', entry('a'), true, 'adopt'); // deleted while it was down
     writer.start();
-    await writer.confirm([{ kind: 'sandbox', id: 'sbx_1' }], 1000);
-    await eventually('the conflicts', () => conflicts.length === 2, { timeoutMs: 2000 });
+    await writer.confirm([{ kind: 'sandbox', id: 'sbx_1' }], CONFIRM_MS);
+    await eventually('the conflicts', () => conflicts.length === 2);
     assert.equal(store.keys.get('live/sbx_1')?.value, 'a');
     assert.deepEqual(conflicts.sort(), ['sbx_2', 'sbx_3']);
   });
@@ -261,12 +268,12 @@ describe('catalog writer', () => {
     writer.start();
     writer.setSandbox('sbx_1', entry('a'), true, 0);
     writer.setSandbox('sbx_2', entry('a', 'paused'), false, 0);
-    await writer.confirm([{ kind: 'sandbox', id: 'sbx_1' }], 1000);
+    await writer.confirm([{ kind: 'sandbox', id: 'sbx_1' }], CONFIRM_MS);
     kv.expire();
     assert.equal(store.keys.has('live/sbx_1'), false);
     await kv.grantLease(10, () => undefined);
     writer.relive();
-    await eventually('the live key back', () => store.keys.has('live/sbx_1'), { timeoutMs: 2000 });
+    await eventually('the live key back', () => store.keys.has('live/sbx_1'));
     assert.equal(store.keys.has('live/sbx_2'), false);
   });
 
@@ -280,7 +287,7 @@ describe('catalog writer', () => {
       [{ put: 'sandboxes/sbx_1', value: JSON.stringify({ ...entry('a', 'moving'), to: 'b' }) }],
     );
     writer.setSandbox('sbx_1', entry('b', 'paused'), false, moving.revision);
-    await writer.confirm([{ kind: 'sandbox', id: 'sbx_1' }], 1000);
+    await writer.confirm([{ kind: 'sandbox', id: 'sbx_1' }], CONFIRM_MS);
     assert.equal(store.read<SandboxEntry>('sandboxes/sbx_1')?.node, 'b');
 
     await source.txn(
@@ -291,7 +298,7 @@ describe('catalog writer', () => {
     // The source gave up and took it back before the target committed.
     await source.txn([], [{ put: 'sandboxes/sbx_2', value: JSON.stringify(entry('a', 'paused')) }]);
     writer.setSandbox('sbx_2', entry('b', 'paused'), false, stale);
-    await assert.rejects(writer.confirm([{ kind: 'sandbox', id: 'sbx_2' }], 1000), (err) =>
+    await assert.rejects(writer.confirm([{ kind: 'sandbox', id: 'sbx_2' }], CONFIRM_MS), (err) =>
       isError(err, 'clusterConflict'),
     );
     assert.deepEqual(
