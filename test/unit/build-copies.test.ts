@@ -5,46 +5,18 @@
  * test/unit/paused-transfer.test.ts.
  */
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
 import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { BuildCopies } from '../../src/vm/image/build-copies.js';
-import { VmError, type ExportedBuild, type ExportedFile } from '../../src/vm/machine.js';
+import { VmError, type ExportedFile } from '../../src/vm/machine.js';
+import { manifestOf, peerBuild } from '../helpers/peer-build.js';
 
 const KEY = 'aaaaaaaaaaaaaaaa';
 const OWN_KEY = 'bbbbbbbbbbbbbbbb';
-const sha = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
-
 /** The source's build of python: a 1000-byte root filesystem and small other files. */
-const contents: Record<string, Buffer> = {
-  vmlinux: Buffer.alloc(100, 1),
-  'initrd.cpio': Buffer.alloc(50, 2),
-  'rootfs.erofs': Buffer.alloc(1000, 3),
-  'disk.qcow2': Buffer.alloc(30, 4),
-};
-const manifestOf = (key: string, names = Object.keys(contents)): Buffer =>
-  Buffer.from(
-    JSON.stringify({
-      name: 'python',
-      key,
-      files: Object.fromEntries(
-        names.map((n) => [n, { size_bytes: contents[n]!.length, sha256: sha(contents[n]!) }]),
-      ),
-    }),
-  );
-contents['manifest.json'] = manifestOf(KEY);
-
-const build: ExportedBuild = {
-  template: 'python',
-  key: KEY,
-  files: Object.entries(contents).map(([name, body]) => ({
-    path: `cache/templates/python/${KEY}/${name}`,
-    size: body.length,
-    sha256: sha(body),
-  })),
-};
+const { contents, build } = peerBuild(KEY);
 
 describe('room for a build copied from another node', () => {
   const dirs: string[] = [];

@@ -5,7 +5,6 @@
  * so that a power cut never leaves a torn file under a name the next start trusts.
  */
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -13,8 +12,9 @@ import { basename, dirname, join, relative } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { BuildCopies } from '../../src/vm/image/build-copies.js';
 import { publish } from '../../src/vm/image/image-builder.js';
-import type { ExportedBuild, ExportedFile } from '../../src/vm/machine.js';
+import type { ExportedFile } from '../../src/vm/machine.js';
 import type { Syncer } from '../../src/vm/storage/durable.js';
+import { peerBuild } from '../helpers/peer-build.js';
 
 /** Records each sync, and whether the published folder had its name yet at that moment. */
 class RecordingSyncer implements Syncer {
@@ -79,32 +79,7 @@ describe('a template build', () => {
     const root = await scratch();
     const cache = join(root, 'cache');
     await mkdir(cache);
-    const sha = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
-    const contents: Record<string, Buffer> = {
-      vmlinux: Buffer.alloc(100, 1),
-      'initrd.cpio': Buffer.alloc(50, 2),
-      'rootfs.erofs': Buffer.alloc(1000, 3),
-      'disk.qcow2': Buffer.alloc(30, 4),
-    };
-    const key = 'aaaaaaaaaaaaaaaa';
-    contents['manifest.json'] = Buffer.from(
-      JSON.stringify({
-        name: 'python',
-        key,
-        files: Object.fromEntries(
-          Object.entries(contents).map(([n, b]) => [n, { size_bytes: b.length, sha256: sha(b) }]),
-        ),
-      }),
-    );
-    const build: ExportedBuild = {
-      template: 'python',
-      key,
-      files: Object.entries(contents).map(([name, body]) => ({
-        path: `cache/templates/python/${key}/${name}`,
-        size: body.length,
-        sha256: sha(body),
-      })),
-    };
+    const { contents, build } = peerBuild('aaaaaaaaaaaaaaaa');
     let copyDir = join(root, 'not yet');
     const syncer = new RecordingSyncer(() => copyDir);
     const copies = new BuildCopies(cache, join(root, 'data'), async () => 1 << 30, syncer);
