@@ -36,8 +36,13 @@ function withSandbox(fn: (sandbox: Sandbox) => Promise<void>): Promise<void> {
   return withE2b(hostd, async (scope) => fn(scope.track(await Sandbox.create(connection))));
 }
 
-/** No client-side limit on a cell's run time: the host is slow, not the code. */
-const slow = { timeoutMs: 0 };
+/**
+ * No client-side limit on a cell's run time, nor on its answer's start: the host is slow, not
+ * the code. Also, runCode clears its request timer only once an answer starts, so a request
+ * refused before that (an unknown context, a killed sandbox) left the connection's 300 s timer
+ * running, and it held this file's process ~5 minutes after its last test; with 0 there is none.
+ */
+const slow = { timeoutMs: 0, requestTimeoutMs: 0 };
 
 describe('runCode', () => {
   test('results, logs, errors and callbacks mean what they mean on E2B', async () => {
@@ -199,7 +204,10 @@ describe('interrupts and kills', () => {
 
   test('a sandbox killed while its code runs: the SDK says so', async () => {
     await withSandbox(async (sandbox) => {
-      const running = sandbox.runCode('import time; time.sleep(300)', { timeoutMs: 300_000 });
+      const running = sandbox.runCode('import time; time.sleep(300)', {
+        timeoutMs: 300_000,
+        requestTimeoutMs: 0,
+      });
       const outcome = running.then(
         () => assert.fail('runCode returned'),
         (err: unknown) => err,
