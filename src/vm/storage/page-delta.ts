@@ -95,32 +95,45 @@ async function forEachWrittenChunk(
   }
   const runs = writtenRuns(table);
   const mem = openSync(`/proc/${pid}/mem`, 'r');
-  const chunk = Buffer.alloc(CHUNK_BYTES);
-  let copied = 0;
-  let sinceYield = 0;
   try {
-    for (const [first, count] of runs) {
-      for (let done = 0; done < count;) {
-        const n = Math.min(count - done, chunk.length / PAGE);
-        const offset = (first + done) * PAGE;
-        const got = readSync(mem, chunk, 0, n * PAGE, start + offset);
-        if (got !== n * PAGE) {
-          throw new VmError('io', `short read of guest RAM at page ${first + done}`);
-        }
-        sink(offset, chunk, n * PAGE);
-        copied += n * PAGE;
-        sinceYield += n * PAGE;
-        done += n;
-        if (sinceYield >= SLICE_BYTES) {
-          sinceYield = 0;
-          await yieldToEventLoop();
-        }
+    return await forEachRunSlice(runs, (chunk, length, page) => {
+      const offset = page * PAGE;
+      if (readSync(mem, chunk, 0, length, start + offset) !== length) {
+        throw new VmError('io', `short read of guest RAM at page ${page}`);
       }
-    }
+      sink(offset, chunk, length);
+    });
   } finally {
     closeSync(mem);
   }
-  return copied;
+}
+
+/**
+ * Moves the pages `runs` a slice at a time: `move` gets a buffer to read `length` bytes of
+ * pages into, from page `page` on, and write them where they go. The event loop runs between
+ * slices of SLICE_BYTES. Returns bytes moved.
+ */
+async function forEachRunSlice(
+  runs: ReadonlyArray<[number, number]>,
+  move: (chunk: Buffer, length: number, page: number) => void,
+): Promise<number> {
+  const chunk = Buffer.alloc(CHUNK_BYTES);
+  let moved = 0;
+  let sinceYield = 0;
+  for (const [first, count] of runs) {
+    for (let done = 0; done < count;) {
+      const n = Math.min(count - done, chunk.length / PAGE);
+      move(chunk, n * PAGE, first + done);
+      moved += n * PAGE;
+      sinceYield += n * PAGE;
+      done += n;
+      if (sinceYield >= SLICE_BYTES) {
+        sinceYield = 0;
+        await yieldToEventLoop();
+      }
+    }
+  }
+  return moved;
 }
 
 /** One all-zero page, to compare pages against. */
@@ -304,25 +317,14 @@ export async function writeDeltaFrom(
   const input = openSync(imagePath, 'r');
   let out: number | null = null;
   try {
-    out = openSync(deltaPath, 'wx', 0o640);
-    const chunk = Buffer.alloc(CHUNK_BYTES);
+    const fd = (out = openSync(deltaPath, 'wx', 0o640));
     let at = HEADER_BYTES;
-    let sinceYield = 0;
-    for (const [first, count] of runs) {
-      for (let done = 0; done < count;) {
-        const n = Math.min(count - done, chunk.length / PAGE);
-        readExactly(input, chunk, n * PAGE, (first + done) * PAGE, `${imagePath} is too short`);
-        writeSync(out, chunk, 0, n * PAGE, at);
-        at += n * PAGE;
-        done += n;
-        sinceYield += n * PAGE;
-        if (sinceYield >= SLICE_BYTES) {
-          sinceYield = 0;
-          await yieldToEventLoop();
-        }
-      }
-    }
-    finishDelta(out, runs, at);
+    await forEachRunSlice(runs, (chunk, length, page) => {
+      readExactly(input, chunk, length, page * PAGE, `${imagePath} is too short`);
+      writeSync(fd, chunk, 0, length, at);
+      at += length;
+    });
+    finishDelta(fd, runs, at);
     return at - HEADER_BYTES;
   } finally {
     if (out !== null) closeSync(out);
@@ -343,28 +345,14 @@ export async function applyDeltaTo(
   const input = openSync(deltaPath, 'r');
   let out: number | null = null;
   try {
-    out = openSync(target, 'r+');
+    const fd = (out = openSync(target, 'r+'));
     const { runs, pagesAt } = readDeltaLayout(input, deltaPath, bytes);
-    const chunk = Buffer.alloc(CHUNK_BYTES);
     let at = pagesAt;
-    let written = 0;
-    let sinceYield = 0;
-    for (const [first, count] of runs) {
-      for (let done = 0; done < count;) {
-        const n = Math.min(count - done, chunk.length / PAGE);
-        readExactly(input, chunk, n * PAGE, at, `${deltaPath} is truncated`);
-        at += n * PAGE;
-        writeSync(out, chunk, 0, n * PAGE, (first + done) * PAGE);
-        written += n * PAGE;
-        done += n;
-        sinceYield += n * PAGE;
-        if (sinceYield >= SLICE_BYTES) {
-          sinceYield = 0;
-          await yieldToEventLoop();
-        }
-      }
-    }
-    return written;
+    return await forEachRunSlice(runs, (chunk, length, page) => {
+      readExactly(input, chunk, length, at, `${deltaPath} is truncated`);
+      at += length;
+      writeSync(fd, chunk, 0, length, page * PAGE);
+    });
   } finally {
     if (out !== null) closeSync(out);
     closeSync(input);
@@ -385,35 +373,20 @@ export async function loadWrittenPages(
   const start = Number(await findMapping(pid, basePath, bytes));
   const input = openSync(deltaPath, 'r');
   const mem = openSync(`/proc/${pid}/mem`, 'r+');
-  const chunk = Buffer.alloc(CHUNK_BYTES);
-  let loaded = 0;
-  let sinceYield = 0;
   try {
     const { runs, pagesAt } = readDeltaLayout(input, deltaPath, bytes);
     let at = pagesAt;
-    for (const [first, count] of runs) {
-      for (let done = 0; done < count;) {
-        const n = Math.min(count - done, chunk.length / PAGE);
-        readExactly(input, chunk, n * PAGE, at, `${deltaPath} is truncated`);
-        at += n * PAGE;
-        const written = writeSync(mem, chunk, 0, n * PAGE, start + (first + done) * PAGE);
-        if (written !== n * PAGE) {
-          throw new VmError('io', `short write of guest RAM at ${first + done}`);
-        }
-        loaded += n * PAGE;
-        sinceYield += n * PAGE;
-        done += n;
-        if (sinceYield >= SLICE_BYTES) {
-          sinceYield = 0;
-          await yieldToEventLoop();
-        }
+    return await forEachRunSlice(runs, (chunk, length, page) => {
+      readExactly(input, chunk, length, at, `${deltaPath} is truncated`);
+      at += length;
+      if (writeSync(mem, chunk, 0, length, start + page * PAGE) !== length) {
+        throw new VmError('io', `short write of guest RAM at ${page}`);
       }
-    }
+    });
   } finally {
     closeSync(mem);
     closeSync(input);
   }
-  return loaded;
 }
 
 /** The runs of a delta file and where its pages start, checked against its size and the RAM's. */
