@@ -143,21 +143,12 @@ export class SandboxTokens {
 
   /** True when `presented` is one of the sandbox's access tokens (constant time). */
   isAccessToken(sandboxId: string, presented: string | undefined): boolean {
-    if (presented === undefined) return false;
-    let ok = false;
-    for (const token of this.accessTokens(sandboxId)) ok = same(token, presented) || ok;
-    return ok;
+    return matches(this.secrets(), ['access'], sandboxId, presented);
   }
 
   /** True when `presented` is one of the sandbox's traffic or access tokens (constant time). */
   isTrafficToken(sandboxId: string, presented: string | undefined): boolean {
-    if (presented === undefined) return false;
-    let ok = false;
-    for (const secret of this.secrets()) {
-      ok = same(derive(secret, 'traffic', sandboxId), presented) || ok;
-      ok = same(derive(secret, 'access', sandboxId), presented) || ok;
-    }
-    return ok;
+    return matches(this.secrets(), ['traffic', 'access'], sandboxId, presented);
   }
 
   /**
@@ -170,11 +161,7 @@ export class SandboxTokens {
     presented: string | undefined,
     purposes: readonly ('access' | 'traffic')[],
   ): boolean {
-    if (presented === undefined || this.shared === null) return false;
-    let ok = false;
-    for (const purpose of purposes)
-      ok = same(derive(this.shared, purpose, sandboxId), presented) || ok;
-    return ok;
+    return this.shared !== null && matches([this.shared], purposes, sandboxId, presented);
   }
 
   /** The secrets tokens are checked against: the one issued under first. */
@@ -199,4 +186,22 @@ function same(expected: string, presented: string): boolean {
   const a = createHmac('sha256', 'cmp').update(expected).digest();
   const b = createHmac('sha256', 'cmp').update(presented).digest();
   return timingSafeEqual(a, b);
+}
+
+/**
+ * True when `presented` is the token of `sandboxId` for one of `purposes` under one of
+ * `secrets`; every pair is compared (constant time, whichever matches).
+ */
+function matches(
+  secrets: readonly Buffer[],
+  purposes: readonly string[],
+  sandboxId: string,
+  presented: string | undefined,
+): boolean {
+  if (presented === undefined) return false;
+  let ok = false;
+  for (const secret of secrets) {
+    for (const purpose of purposes) ok = same(derive(secret, purpose, sandboxId), presented) || ok;
+  }
+  return ok;
 }
