@@ -89,14 +89,9 @@ export class PausedTransfer {
 
   async export(paused: QemuPaused): Promise<PausedManifest> {
     const parts = await this.stateParts(paused.origin, paused.disk?.layer ?? null);
-    const own = [
-      'memory.delta',
-      'device.state',
-      ...(paused.disk ? ['disk.qcow2', 'disk.json'] : []),
-    ];
     const files: ExportedFile[] = [];
-    for (const name of own)
-      files.push(await this.describeFile(`paused/${paused.id}/${name}`, false));
+    for (const file of this.store.pausedFiles(paused.dir, paused.disk !== null))
+      files.push(await this.describeFile(`paused/${paused.id}/${basename(file)}`, false));
     parts.push({ kind: 'paused', id: paused.id, files });
     const build = await this.exportBuild(paused.origin.spec.image);
     return { format: STATE_FORMAT, paused: paused.describe(), parts, ...(build ? { build } : {}) };
