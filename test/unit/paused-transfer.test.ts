@@ -8,7 +8,6 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { cp, mkdir, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -23,6 +22,7 @@ import { StateStore } from '../../src/vm/qemu/state-store.js';
 import { STATE_FORMAT } from '../../src/vm/storage/state-format.js';
 import type { Syncer } from '../../src/vm/storage/durable.js';
 import { eventually } from '../../testkit/eventually.js';
+import { templateBuild } from '../helpers/template-build.js';
 
 /** The frozen template's key (in the data directory). */
 const KEY = 'abcdef0123456789abcdef01';
@@ -31,43 +31,6 @@ const BUILD = '0123456789abcdef';
 
 let root: string;
 let spec: MachineSpec;
-
-/**
- * A template build of `python` in image cache `cache` as the builder leaves one (its files and
- * a manifest with their sizes and sha256), and the spec of a machine of it. `seed` makes other
- * bytes under the same key: a build of the same recipe made elsewhere at another time.
- */
-async function buildImage(cache: string, key: string, seed = 'a'): Promise<MachineSpec> {
-  const dir = join(cache, 'templates', 'python', key);
-  await mkdir(dir, { recursive: true });
-  const files: Record<string, { size_bytes: number; sha256: string }> = {};
-  for (const [name, size] of [
-    ['vmlinux', 40_000],
-    ['initrd.cpio', 20_000],
-    ['rootfs.erofs', 300_000],
-    ['disk.qcow2', 3_000],
-  ] as const) {
-    const body = Buffer.alloc(size, `${seed}${name}${key}`);
-    await writeFile(join(dir, name), body);
-    files[name] = { size_bytes: size, sha256: createHash('sha256').update(body).digest('hex') };
-  }
-  const manifest = { format: 2, name: 'python', key, built_at: `${seed}`, files };
-  await writeFile(join(dir, 'manifest.json'), JSON.stringify(manifest));
-  return {
-    image: {
-      kernel: join(dir, 'vmlinux'),
-      initrd: join(dir, 'initrd.cpio'),
-      rootfs: join(dir, 'rootfs.erofs'),
-      cmdline: '',
-      key,
-      disk: join(dir, 'disk.qcow2'),
-    },
-    memoryMib: 64,
-    vcpus: 1,
-    accel: 'tcg',
-    tcgTbMib: 16,
-  };
-}
 
 /** A node's state store: its data directory `name`, its image cache (one shared by default). */
 async function newStore(
@@ -153,7 +116,7 @@ async function sameFile(a: string, b: string): Promise<void> {
 describe('export and import of a paused machine between data directories', () => {
   before(async () => {
     root = await mkdtemp(join(tmpdir(), 'hostd-transfer-'));
-    spec = await buildImage(join(root, 'cache'), BUILD);
+    spec = await templateBuild(join(root, 'cache'), BUILD);
   });
   after(async () => {
     await rm(root, { recursive: true, force: true });
@@ -383,7 +346,7 @@ describe('a state whose template build the target lacks', () => {
   before(async () => {
     root = await mkdtemp(join(tmpdir(), 'hostd-build-copy-'));
     cacheA = join(root, 'cache-a');
-    specA = await buildImage(cacheA, BUILD);
+    specA = await templateBuild(cacheA, BUILD);
     spec = specA;
   });
   after(async () => {
@@ -405,7 +368,7 @@ describe('a state whose template build the target lacks', () => {
 
   it('fetches the source’s build where the target’s own build differs, restores onto it, and never fetches it again', async () => {
     const { source, target } = await nodes('other-key');
-    const own = await buildImage(cacheB, 'fedcba9876543210'); // the target's own build
+    const own = await templateBuild(cacheB, 'fedcba9876543210'); // the target's own build
     const paused = await pauseOne(source, specA);
     const manifest = await source.transfer.export(paused);
     assert.equal(manifest.build?.key, BUILD);
@@ -447,7 +410,7 @@ describe('a state whose template build the target lacks', () => {
 
   it('copies a build of the same key whose files differ (built elsewhere at another time), apart from its own', async () => {
     const { source, target } = await nodes('same-key');
-    const own = await buildImage(cacheB, BUILD, 'b'); // same key, other bytes
+    const own = await templateBuild(cacheB, BUILD, { seed: 'b' }); // same key, other bytes
     const paused = await pauseOne(source, specA);
     const asked: string[] = [];
     const imported = await target.transfer.import(
@@ -469,7 +432,7 @@ describe('a state whose template build the target lacks', () => {
   it('links the files its own build of another key shares with the source’s instead of fetching them', async () => {
     const { source, target } = await nodes('shared-files');
     // The target's own build: the source's files under another key (other resources, say).
-    const own = await buildImage(cacheB, 'fedcba9876543210');
+    const own = await templateBuild(cacheB, 'fedcba9876543210');
     for (const name of ['vmlinux', 'initrd.cpio', 'rootfs.erofs', 'disk.qcow2'])
       await cp(join(dirname(specA.image.rootfs), name), join(dirname(own.image.rootfs), name));
     const manifestA = JSON.parse(
@@ -498,7 +461,7 @@ describe('a state whose template build the target lacks', () => {
 
   it('uses its own build when its files are the source’s, wherever its image cache is', async () => {
     const { source, target } = await nodes('same-build');
-    const own = await buildImage(cacheB, BUILD); // the same bytes, in another cache folder
+    const own = await templateBuild(cacheB, BUILD); // the same bytes, in another cache folder
     const paused = await pauseOne(source, specA);
     const asked: string[] = [];
     const imported = await target.transfer.import(
@@ -514,7 +477,7 @@ describe('a state whose template build the target lacks', () => {
 
   it('carries a snapshot’s state onto the source’s build too', async () => {
     const { source, target } = await nodes('state');
-    await buildImage(cacheB, 'fedcba9876543210');
+    await templateBuild(cacheB, 'fedcba9876543210');
     const state = await freezeFork(source, specA);
     const asked: string[] = [];
     const imported = await target.transfer.importState(
@@ -630,7 +593,7 @@ describe('a state whose template build the target lacks', () => {
 
   it('keeps a copied build while a state uses it and collects it after, never the node’s own', async () => {
     const { source, target } = await nodes('collect');
-    const own = await buildImage(cacheB, 'fedcba9876543210');
+    const own = await templateBuild(cacheB, 'fedcba9876543210');
     const paused = await pauseOne(source, specA);
     const manifest = await source.transfer.export(paused);
     const imported = await target.transfer.import(manifest, fetcherOf(source, []));
@@ -705,7 +668,7 @@ describe('a fork point reopened by two at once', () => {
 
   it('is one state, whose files stay until the last of them lets it go', async () => {
     const cache = join(root, 'cache-reopen');
-    const on = await buildImage(cache, BUILD);
+    const on = await templateBuild(cache, BUILD);
     const first = await newStore('reopen-twice', cache);
     await freezeTemplate(first);
     const made = await freezeFork(first, on);
@@ -741,7 +704,7 @@ function recordingSyncer(): Syncer & { synced: string[] } {
 describe('what a snapshot or a pause names is durable before it is recorded', () => {
   before(async () => {
     root = await mkdtemp(join(tmpdir(), 'hostd-durable-'));
-    spec = await buildImage(join(root, 'cache'), BUILD);
+    spec = await templateBuild(join(root, 'cache'), BUILD);
   });
   after(async () => {
     await rm(root, { recursive: true, force: true });
@@ -834,7 +797,7 @@ describe('what a snapshot or a pause names is durable before it is recorded', ()
 describe('an imported snapshot state whose sync fails', () => {
   before(async () => {
     root = await mkdtemp(join(tmpdir(), 'hostd-durable-fail-'));
-    spec = await buildImage(join(root, 'cache'), BUILD);
+    spec = await templateBuild(join(root, 'cache'), BUILD);
   });
   after(async () => {
     await rm(root, { recursive: true, force: true });

@@ -7,7 +7,7 @@
  * QEMU; the fsyncs recorded).
  */
 import assert from 'node:assert/strict';
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { access, mkdir, mkdtemp, open, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -20,39 +20,12 @@ import type { Syncer } from '../../src/vm/storage/durable.js';
 import { MemImage } from '../../src/vm/storage/mem-image.js';
 import { STATE_FORMAT } from '../../src/vm/storage/state-format.js';
 import { eventually } from '../../testkit/eventually.js';
+import { templateBuild } from '../helpers/template-build.js';
 
 const KEY = 'abcdef0123456789abcdef01';
 const PAGE = 4096;
 let root: string;
 let spec: MachineSpec;
-
-/** A template build in the image cache, as image-build checks it, and a 1 MiB machine of it. */
-async function buildImage(cache: string): Promise<MachineSpec> {
-  const key = '0123456789abcdef';
-  const dir = join(cache, 'templates', 'python', key);
-  await mkdir(dir, { recursive: true });
-  const files: Record<string, { size_bytes: number; sha256: string }> = {};
-  for (const name of ['vmlinux', 'initrd.cpio', 'rootfs.erofs']) {
-    const body = Buffer.alloc(1000, name);
-    await writeFile(join(dir, name), body);
-    files[name] = { size_bytes: 1000, sha256: createHash('sha256').update(body).digest('hex') };
-  }
-  const manifest = { format: 2, name: 'python', key, built_at: 'a', files };
-  await writeFile(join(dir, 'manifest.json'), JSON.stringify(manifest));
-  return {
-    image: {
-      kernel: join(dir, 'vmlinux'),
-      initrd: join(dir, 'initrd.cpio'),
-      rootfs: join(dir, 'rootfs.erofs'),
-      cmdline: '',
-      key,
-    },
-    memoryMib: 1,
-    vcpus: 1,
-    accel: 'tcg',
-    tcgTbMib: 16,
-  };
-}
 
 /** Records each fsync (relative to `root`) and does none. */
 function recordingSyncer(): Syncer & { synced: string[] } {
@@ -107,7 +80,10 @@ async function captureOver(store: StateStore, base: QemuState): Promise<QemuStat
 describe('a fork point over a template image is durable as its page delta', () => {
   before(async () => {
     root = await mkdtemp(join(tmpdir(), 'hostd-state-delta-'));
-    spec = await buildImage(join(root, 'cache'));
+    spec = await templateBuild(join(root, 'cache'), '0123456789abcdef', {
+      memoryMib: 1,
+      disk: false,
+    });
   });
   after(async () => {
     await rm(root, { recursive: true, force: true });
@@ -212,7 +188,10 @@ describe('a fork point over a template image is durable as its page delta', () =
 describe('a fork point whose image settles while a pause syncs it as its delta', () => {
   before(async () => {
     root = await mkdtemp(join(tmpdir(), 'hostd-state-delta-race-'));
-    spec = await buildImage(join(root, 'cache'));
+    spec = await templateBuild(join(root, 'cache'), '0123456789abcdef', {
+      memoryMib: 1,
+      disk: false,
+    });
   });
   after(async () => {
     await rm(root, { recursive: true, force: true });
