@@ -56,14 +56,18 @@ export const SETTLE_DELAY_MS = 40_000;
 
 /**
  * This boot of the host's kernel, or null if unknown. A fork point's record keeps it: reopened in
- * the same boot, its image is whole in the page cache whether or not it reached the disk.
+ * the same boot, its image is whole in the page cache whether or not it reached the disk. Read
+ * once, then kept: it cannot change while hostd runs, and every fork point's record names it.
  */
+let bootId: string | undefined;
 function hostBootId(): string | null {
+  if (bootId !== undefined) return bootId;
   try {
-    return readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+    bootId = readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
   } catch {
     return null;
   }
+  return bootId;
 }
 
 /** The key of a template's frozen boot: everything that must match for a restore to work. */
