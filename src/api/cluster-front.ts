@@ -143,6 +143,11 @@ export class ClusterFront {
     });
   }
 
+  /** Whether sandbox `id` is paused here without room to resume it (cheap: no lookup). */
+  wantsRoom(id: string): boolean {
+    return (this.room?.pausedWithoutRoom(id) ?? null) !== null;
+  }
+
   /**
    * When this node holds sandbox `id` paused and has no room to resume it (full, short of
    * memory), hands it to a node that has room and returns that node (the request goes there and
@@ -150,11 +155,6 @@ export class ClusterFront {
    * it that arrives while it is handed over waits, then follows it. The E2B front's resumes
    * (its `connect`, e2b/cluster-hop.ts) ask it too.
    */
-  /** Whether sandbox `id` is paused here without room to resume it (cheap: no lookup). */
-  wantsRoom(id: string): boolean {
-    return (this.room?.pausedWithoutRoom(id) ?? null) !== null;
-  }
-
   async moveToRoom(id: string): Promise<NodeRecord | null> {
     const template = this.room?.pausedWithoutRoom(id) ?? null;
     if (template === null || this.room === null) return null;
