@@ -21,6 +21,7 @@ import {
   escapeBadPercents,
   parseJsonBody,
 } from './http-errors.js';
+import { lazyChildLoggerFactory } from './lazy-logger.js';
 import type { Metrics } from './metrics.js';
 import { ClusterFront } from './cluster-front.js';
 import { registerClusterRoutes, type ClusterRoutes } from './routes/cluster.js';
@@ -76,6 +77,8 @@ export async function buildServer(opts: ServerOptions): Promise<FastifyInstance>
     bodyLimit: opts.maxBodyBytes,
     // One log line per request would drown the sandbox lifecycle logs at exec rates.
     logController: new LogController({ disableRequestLogging: true }),
+    // req.log is made when something logs through it, not for every request (lazy-logger.ts).
+    childLoggerFactory: lazyChildLoggerFactory,
     // Ids are validated by the manager, which answers a malformed one as not found: the
     // router takes any segment that fits in a request line, and any percent-escape.
     routerOptions: { maxParamLength: maxHeaderSize },
