@@ -3,7 +3,7 @@
  * kills processes at random (hostd itself, or another sandbox), and a full disk makes a fork's
  * image copy fail midway. Failing early gives the client a clear error instead.
  */
-import { readFileSync, statfsSync } from 'node:fs';
+import { openSync, readFileSync, readSync, statfsSync } from 'node:fs';
 
 export interface HostFree {
   memAvailableMib: number;
@@ -12,13 +12,30 @@ export interface HostFree {
 
 /** Free memory, and free space where memory images are written (the data directory). */
 export function hostFree(dataDir: string): HostFree {
-  const meminfo = readFileSync('/proc/meminfo', 'utf8');
+  const meminfo = readMeminfo();
   const m = /^MemAvailable:\s+(\d+) kB/m.exec(meminfo);
   const fs = statfsSync(dataDir);
   return {
     memAvailableMib: m ? Number(m[1]) / 1024 : Infinity,
     dataDirFreeMib: (fs.bavail * fs.bsize) / 1024 / 1024,
   };
+}
+
+let meminfoFd: number | null = null;
+const meminfoBuf = Buffer.allocUnsafe(16 * 1024);
+
+/**
+ * `/proc/meminfo`'s text, read from offset 0 of a descriptor kept open (the kernel writes the
+ * file anew at each read from 0): `readFileSync` opened, sized and closed it each time, 125 µs
+ * (p50) when read a few hundred ms apart on the bench host against 70 µs this way
+ * (docs/architecture.md, "A pool hit's create, session 11"). The file is ~1.5 KiB; a longer one
+ * than the buffer is read whole the old way.
+ */
+export function readMeminfo(): string {
+  meminfoFd ??= openSync('/proc/meminfo', 'r');
+  const n = readSync(meminfoFd, meminfoBuf, 0, meminfoBuf.length, 0);
+  if (n === meminfoBuf.length) return readFileSync('/proc/meminfo', 'utf8');
+  return meminfoBuf.toString('latin1', 0, n);
 }
 
 /**
@@ -50,7 +67,7 @@ export function cachedHostFree(
 
 /** The host's total memory in MiB (MemTotal), which the default sandbox cap follows. */
 export function hostMemTotalMib(): number {
-  const m = /^MemTotal:\s+(\d+) kB/m.exec(readFileSync('/proc/meminfo', 'utf8'));
+  const m = /^MemTotal:\s+(\d+) kB/m.exec(readMeminfo());
   return m ? Number(m[1]) / 1024 : 0;
 }
 

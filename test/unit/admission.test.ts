@@ -5,6 +5,7 @@
  */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { pino } from 'pino';
 import {
   Admission,
@@ -15,7 +16,13 @@ import {
   sandboxCapFor,
   sandboxSizing,
 } from '../../src/core/admission.js';
-import { cachedHostFree, type HostFree } from '../../src/core/host-resources.js';
+import {
+  cachedHostFree,
+  hostFree,
+  hostMemTotalMib,
+  readMeminfo,
+  type HostFree,
+} from '../../src/core/host-resources.js';
 import { HostdError } from '../../src/errors.js';
 import { SandboxManager } from '../../src/core/sandbox-manager.js';
 import { FakeHypervisor } from '../helpers/fake-hypervisor.js';
@@ -167,5 +174,18 @@ describe('the reading of the host the admission checks against', () => {
     const free = cachedHostFree('/data', 1e9, reader().read);
     free().memAvailableMib = 0;
     assert.equal(free().memAvailableMib, 1000);
+  });
+
+  test('/proc/meminfo read again through its kept descriptor is the whole file each time', () => {
+    const fields = (text: string): string[] => text.split('\n').map((l) => l.split(':')[0]!);
+    const fresh = readFileSync('/proc/meminfo', 'utf8');
+    for (let i = 0; i < 3; i++) {
+      const kept = readMeminfo();
+      assert.ok(kept.endsWith('\n'));
+      assert.deepEqual(fields(kept), fields(fresh));
+    }
+    const free = hostFree('/');
+    assert.ok(free.memAvailableMib > 0 && Number.isFinite(free.memAvailableMib));
+    assert.ok(hostMemTotalMib() >= free.memAvailableMib);
   });
 });
