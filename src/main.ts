@@ -380,6 +380,10 @@ function createManager(
     join(config.dataDir, 'sandboxes'),
     // A running sandbox's VM does not outlive the host: only paused and lost ones must.
     (r) => r.state !== 'running',
+    undefined,
+    undefined,
+    // A create answers once its record is written: its file is opened ahead, off the request.
+    true,
   );
   const snapshotRecords: RecordStore<SnapshotRecord> = new FileRecords(
     join(config.dataDir, 'snapshots'),

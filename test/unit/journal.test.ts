@@ -270,3 +270,50 @@ test('a durable write put in place by the next start is synced before it replace
     assert.deepEqual(after.readAll(), [{ id: 'a', n: 2 }]);
     assert.deepEqual(seen, ['a.json.tmp over n=1']);
   }));
+
+/** One turn of the event loop: what `openAhead` defers to after the write's turn. */
+const nextTurn = (): Promise<void> => new Promise((r) => setImmediate(r));
+const aheadFiles = (dir: string): string[] => files(dir).filter((f) => f.startsWith('.ahead-'));
+
+test('with openAhead, a write goes to the file opened after the last write, which is opened anew', () =>
+  withDir(async (dir) => {
+    const records = new FileRecords<Rec>(dir, () => false, undefined, undefined, true);
+    records.write({ id: 'a', n: 1 }); // none open yet: its own file, as without openAhead
+    assert.deepEqual(files(dir), ['a.json']);
+    await nextTurn();
+    const [first] = aheadFiles(dir);
+    assert.ok(first, 'a file is opened after the write');
+    records.write({ id: 'b', n: 1 });
+    records.write({ id: 'a', n: 2 }); // same turn: the file ahead is taken, so its own file
+    assert.deepEqual(files(dir), ['a.json', 'b.json'], 'the file ahead became b.json');
+    assert.deepEqual(JSON.parse(readFileSync(join(dir, 'b.json'), 'utf8')), { id: 'b', n: 1 });
+    assert.deepEqual(JSON.parse(readFileSync(join(dir, 'a.json'), 'utf8')), { id: 'a', n: 2 });
+    await nextTurn();
+    const [second] = aheadFiles(dir);
+    assert.ok(second && second !== first, 'the next one is a new file');
+    // This run's file ahead is not what a crash left: a read keeps it, and it reads as nothing.
+    assert.deepEqual(
+      records
+        .readAll()
+        .map((r) => r.id)
+        .sort(),
+      ['a', 'b'],
+    );
+    assert.deepEqual(aheadFiles(dir), [second]);
+    // The next start's read drops it with what else a crash left.
+    const restarted = new FileRecords<Rec>(dir, () => false);
+    assert.equal(restarted.readAll().length, 2);
+    assert.deepEqual(files(dir), ['a.json', 'b.json']);
+  }));
+
+test('with openAhead, records that must outlive the host are written as without it', () =>
+  withDir(async (dir) => {
+    const records = new FileRecords<Rec>(dir, (r) => r.n > 1, undefined, undefined, true);
+    records.write({ id: 'a', n: 1 });
+    await nextTurn();
+    const [ahead] = aheadFiles(dir);
+    records.write({ id: 'b', n: 2 }); // durable: its own file, synced, then renamed in
+    assert.deepEqual(aheadFiles(dir), [ahead], 'the file ahead waits for a write that is not');
+    await records.flush();
+    assert.deepEqual(JSON.parse(readFileSync(join(dir, 'b.json'), 'utf8')), { id: 'b', n: 2 });
+  }));
