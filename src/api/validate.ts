@@ -24,7 +24,7 @@ import {
   SnapshotRequest,
   TimeoutRequest,
 } from './wire/index.js';
-import { checkBody } from './wire/check.js';
+import { checkBody, compileAhead } from './wire/check.js';
 
 type Body = Record<string, unknown>;
 
@@ -144,6 +144,11 @@ function withoutNullRules(body: unknown): unknown {
   const rest: Body = { ...(network as Body) };
   delete rest.allow_out;
   return { ...(body as Body), network: rest };
+}
+
+/** Compiles `parseCreate`'s schema check now: the server's first create does not wait for it. */
+export function compileCreateCheck(): void {
+  compileAhead(CreateRequest);
 }
 
 export function parseCreate(body: unknown): CreateBody {

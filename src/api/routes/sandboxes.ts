@@ -2,7 +2,7 @@
 import type { FastifyInstance } from 'fastify';
 import { validateAllowOut, type SandboxManager } from '../../core/sandbox-manager.js';
 import { ClusterFront } from '../cluster-front.js';
-import { parseCreate, parseNoBody, parseSetTimeout } from '../validate.js';
+import { compileCreateCheck, parseCreate, parseNoBody, parseSetTimeout } from '../validate.js';
 
 type IdParams = { id: string };
 
@@ -11,6 +11,7 @@ export function registerSandboxRoutes(
   manager: SandboxManager,
   front?: ClusterFront,
 ): void {
+  compileCreateCheck();
   app.post('/v1/sandboxes', async (req, reply) => {
     const { network, ...rest } = parseCreate(req.body);
     const allowOut = network ? validateAllowOut(network.allow_out) : undefined;
