@@ -237,7 +237,14 @@ export class FileRecords<R extends { id: string }> implements RecordStore<R> {
   /** Closes the files written since the last turn and opens the next one. */
   private prepareAhead(): void {
     this.aheadTask = null;
-    for (const fd of this.toClose.splice(0)) closeSync(fd);
+    for (const fd of this.toClose.splice(0)) {
+      try {
+        closeSync(fd);
+      } catch {
+        // Written and renamed already: a failed close loses nothing, and throwing here would
+        // take hostd down from a callback of its own.
+      }
+    }
     if (this.ahead) return;
     const path = join(this.dir, `.ahead-${process.pid}-${++this.aheads}.tmp`);
     try {
