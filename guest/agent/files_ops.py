@@ -343,6 +343,32 @@ class AtomicFile:
         return False
 
 
+def prime(directory="/tmp"):
+    """Does once, at the agent's start, what every sandbox's first file operations would
+    otherwise each do again: read the mount table (the first download's is_pseudo) and learn
+    whether `directory`'s filesystem refuses O_TMPFILE (the first upload's failed open). The
+    template is frozen after the agent started, so every sandbox restored from it starts with
+    both known, and under TCG its QEMU never translates those one-off paths (docs/architecture.md,
+    "Where a small file operation ..."). Both stay correct: a mount or unmount invalidates the
+    table (_mount_table_unchanged), and a device that refused O_TMPFILE only gets the named
+    temporary file, which is always correct. Best effort: anything failing here is learnt at
+    first use, as before."""
+    try:
+        filesystem_type(os.stat("/").st_dev)
+        device = os.stat(directory).st_dev
+    except OSError:
+        return
+    if device in _no_tmpfile:
+        return
+    try:
+        fd = os.open(directory, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        if e.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+            _no_tmpfile.add(device)
+        return
+    os.close(fd)                 # unnamed: nothing is left of it
+
+
 def link_fd(fd, path):
     """Gives the file open on fd (an O_TMPFILE) the name `path`: linkat(AT_EMPTY_PATH), which
     needs CAP_DAC_READ_SEARCH (the agent is root), else through /proc/self/fd (which some
