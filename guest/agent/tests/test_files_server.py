@@ -638,3 +638,53 @@ class DiskFull(FilesTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Rehearsal(unittest.TestCase):
+    """files_server.rehearse(), run at the agent's start: the path's operations served once,
+    nothing left behind, and never an exception."""
+
+    def setUp(self):
+        self.dir = os.path.realpath(tempfile.mkdtemp(prefix="hostd-files-rehearsal-"))
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def rehearse(self, target, rounds=2):
+        served = []
+        real = files_server.OPERATIONS.copy()
+
+        def counting(op):
+            def run(link, frame_id, msg):
+                served.append((op, msg.get("path")))
+                return real[op](link, frame_id, msg)
+            return run
+        with unittest.mock.patch.dict(files_server.OPERATIONS,
+                                      {op: counting(op) for op in real}), \
+                unittest.mock.patch.object(files_server, "REHEARSAL_FILE", target), \
+                unittest.mock.patch.object(files_server, "log") as log:
+            files_server.rehearse(rounds)
+        return served, log
+
+    def test_serves_each_operation_and_leaves_nothing(self):
+        target = os.path.join(self.dir, ".rehearsal")
+        served, log = self.rehearse(target)
+        self.assertEqual([op for op, _ in served],
+                         ["write", "read", "stat", "write", "read", "stat", "list", "remove"])
+        self.assertEqual(served[-2][1], "/tmp")
+        self.assertFalse(os.path.exists(target))
+        self.assertEqual(os.listdir(self.dir), [])
+        log.assert_not_called()
+
+    def test_a_failure_is_logged_not_raised(self):
+        target = os.path.join(self.dir, "not-a-dir", ".rehearsal")
+        with open(os.path.join(self.dir, "not-a-dir"), "w"):
+            pass
+        served, log = self.rehearse(target)
+        self.assertEqual([op for op, _ in served], ["write"])   # stops at the first failure
+        log.assert_called_once()
+        self.assertEqual(os.listdir(self.dir), ["not-a-dir"])
+
+    def test_primes_the_filesystem_knowledge(self):
+        with unittest.mock.patch.dict(files_ops._fs_types, clear=True), \
+                unittest.mock.patch.object(files_ops, "_no_tmpfile", set()):
+            files_ops.prime(self.dir)
+            self.assertIn(os.stat("/").st_dev, files_ops._fs_types)
