@@ -479,7 +479,8 @@ def rehearse(rounds=REHEARSAL_ROUNDS):
         ops += [({"op": "write", "path": REHEARSAL_FILE, "mode": 0o600}, content),
                 ({"op": "read", "path": REHEARSAL_FILE}, None),
                 ({"op": "stat", "path": REHEARSAL_FILE}, None)]
-    ops += [({"op": "list", "path": "/tmp"}, None), ({"op": "remove", "path": REHEARSAL_FILE}, None)]
+    ops += [({"op": "list", "path": "/tmp"}, None),
+            ({"op": "remove", "path": REHEARSAL_FILE}, None)]
     try:
         server.start()
         answers = bytearray()
@@ -507,8 +508,10 @@ def rehearse(rounds=REHEARSAL_ROUNDS):
         log("rehearsal failed: %s" % e)
     finally:
         host.close()                         # EOF: the server returns
-        server.join(REHEARSAL_TIMEOUT)
-        guest.close()
+        if server.ident is not None:
+            server.join(REHEARSAL_TIMEOUT)
+        if not server.is_alive():            # else its fd must not be reused under it
+            guest.close()
         try:
             os.unlink(REHEARSAL_FILE)        # removed already, unless something failed
         except OSError:
