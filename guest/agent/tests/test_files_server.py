@@ -688,3 +688,10 @@ class Rehearsal(unittest.TestCase):
                 unittest.mock.patch.object(files_ops, "_no_tmpfile", set()):
             files_ops.prime(self.dir)
             self.assertIn(os.stat("/").st_dev, files_ops._fs_types)
+
+    def test_no_socket_pair_means_no_rehearsal(self):
+        with unittest.mock.patch.object(files_server.socket, "socketpair",
+                                        side_effect=OSError(errno.EMFILE, "too many")), \
+                unittest.mock.patch.object(files_server, "log") as log:
+            files_server.rehearse(1)
+        log.assert_called_once()
