@@ -41,6 +41,42 @@ def _compile_expression(src, filename):
         return None
 
 
+def _compile_split(src, filename):
+    """(body, last): the code of a cell whose last statement is an expression that starts on the
+    cell's last line at column 0 (blank, comment and indented lines after it are the
+    expression's own), compiled from the source text itself, split before that line; else None.
+
+    The general path below parses the cell into Python AST objects and compiles those back:
+    code (CPython's AST-to-objects and objects-to-AST conversions and its AST validator) that
+    nothing else in an exec runs, which every new VM translates anew under TCG for its first
+    multi-line cell, ~2,700 guest blocks (~1.5 MiB of its translation buffer;
+    docs/architecture.md, "Density"). The split gives the same code objects: the line before
+    which it splits starts at column 0, and the lines above compile on their own, so they end
+    between two statements (no bracket, string or continuation is left open) and that line
+    starts a top-level statement; the lines from there on compile as one expression, so that
+    statement is an expression statement and the last one. Line numbers stay those of the cell
+    (the expression is compiled after as many newlines), columns too (it starts at column 0).
+    Anything else (a compound statement last, an expression after a `;` or whose closing bracket
+    is at column 0, a source with a carriage return, whose lines the compiler counts
+    differently; a syntax error) goes the general path, which then reports what it reports.
+    """
+    if "\r" in src:
+        return None
+    lines = src.split("\n")
+    i = len(lines) - 1
+    while i >= 0 and (not lines[i][:1].strip() or lines[i][0] == "#"):
+        i -= 1                           # the last line that starts at column 0
+    if i < 0:
+        return None
+    try:
+        last = compile("\n" * i + "\n".join(lines[i:]), filename, "eval", FLAGS,
+                       dont_inherit=True)
+        body = compile("\n".join(lines[:i]) + "\n", filename, "exec", FLAGS, dont_inherit=True)
+    except Exception:                    # (SyntaxError, ValueError for a NUL, RecursionError)
+        return None
+    return body, last
+
+
 class CellRunner:
     """Runs cells. `display` shows their values (repl_display.Display); `loop` runs the cells
     that await."""
@@ -110,6 +146,20 @@ class CellRunner:
         expression = _compile_expression(src, filename)
         if expression is not None:
             return self._evaluate(expression)
+        split = _compile_split(src, filename)
+        if split is not None:
+            body, last = split
+        else:
+            body, last = self._compile_tree(src, filename, notebook)
+        if (body.co_flags | (last.co_flags if last else 0)) & CO_COROUTINE:
+            # A cell that awaits anywhere runs on the loop as a whole
+            return self.loop.run(self._run_async(body, last))
+        eval(body, self.ns)
+        return None if last is None else eval(last, self.ns)
+
+    @staticmethod
+    def _compile_tree(src, filename, notebook):
+        """(body, last) through the cell's AST: the general case."""
         tree = compile(src, filename, "exec", ast.PyCF_ONLY_AST | FLAGS, dont_inherit=True)
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
@@ -119,12 +169,7 @@ class CellRunner:
                                dont_inherit=True)
             else:
                 tree.body.append(node)
-        body = compile(tree, filename, "exec", FLAGS, dont_inherit=True)
-        if (body.co_flags | (last.co_flags if last else 0)) & CO_COROUTINE:
-            # A cell that awaits anywhere runs on the loop as a whole
-            return self.loop.run(self._run_async(body, last))
-        eval(body, self.ns)
-        return None if last is None else eval(last, self.ns)
+        return compile(tree, filename, "exec", FLAGS, dont_inherit=True), last
 
     def _report(self, exc):
         """Notebook mode: an uncaught exception as an `exception` message."""
