@@ -143,7 +143,7 @@ export class TemplatePool {
       let machine: Machine;
       try {
         machine = await this.restore();
-        await warm(machine, this.image.preload, this.warmFiles).catch(async (err: unknown) => {
+        await warm(machine, this.warmFiles).catch(async (err: unknown) => {
           await machine.destroy();
           throw err;
         });
@@ -190,12 +190,8 @@ const WARM_FILES_TIMEOUT_MS = 30_000;
  * translations and guest pages in every idle pool machine, which a sandbox that never touches its
  * files would pay for nothing (docs/operations.md).
  */
-export async function warm(
-  machine: Machine,
-  preload: readonly string[],
-  warmFiles: boolean,
-): Promise<void> {
-  await machine.warmUp(preload);
+export async function warm(machine: Machine, warmFiles: boolean): Promise<void> {
+  await machine.warmUp();
   if (!warmFiles) return;
   const signal = AbortSignal.timeout(WARM_FILES_TIMEOUT_MS);
   const files = machine.files;

@@ -236,10 +236,10 @@ export interface Machine {
   pauseOutput(): void;
   resumeOutput(): void;
   /**
-   * Runs one exec that imports `preload` (already imported: only the import path runs) outside
-   * the user's namespace, so that a pooled machine's first real exec is not its slowest.
+   * Runs one exec that leaves nothing in the user's namespace (`print(1)`), so that a pooled
+   * machine's first real exec is not its slowest.
    */
-  warmUp(preload: readonly string[]): Promise<void>;
+  warmUp(): Promise<void>;
   /**
    * Captures the machine's whole state at one instant into a new FrozenState for `children`
    * restores. The machine is paused only for the final copy and keeps running. `target`, when

@@ -380,20 +380,22 @@ export class Vm implements Machine {
    * network port starts over here too (no ports, nothing allowed until the sandbox's rules
    * come): done at create, a sync ran beside the first exec and cost it ~75 ms. A clone of the
    * template's quiet relay usually needs no sync at all (syncNetwork).
+   *
+   * The exec is `print(1)`: the path every exec takes (the port, the cell's compile, its output,
+   * its exit) and nothing more. Every guest block it translates stays in the VM's translation
+   * buffer for the sandbox's life, whether the sandbox runs that code or not; the template's
+   * preloads, re-imported here until issue 29, translated ~1,500 blocks (~0.8 MiB per VM) that
+   * a first `import pandas as pd` cell needs ~350 of (docs/architecture.md, "Density").
    */
-  warmUp(preload: readonly string[]): Promise<void> {
+  warmUp(): Promise<void> {
     return asVmError(
       'warm_up',
-      () => this.runWarmUp(preload),
+      () => this.runWarmUp(),
       () => this.alive,
     );
   }
 
-  private async runWarmUp(preload: readonly string[]): Promise<void> {
-    // `import pandas as pd` opens most cells: its path is translated here, in a scratch
-    // namespace (exec's own dict), so `__main__` stays as clean as the template left it.
-    const imports =
-      preload.length > 0 ? `\nexec(${JSON.stringify(`import ${preload.join(', ')}`)}, {})` : '';
+  private async runWarmUp(): Promise<void> {
     if (this.net) await this.syncNetwork(this.net, []);
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(
@@ -407,7 +409,7 @@ export class Vm implements Machine {
       };
       try {
         this.exec(
-          { language: 'python', code: `print(1)${imports}` },
+          { language: 'python', code: 'print(1)' },
           {
             onOutput: () => undefined,
             onExit: () => done(),
