@@ -39,6 +39,11 @@ export class QemuForkTarget implements ForkTarget, PreparedCopy {
     if (this.taken) return;
     const disk = await Vm.unattachedDisk(this.ctx, this.base.spec);
     const vm = await Vm.incoming(this.ctx, this.base.spec, this.image.path, disk);
+    // Every fork that takes this target captures a machine restored from `base`: its children's
+    // disks sit on `base`'s layer, and their QEMUs can open it now, outside the fork. A failure
+    // destroyed the VM; it ends the fill, as a failed start does, once the image is seen to.
+    let failure: unknown = null;
+    await vm.readyForFork(this.base).catch((err: unknown) => (failure = err));
     if (this.taken) {
       // Taken while this QEMU started: the fork did not get it.
       await vm.destroy();
@@ -47,6 +52,7 @@ export class QemuForkTarget implements ForkTarget, PreparedCopy {
       if (this.discarded) await rm(this.image.path, { force: true });
       return;
     }
+    if (failure) throw failure;
     this.vms.push(vm);
   }
 

@@ -83,6 +83,8 @@ export class QemuProcess extends EventEmitter {
   /** A QEMU of an earlier hostd version writes the log itself: it is truncated every 10 s. */
   private consoleCap: NodeJS.Timeout | undefined;
   private exitInfo: string | null = null;
+  /** `migrate-incoming` was sent: QEMU listens for the device state (`listenForState`). */
+  private listening = false;
   private killed = false;
   private readonly exitPromise: Promise<void>;
   private resolveExit!: () => void;
@@ -211,12 +213,28 @@ export class QemuProcess extends EventEmitter {
    * makes QEMU exit, which closes QMP and ends the wait too.
    */
   async loadDeviceState(deviceState: Buffer, deadline: number): Promise<void> {
-    const sock = join(this.dir, 'in.sock');
     const running = this.qmp.waitEvent('RESUME', () => true, Math.max(1, deadline - Date.now()));
     running.catch(() => undefined); // awaited below, unless an earlier step throws
-    await this.qmp.execute('migrate-incoming', { uri: `unix:${sock}` });
-    await sendAll(sock, deviceState, deadline);
+    await this.listenForState();
+    await sendAll(this.stateSocket, deviceState, deadline);
     await running;
+  }
+
+  /**
+   * Has this QEMU (started with `-incoming defer`) listen for the device state, without sending
+   * it: a fork standby's QEMU does this when it starts, so that in the fork each child's restore
+   * is one QMP round trip shorter (docs/architecture.md, "Fork: the host's part of a child").
+   * QEMU only waits on the socket meanwhile; its block devices can still be added and reopened.
+   */
+  async listenForState(): Promise<void> {
+    if (this.listening) return;
+    await this.qmp.execute('migrate-incoming', { uri: `unix:${this.stateSocket}` });
+    this.listening = true;
+  }
+
+  /** The socket an incoming QEMU reads its device state from (`listenForState`). */
+  private get stateSocket(): string {
+    return join(this.dir, 'in.sock');
   }
 
   /** Kills QEMU (if it runs) and removes its folder. Idempotent. */

@@ -54,6 +54,8 @@ export class VmDisk {
   private layerNodes: string[] = [];
   /** False for a VM adopted after a crash: the node names under its overlay are not known. */
   private chainKnown = true;
+  /** Files of the layers `preopen` opened in QEMU ahead of `attach`, bottom first. */
+  private readonly preopened: string[] = [];
 
   private constructor(
     private readonly disks: DiskStore,
@@ -171,19 +173,9 @@ export class VmDisk {
     const { qmp } = qemu;
     const paths = this.layerPaths(layer);
     try {
+      const from = await this.usePreopened(qmp, paths);
       for (const [i, path] of paths.entries()) {
-        const filename = await qemu.view.expose(path);
-        try {
-          await qmp.execute('blockdev-add', {
-            driver: 'qcow2',
-            'node-name': diskLayerNode(i),
-            'read-only': true,
-            file: { driver: 'file', filename },
-            ...(i > 0 ? { backing: diskLayerNode(i - 1) } : {}),
-          });
-        } finally {
-          await qemu.view.withdraw(filename);
-        }
+        if (i >= from) await this.addLayerNode(qemu, i, path);
       }
       await qmp.execute('blockdev-reopen', {
         options: [
@@ -206,6 +198,55 @@ export class VmDisk {
       .slice(1)
       .map((_, i) => diskLayerNode(i + 1))
       .reverse();
+  }
+
+  /**
+   * Opens in QEMU, ahead of `attach`, the read-only layers of the chain this unattached overlay
+   * will most likely sit on: `layer`'s (bottom first, under the node names `attach` gives them).
+   * A fork standby's QEMU (vm/qemu/fork-target.ts) does this when it starts, for its template's
+   * layer, under which every fork of a sandbox of that template has its own: in the fork only
+   * that one is added, and each child's restore makes two fewer `blockdev-add`s (each QEMU opening
+   * a qcow2 file, and hostd linking it into a jailed QEMU's view and out again) while the children
+   * compete for the host's cores (docs/architecture.md, "Fork: the host's part of a child").
+   * Nothing the guest can see: the overlay has no backing until `attach`.
+   */
+  async preopen(qemu: DiskQemu, layer: DiskLayer | null): Promise<void> {
+    if (this.attached || this.preopened.length > 0) return;
+    const paths = this.layerPaths(layer);
+    for (const [i, path] of paths.entries()) {
+      await this.addLayerNode(qemu, i, path);
+      this.preopened.push(path);
+    }
+  }
+
+  /**
+   * How many of `paths` (bottom first) QEMU has open already (`preopen`): a prefix of them. Layers
+   * opened ahead that are not (a parent whose chain was flattened) are closed, top first, so that
+   * `attach` can add the whole chain under its usual node names.
+   */
+  private async usePreopened(qmp: QmpClient, paths: readonly string[]): Promise<number> {
+    const opened = this.preopened.splice(0);
+    if (opened.every((p, i) => paths[i] === p)) return opened.length;
+    for (let i = opened.length - 1; i >= 0; i--) {
+      await qmp.execute('blockdev-del', { 'node-name': diskLayerNode(i) });
+    }
+    return 0;
+  }
+
+  /** Adds read-only layer `index` of the chain (bottom first), the file `path`, to QEMU. */
+  private async addLayerNode(qemu: DiskQemu, i: number, path: string): Promise<void> {
+    const filename = await qemu.view.expose(path);
+    try {
+      await qemu.qmp.execute('blockdev-add', {
+        driver: 'qcow2',
+        'node-name': diskLayerNode(i),
+        'read-only': true,
+        file: { driver: 'file', filename },
+        ...(i > 0 ? { backing: diskLayerNode(i - 1) } : {}),
+      });
+    } finally {
+      await qemu.view.withdraw(filename);
+    }
   }
 
   /**

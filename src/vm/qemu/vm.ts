@@ -306,6 +306,22 @@ export class Vm implements Machine {
     };
   }
 
+  /**
+   * Readies this incoming VM for a fork of a machine restored from `base` (a fork standby's QEMU,
+   * vm/qemu/fork-target.ts), before the fork is asked for: opens `base`'s disk layers, under
+   * which the fork's layer will go (VmDisk.preopen), and has QEMU listen for its device state.
+   * Both are steps each child's restore would otherwise take in the fork, where the children
+   * compete for the host's cores. On failure the VM is destroyed.
+   */
+  async readyForFork(base: QemuState): Promise<void> {
+    try {
+      await this.disk?.preopen(this.process, base.layer);
+      await this.process.listenForState();
+    } catch (err) {
+      throw await this.failed(err);
+    }
+  }
+
   /** True while this VM (made by `incoming`) waits, alive and unused, for a device state. */
   get isIncoming(): boolean {
     return this.state === null && this.alive;
