@@ -70,7 +70,7 @@ export class Lineage {
         return adopted;
       } finally {
         admitted();
-        standby.refill();
+        standby.refillAfterFork();
       }
     } finally {
       release();

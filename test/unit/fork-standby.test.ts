@@ -32,3 +32,38 @@ test('a held standby makes no target until it resumes', async () => {
   await standby.close();
   assert.ok(hv.targets.every((t) => t.discarded));
 });
+
+test("a fork's refill starts only after its delay, and counts as filling until then", async () => {
+  const hv = new FakeHypervisor();
+  const standby = new ForkStandby(hv, 2, () => null, undefined, 40);
+  const base = new FakeState('template-python', new Map(), 'python');
+  standby.register(base);
+  await eventually('the first target to be made', () => !standby.filling && standby.vms === 1);
+  const target = standby.take(base, 2);
+  assert.ok(target);
+  standby.refillAfterFork();
+  standby.refillAfterFork(); // a second fork ending meanwhile schedules nothing more
+  // Not as the fork answers: its children need the host's cores for their first exec then.
+  assert.equal(hv.targets.length, 1);
+  assert.equal(standby.filling, true);
+  await eventually('the refill to be made', () => !standby.filling && standby.vms === 2);
+  assert.equal(hv.targets.length, 2);
+  await target.discard();
+  await standby.close();
+  assert.ok(hv.targets.every((t) => t.discarded));
+});
+
+test('closing the standby cancels a scheduled refill', async () => {
+  const hv = new FakeHypervisor();
+  const standby = new ForkStandby(hv, 1, () => null, undefined, 20);
+  const base = new FakeState('template-python', new Map(), 'python');
+  standby.register(base);
+  await eventually('the first target to be made', () => !standby.filling && standby.vms === 1);
+  const target = standby.take(base, 1);
+  standby.refillAfterFork();
+  await standby.close();
+  assert.equal(standby.filling, false);
+  await new Promise((r) => setTimeout(r, 40)); // past the delay: nothing may start after close
+  assert.equal(hv.targets.length, 1);
+  await target?.discard();
+});
