@@ -41,7 +41,7 @@ from cgroups import Cgroups
 from default_env import DefaultEnvironment, invalid_entry
 from executor import Executor
 from host_channel import Channel, open_port
-from hostd_wire import MAX_INPUT_LINE, encode, parse_line, read_lines
+from hostd_wire import MAX_INPUT_LINE, encode, parse_hello_fast, parse_line, read_lines
 from template_config import DEFAULT_PATH, load_template
 from worker_supervisor import Supervisor
 
@@ -73,6 +73,9 @@ class Agent:
         self.upper_fd = guest_system.claim_upper_dir() if system else None
         self.chores = queue.SimpleQueue()
         self.pings, self.pings_lock = [], threading.Lock()   # nonces the executor will answer
+        # The hello reply's middle, fixed for the agent's life (a fork child keeps its pid)
+        self._hello_tail = ('","pid":%d,"python":"%s","net":' % (os.getpid(),
+                                                                  PYTHON_VERSION)).encode()
         threading.Thread(target=self._run_chores, name="chores", daemon=True).start()
 
     def serve(self, rfd, stdio):
@@ -84,6 +87,11 @@ class Agent:
 
     def handle_line(self, line):
         try:
+            # The hello first, in as little distinct code as can be (see on_fast_hello)
+            if line.startswith(b'{"op":"hello",'):
+                fast = parse_hello_fast(line)
+                if fast is not None:
+                    return self.on_fast_hello(*fast)
             self._handle_line(line)
         except Exception as e:           # a bug must not take the agent down
             log("internal error:\n" + traceback.format_exc())
@@ -95,14 +103,14 @@ class Agent:
         msg = parse_line(line)
         if msg is None:
             return self.error("malformed message: %r" % line[:200])
-        handler = {"hello": self.on_hello, "exec": self.on_exec, "cancel": self.on_cancel,
-                   "ping": self.on_ping, "set_env": self.on_set_env,
-                   "prepare_freeze": self.on_prepare_freeze,
-                   "prepare_pause": self.on_prepare_pause,
-                   "cancel_all": self.on_cancel_all}.get(msg.get("op"))
-        if handler is None:
+        name = self.HANDLERS.get(msg.get("op")) if isinstance(msg.get("op"), str) else None
+        if name is None:
             return self.error("unknown op %r" % (msg.get("op"),))
-        handler(msg)
+        getattr(self, name)(msg)
+
+    HANDLERS = {"hello": "on_hello", "exec": "on_exec", "cancel": "on_cancel", "ping": "on_ping",
+                "set_env": "on_set_env", "prepare_freeze": "on_prepare_freeze",
+                "prepare_pause": "on_prepare_pause", "cancel_all": "on_cancel_all"}
 
     def error(self, message):
         self.channel.send_control({"op": "error", "message": message})
@@ -126,26 +134,48 @@ class Agent:
             self.executor.emit({"op": "pong", "nonce": nonce})
 
     def on_hello(self, msg):
+        """A hello in any other shape than hostd's own (an older or a test host, a nonce that
+        JSON must escape, a hello glued behind garbage): the general path, same effects as
+        on_fast_hello."""
         nonce = msg.get("nonce")
         if not isinstance(nonce, str):
             return self.error("hello: nonce must be a string")
         if self.system:
             guest_system.set_clock(msg.get("time_ns"), log)
             guest_system.reseed_kernel(msg.get("seed"), log)
+        self._new_connection(copy=msg.get("copy") is not False)
+        net = net_relay.quiet_state()
+        self.channel.write([encode({"op": "hello", "nonce": nonce, "pid": os.getpid(),
+                                    "python": PYTHON_VERSION, "net": net,
+                                    "prepare_pause": True})])
+
+    def on_fast_hello(self, nonce, time_ns, seed, copy):
+        """hostd's hello as it sends it (hostd_wire.parse_hello_fast): the clock, the kernel RNG
+        and the copy count exactly as on_hello, the reply built from bytes. Under TCG a fork
+        child translates anew every guest block it runs between its restore and this answer
+        (docs/architecture.md, "Where a fork child's time goes"): JSON's Python and C code, a
+        dict of bound methods per line and an encoder made per reply were ~1,000 of them.
+        Still before anything else runs: the clock and the RNG are set before the answer, and
+        hostd sends no exec before it."""
+        if self.system:
+            guest_system.set_clock(time_ns, log)
+            guest_system.reseed_kernel_raw(seed, log)
+        self._new_connection(copy)
+        self.channel.write([b'{"op":"hello","nonce":"', nonce, self._hello_tail,
+                            net_relay.quiet_state_json(), b',"prepare_pause":true}\n'])
+
+    def _new_connection(self, copy):
         # A copy (absent from an older hostd's hello, which always meant one) shares its
         # Python-level generators with its siblings; a VM that goes on (resumed, re-adopted)
-        # keeps them, seeded as its user left them
-        self.supervisor.on_hello(copy=msg.get("copy") is not False)
+        # keeps them, seeded as its user left them. The worker reads the count at its next
+        # REPL hello: nothing wakes it now.
+        self.supervisor.on_hello(copy=copy)
         # A new host connection: the processes port's streams were the old one's
         proc_server.host_changed()
-        # Written from this thread, not through the control writer: a hello comes right after a
-        # restore, when nothing else writes and the host reads, and under TCG every first run
-        # of code is translated anew in each restored VM: a thread hand-off costs a fork child
-        # CPU before it can answer (docs/architecture.md, "Measured choices in the code").
-        self.channel.write([encode({"op": "hello", "nonce": nonce, "pid": os.getpid(),
-                                    "python": PYTHON_VERSION,
-                                    "net": net_relay.quiet_state(),
-                                    "prepare_pause": True})])
+        # The answer is written from this thread, not through the control writer: a hello
+        # comes right after a restore, when nothing else writes and the host reads, and a
+        # thread hand-off costs a fork child CPU before it can answer (docs/architecture.md,
+        # "Measured choices in the code").
 
     def on_exec(self, msg):
         exec_id, language, code = msg.get("id"), msg.get("language"), msg.get("code")

@@ -29,14 +29,28 @@ _urandom_fd = None
 
 
 def reseed_kernel(seed, log):
-    global _urandom_fd
+    """seed: hex (the hello's `seed`)."""
     try:
         raw = bytes.fromhex(seed)
+    except (TypeError, ValueError) as e:
+        return log("cannot reseed the kernel RNG:", e)
+    reseed_kernel_raw(raw, log)
+
+
+_SEED32_HEADER = struct.pack("ii", 32 * 8, 32)   # hostd's seeds: 32 bytes, 256 bits
+
+
+def reseed_kernel_raw(raw, log):
+    """Mixes raw (bytes) into the kernel RNG and forces a reseed."""
+    global _urandom_fd
+    try:
         # Opened once, before the template is frozen, so a restore does not walk the path
         # again (first runs of kernel code are what a restore pays for under TCG).
         if _urandom_fd is None:
             _urandom_fd = os.open("/dev/urandom", os.O_WRONLY | os.O_CLOEXEC)
-        fcntl.ioctl(_urandom_fd, RNDADDENTROPY, struct.pack("ii", len(raw) * 8, len(raw)) + raw)
+        header = (_SEED32_HEADER if len(raw) == 32
+                  else struct.pack("ii", len(raw) * 8, len(raw)))
+        fcntl.ioctl(_urandom_fd, RNDADDENTROPY, header + raw)
         fcntl.ioctl(_urandom_fd, RNDRESEEDCRNG)
     except (TypeError, ValueError, OSError) as e:
         log("cannot reseed the kernel RNG:", e)

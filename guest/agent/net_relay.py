@@ -97,6 +97,7 @@ class Relay:
         self.next_id = 1
         self.proxy = None
         self.internal = {}            # port -> listening socket on internal_address
+        self.port_poll = None         # (fd, select.poll on it) for quiet_state
         self.stopped = False
         self._listen_proxy()
 
@@ -182,11 +183,25 @@ class Relay:
                 or self.out or self.reader.buf or self.reader.scanning):
             return None
         try:
-            if select.select([fd], [], [], 0)[0]:
+            # poll, not select: the agent's own wait for its port is a poll, so a fork child
+            # runs the kernel's poll code already before its hello; select's was ~80 guest
+            # blocks more to translate (docs/architecture.md, "Where a fork child's time goes")
+            if self.port_poll is None or self.port_poll[0] != fd:
+                poller = select.poll()
+                poller.register(fd, select.POLLIN)
+                self.port_poll = (fd, poller)
+            if self.port_poll[1].poll(0):
                 return None              # the host sent something this relay has not read
         except (OSError, ValueError):
             return None
         return {"ports": sorted(self.internal)}
+
+    def quiet_state_json(self):
+        """quiet_state() as the JSON bytes of the agent's hello reply."""
+        state = self.quiet_state()
+        if state is None:
+            return b"null"
+        return b'{"ports":[' + ",".join(map(str, state["ports"])).encode() + b"]}"
 
     def serve(self, fd):
         """Relays over port fd; returns at EOF with stop_at_eof, else never."""
@@ -447,6 +462,12 @@ def quiet_state():
     """The serving relay's quiet_state(), for the agent's hello reply; None without one."""
     relay = _serving
     return relay.quiet_state() if relay is not None else None
+
+
+def quiet_state_json():
+    """quiet_state() as the JSON bytes of the agent's hello reply."""
+    relay = _serving
+    return relay.quiet_state_json() if relay is not None else b"null"
 
 
 def main(argv=None):
