@@ -118,11 +118,15 @@ class AgentProcess:
         """`copy`: whether the VM is a new copy of a frozen state (True) or goes on (False);
         None leaves the field out, as an older hostd did."""
         self.hellos += 1
-        msg = {"op": "hello", "nonce": "hello-%d" % self.hellos,
+        msg = {"op": "hello", "nonce": "hello%d" % self.hellos,
                "time_ns": str(time.time_ns()), "seed": "00" * 32}
         if copy is not None:
             msg["copy"] = copy
-        self.request(msg)
+        # Written as hostd writes it (no spaces): with `copy`, the agent's fast path takes it
+        self.send_raw(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+        reply = self.recv()
+        if (reply.get("op"), reply.get("nonce")) != ("hello", msg["nonce"]):
+            raise AssertionError("expected the reply to %r, got %r" % (msg, reply))
         self.next_id = 1
 
     def repl_hello(self):
