@@ -92,7 +92,16 @@ def wait_writable(fd):
 
 
 def write_all(fd, data):
-    view = memoryview(data)
+    try:
+        # One write in the common case, without a memoryview: a fork child's hello answer is
+        # written here, and every first run of code costs it under TCG
+        written = os.write(fd, data)
+    except BlockingIOError:              # an fd inherited in non-blocking mode
+        wait_writable(fd)
+        written = 0
+    if written == len(data):
+        return
+    view = memoryview(data)[written:]
     while view:
         try:
             view = view[os.write(fd, view):]
@@ -144,7 +153,8 @@ def parse_hello_fast(line):
             or p[16:18] != _HELLO_COPY):
         return None
     nonce, time_ns, seed, copy = p[7], p[11], p[15], _HELLO_COPIES.get(p[18])
-    if copy is None or not nonce.isalnum() or not time_ns.isdigit() or len(seed) != 64:
+    if (copy is None or not nonce.isalnum() or not time_ns.isdigit() or len(time_ns) > 24
+            or len(seed) != 64):
         return None
     try:
         raw = bytes.fromhex(seed.decode("ascii"))

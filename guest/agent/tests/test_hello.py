@@ -15,7 +15,7 @@ import agent as agent_module
 import guest_system
 import net_relay
 from agent import Agent
-from hostd_wire import parse_hello_fast
+from hostd_wire import parse_hello_fast, write_all
 
 SEED = bytes(range(32))
 
@@ -43,6 +43,7 @@ class FastHelloParse(unittest.TestCase):
             hostd_hello(nonce="é"),                # non-ASCII
             hostd_hello(time_ns="-1"),
             hostd_hello(time_ns=""),
+            hostd_hello(time_ns="9" * 5000),       # beyond int()'s digits: the general path logs it
             hostd_hello(seed="zz" * 32),           # not hex
             hostd_hello(seed="00" * 31),           # not 32 bytes
             hostd_hello(copy="yes"),
@@ -134,6 +135,28 @@ class FastHelloEffects(unittest.TestCase):
         self.assertEqual(self.calls, [])
         self.assertEqual(self.channel.controls,
                          [{"op": "error", "message": "hello: nonce must be a string"}])
+
+
+class WriteAll(unittest.TestCase):
+    def test_a_short_write_is_finished_on_blocking_and_non_blocking_fds(self):
+        for blocking in (True, False):
+            with self.subTest(blocking=blocking):
+                r, w = os.pipe()
+                self.addCleanup(os.close, r)
+                self.addCleanup(os.close, w)
+                os.set_blocking(w, blocking)
+                data = os.urandom(1 << 20)   # more than a pipe takes at once
+                got = bytearray()
+
+                def drain():
+                    while len(got) < len(data):
+                        got.extend(os.read(r, 65536))
+
+                reader = threading.Thread(target=drain)
+                reader.start()
+                write_all(w, data)
+                reader.join(10)
+                self.assertEqual(bytes(got), data)
 
 
 class KernelReseed(unittest.TestCase):
