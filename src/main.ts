@@ -80,7 +80,7 @@ async function main(): Promise<void> {
   const metrics = createMetrics({ accel: accel.accel, version: HOSTD_VERSION });
   // Cluster mode (SERVICE_CLUSTER_ETCD): this node's records are mirrored into etcd's catalog.
   const cluster = config.cluster ? await clusterNode(config, log) : null;
-  const manager = createManager(
+  const { manager, sandboxRecords } = createManager(
     config,
     { templates, images, sizing, ports, cluster },
     hypervisor,
@@ -91,7 +91,7 @@ async function main(): Promise<void> {
   cluster?.bind(clusterView(config, manager, sizing));
   const moves = cluster ? movesOf(config, cluster, manager, log) : null;
   const servers = await buildServers(config, { manager, auth, log, metrics, cluster, moves });
-  const stop = stopOnSignals(config, { manager, cluster, moves, servers, log });
+  const stop = stopOnSignals(config, { manager, sandboxRecords, cluster, moves, servers, log });
   await bootTemplates(manager, stop, log);
   const { address, e2bAddress } = await listen(config, servers, ports, stop, log);
   if (cluster) {
@@ -374,7 +374,7 @@ function createManager(
   hypervisor: QemuHypervisor,
   log: Logger,
   metrics: Metrics,
-): SandboxManager {
+): { manager: SandboxManager; sandboxRecords: FileRecords<SandboxRecord> } {
   const { cluster } = parts;
   const sandboxRecords = new FileRecords<SandboxRecord>(
     join(config.dataDir, 'sandboxes'),
@@ -388,7 +388,7 @@ function createManager(
   const snapshotRecords: RecordStore<SnapshotRecord> = new FileRecords(
     join(config.dataDir, 'snapshots'),
   );
-  return new SandboxManager(
+  const manager = new SandboxManager(
     {
       templates: parts.templates,
       images: parts.images,
@@ -427,6 +427,7 @@ function createManager(
     log,
     metrics.observer,
   );
+  return { manager, sandboxRecords };
 }
 
 /** What the cluster sees of this node: its sandboxes, capacity, load and templates. */
@@ -529,13 +530,15 @@ function stopOnSignals(
   config: Config,
   parts: {
     manager: SandboxManager;
+    /** Its file opened ahead is closed and removed at the stop (FileRecords.closeAhead). */
+    sandboxRecords: FileRecords<SandboxRecord>;
     cluster: ClusterNode | null;
     moves: Moves | null;
     servers: Servers;
     log: Logger;
   },
 ): (signal: string) => Promise<void> {
-  const { manager, cluster, moves, servers, log } = parts;
+  const { manager, sandboxRecords, cluster, moves, servers, log } = parts;
   let stopping: Promise<void> | null = null;
   const stop = (signal: string): Promise<void> =>
     (stopping ??= (async () => {
@@ -559,6 +562,8 @@ function stopOnSignals(
       await servers.e2b
         ?.close()
         .catch((err: unknown) => log.warn({ err }, 'closing the E2B server failed'));
+      // Nothing writes a record any more: the spare file goes, not left for the next start.
+      sandboxRecords.closeAhead();
       await releaseStateDir(config.stateDir);
       await releaseDataDir(config.dataDir);
       log.info('stopped');

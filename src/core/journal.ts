@@ -124,6 +124,8 @@ export class FileRecords<R extends { id: string }> implements RecordStore<R> {
   /** Descriptors of files opened ahead and written since, closed after the write's turn. */
   private readonly toClose: number[] = [];
   private aheadTask: NodeJS.Immediate | null = null;
+  /** `closeAhead` ran: no file is opened ahead any more. */
+  private aheadClosed = false;
 
   constructor(
     private readonly dir: string,
@@ -219,7 +221,7 @@ export class FileRecords<R extends { id: string }> implements RecordStore<R> {
    * is opened after this turn of the loop, when the answer waiting for this write is out.
    */
   private writeAhead(text: string): string | null {
-    if (!this.openAhead) return null;
+    if (!this.openAhead || this.aheadClosed) return null;
     const ahead = this.ahead;
     this.ahead = null;
     this.aheadTask ??= setImmediate(() => this.prepareAhead());
@@ -234,9 +236,43 @@ export class FileRecords<R extends { id: string }> implements RecordStore<R> {
     return ahead.path;
   }
 
+  /**
+   * Closes and removes the file opened ahead (`openAhead`), closes those written since, and
+   * opens no other: at hostd's stop, so that a clean stop leaves no `.ahead-*.tmp` in the folder
+   * and no descriptor or pending callback behind (one left by a crash goes at the next start's
+   * `readAll`). Writes after it open their own files, as without `openAhead`.
+   */
+  closeAhead(): void {
+    this.aheadClosed = true;
+    if (this.aheadTask) clearImmediate(this.aheadTask);
+    this.aheadTask = null;
+    this.closeWritten();
+    const ahead = this.ahead;
+    this.ahead = null;
+    if (!ahead) return;
+    try {
+      closeSync(ahead.fd);
+    } catch {
+      // Never written: nothing is lost with it.
+    }
+    rmSync(ahead.path, { force: true });
+  }
+
   /** Closes the files written since the last turn and opens the next one. */
   private prepareAhead(): void {
     this.aheadTask = null;
+    this.closeWritten();
+    if (this.ahead || this.aheadClosed) return;
+    const path = join(this.dir, `.ahead-${process.pid}-${++this.aheads}.tmp`);
+    try {
+      this.ahead = { fd: openSync(path, 'w', 0o600), path };
+    } catch {
+      // The next write opens its own file, as without `openAhead`, and tries again after it.
+    }
+  }
+
+  /** Closes the files opened ahead and written since the last turn. */
+  private closeWritten(): void {
     for (const fd of this.toClose.splice(0)) {
       try {
         closeSync(fd);
@@ -244,13 +280,6 @@ export class FileRecords<R extends { id: string }> implements RecordStore<R> {
         // Written and renamed already: a failed close loses nothing, and throwing here would
         // take hostd down from a callback of its own.
       }
-    }
-    if (this.ahead) return;
-    const path = join(this.dir, `.ahead-${process.pid}-${++this.aheads}.tmp`);
-    try {
-      this.ahead = { fd: openSync(path, 'w', 0o600), path };
-    } catch {
-      // The next write opens its own file, as without `openAhead`, and tries again after it.
     }
   }
 

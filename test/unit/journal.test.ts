@@ -304,6 +304,7 @@ test('with openAhead, a write goes to the file opened after the last write, whic
     const restarted = new FileRecords<Rec>(dir, () => false);
     assert.equal(restarted.readAll().length, 2);
     assert.deepEqual(files(dir), ['a.json', 'b.json']);
+    records.closeAhead();
   }));
 
 test('with openAhead, records that must outlive the host are written as without it', () =>
@@ -316,4 +317,38 @@ test('with openAhead, records that must outlive the host are written as without 
     assert.deepEqual(aheadFiles(dir), [ahead], 'the file ahead waits for a write that is not');
     await records.flush();
     assert.deepEqual(JSON.parse(readFileSync(join(dir, 'b.json'), 'utf8')), { id: 'b', n: 2 });
+    records.closeAhead();
+  }));
+
+const openFds = (): number => readdirSync('/proc/self/fd').length;
+
+test('closeAhead closes and removes the file opened ahead, and opens no other', () =>
+  withDir(async (dir) => {
+    const before = openFds();
+    const records = new FileRecords<Rec>(dir, () => false, undefined, undefined, true);
+    records.write({ id: 'a', n: 1 });
+    await nextTurn();
+    records.write({ id: 'b', n: 1 }); // to the file opened ahead: its descriptor waits a turn
+    assert.equal(aheadFiles(dir).length, 0);
+    records.closeAhead(); // in the write's turn: its immediate would open the next file
+    await nextTurn();
+    assert.deepEqual(files(dir), ['a.json', 'b.json'], 'a clean stop leaves no spare file');
+    assert.equal(openFds(), before, 'nor a descriptor');
+    records.write({ id: 'c', n: 1 }); // a write after it still lands, in its own file
+    await nextTurn();
+    assert.deepEqual(files(dir), ['a.json', 'b.json', 'c.json']);
+    assert.equal(openFds(), before);
+  }));
+
+test('a whole record in a spare file a crash left is removed at the next start, never read', () =>
+  withDir(async (dir) => {
+    const records = new FileRecords<Rec>(dir, () => false, undefined, undefined, true);
+    records.write({ id: 'a', n: 1 });
+    // A crash between the write to a file opened ahead and its rename.
+    writeFileSync(join(dir, '.ahead-99999-7.tmp'), JSON.stringify({ id: 'z', n: 1 }) + '\n');
+    const restarted = new FileRecords<Rec>(dir, () => false, undefined, undefined, true);
+    assert.deepEqual(restarted.readAll(), [{ id: 'a', n: 1 }]);
+    assert.deepEqual(files(dir).filter((f) => f.startsWith('.ahead-')).length, 0);
+    records.closeAhead();
+    restarted.closeAhead();
   }));
