@@ -454,6 +454,9 @@ class Server:
 REHEARSAL_FILE = "/tmp/.hostd-files-rehearsal"
 REHEARSAL_ROUNDS = 10
 REHEARSAL_TIMEOUT = 10.0       # seconds; a template boot under TCG is slow
+# Made by the first rehearsal of a boot, on /run (a tmpfs sandbox-init mounts): a template's is
+# in the memory every sandbox restored from it starts with.
+REHEARSED_MARK = "/run/hostd-files-rehearsed"
 
 
 def rehearse(rounds=REHEARSAL_ROUNDS):
@@ -538,11 +541,27 @@ def _done(answers):
     return None, answers
 
 
+def rehearse_once():
+    """rehearse(), at the first start of the agent in this boot only: a template's. sandbox-init
+    starts the agent again when it exits (an OOM kill in a running sandbox), and there the
+    rehearsal would only delay the sandbox's recovery, replace a file of the user's at
+    REHEARSAL_FILE and list the user's /tmp. No mark can be made (no /run): rehearsed, as
+    before the mark."""
+    try:
+        os.close(os.open(REHEARSED_MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                         0o600))
+    except FileExistsError:
+        return
+    except OSError as e:
+        log("rehearsal mark not made: %s" % e)
+    rehearse()
+
+
 def start(open_port):
     """Serves the files port from a thread of the agent (port_frames.serve_port), after a
-    rehearsal (rehearse()): here, before the agent answers hostd's hello, so in a template that
-    is done before it is frozen."""
-    rehearse()
+    rehearsal (rehearse_once()): here, before the agent answers hostd's hello, so in a template
+    that is done before it is frozen."""
+    rehearse_once()
     return serve_port(open_port, PORT_NAME, lambda fd: Server(fd, fd).serve(), log,
                       "file transfer is off")
 

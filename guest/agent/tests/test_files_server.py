@@ -689,6 +689,25 @@ class Rehearsal(unittest.TestCase):
             files_ops.prime(self.dir)
             self.assertIn(os.stat("/").st_dev, files_ops._fs_types)
 
+    def test_an_agent_started_again_in_the_same_boot_does_not_rehearse(self):
+        mark = os.path.join(self.dir, "rehearsed")
+        with unittest.mock.patch.object(files_server, "REHEARSED_MARK", mark), \
+                unittest.mock.patch.object(files_server, "rehearse") as rehearse, \
+                unittest.mock.patch.object(files_server, "serve_port"):
+            files_server.start(lambda name: None)      # the template's boot
+            self.assertEqual(rehearse.call_count, 1)
+            files_server.start(lambda name: None)      # sandbox-init's restart in a sandbox
+            self.assertEqual(rehearse.call_count, 1)
+        self.assertTrue(os.path.exists(mark))
+
+    def test_no_mark_means_a_rehearsal_still(self):
+        mark = os.path.join(self.dir, "no-such-dir", "rehearsed")
+        with unittest.mock.patch.object(files_server, "REHEARSED_MARK", mark), \
+                unittest.mock.patch.object(files_server, "rehearse") as rehearse, \
+                unittest.mock.patch.object(files_server, "log"):
+            files_server.rehearse_once()
+        rehearse.assert_called_once()
+
     def test_no_socket_pair_means_no_rehearsal(self):
         with unittest.mock.patch.object(files_server.socket, "socketpair",
                                         side_effect=OSError(errno.EMFILE, "too many")), \
