@@ -103,6 +103,11 @@ def _run(cmd, capture, shell=SHELL):
         proc.kill()
         proc.wait()
         raise
+    for stream in (sys.stdout, sys.stderr):
+        # What the command wrote to fds 1 and 2 goes out now, in order with the prints after it
+        take = getattr(getattr(stream, "buffer", None), "take_pipe", None)
+        if take is not None:
+            take()
     if out is not None:
         out = out.decode("utf-8", "replace")
     return proc.returncode, out

@@ -366,6 +366,14 @@ class _Raw(io.RawIOBase):
             raise_deferred_interrupt()
         return n
 
+    def take_pipe(self):
+        """Sends what the same fd's pipe holds now, before anything written after: a shell
+        line's command has exited (repl_magics._run), and its output on this stream must come
+        before the cell's next print on the other one, which only drains its own pipe."""
+        with guarded(self._output) as out:
+            if out.current and out.pipe_holds_data(self._name):
+                out.read_pipe(self._name, 1 << 20)
+
 
 def install_streams(output):
     """Makes sys.stdout and sys.stderr write into `output`."""

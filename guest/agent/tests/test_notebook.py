@@ -162,6 +162,12 @@ class ShellAndMagics(AgentTestCase):
                          [("stdout", "one"), ("stdout", "two"), ("stderr", "three"),
                           ("stdout", "four")])
 
+    def test_a_shell_lines_stderr_comes_before_the_next_print_on_stdout(self):
+        # The print drains only stdout's pipe; the command's stderr must be sent before it
+        result = self.ok("for i in range(30):\n    !echo e$i >&2\n    print('o%d' % i)")
+        self.assertEqual([m["data"] for m in result.events if m["op"] == "out"],
+                         [x for i in range(30) for x in ("e%d" % i, "o%d" % i)])
+
     def test_a_shell_line_runs_in_the_working_directory_and_sets_exit_code(self):
         result = self.ok("!pwd\n!exit 3\n_exit_code")
         self.assertEqual(result.stdout, [self.workdir])
