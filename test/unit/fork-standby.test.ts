@@ -53,17 +53,20 @@ test("a fork's refill starts only after its delay, and counts as filling until t
   assert.ok(hv.targets.every((t) => t.discarded));
 });
 
-test('closing the standby cancels a scheduled refill', async () => {
+test('closing the standby cancels a scheduled refill', async (t) => {
   const hv = new FakeHypervisor();
   const standby = new ForkStandby(hv, 1, () => null, undefined, 20);
   const base = new FakeState('template-python', new Map(), 'python');
   standby.register(base);
   await eventually('the first target to be made', () => !standby.filling && standby.vms === 1);
   const target = standby.take(base, 1);
+  // The refill's delay on a clock the test moves: past it without waiting on the host's load
+  t.mock.timers.enable({ apis: ['setTimeout'] });
   standby.refillAfterFork();
   await standby.close();
   assert.equal(standby.filling, false);
-  await new Promise((r) => setTimeout(r, 40)); // past the delay: nothing may start after close
+  t.mock.timers.tick(40); // past the delay: nothing may start after close
   assert.equal(hv.targets.length, 1);
+  t.mock.timers.reset();
   await target?.discard();
 });
