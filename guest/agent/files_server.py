@@ -490,7 +490,7 @@ def rehearse(rounds=REHEARSAL_ROUNDS):
             ({"op": "remove", "path": REHEARSAL_FILE}, None)]
     try:
         server.start()
-        answers = bytearray()
+        answers = FrameReader((JSON, DATA, END))
         # One at a time, as hostd sends them: the server drops an upload's data that comes
         # while it still sends the previous answer.
         for frame_id, (request, upload) in enumerate(ops, 1):
@@ -506,8 +506,8 @@ def rehearse(rounds=REHEARSAL_ROUNDS):
                 piece = host.recv(1 << 20)
                 if not piece:
                     raise OSError("the server closed the pair")
-                answers += piece
-                done, answers = _done(answers)
+                answers.feed(piece)
+                done = _done(answers)
             if not done.get("ok"):
                 log("rehearsal: %s failed: %r" % (request["op"], done))
                 break
@@ -526,19 +526,16 @@ def rehearse(rounds=REHEARSAL_ROUNDS):
 
 
 def _done(answers):
-    """The first `done` frame in `answers` (None if none is whole yet) and what follows it."""
-    at = 0
-    while at + HEADER.size <= len(answers):
-        kind, _, length = HEADER.unpack_from(answers, at)
-        end = at + HEADER.size + length
-        if end > len(answers):
-            break
-        if kind == JSON:
-            msg = json.loads(bytes(answers[at + HEADER.size:end]))
+    """The first `done` answer among the frames `answers` (a FrameReader) holds whole, else
+    None; the frames before it (a download's data) are dropped."""
+    event = answers.next()
+    while event is not None:
+        if event is not SYNC_EVENT and event[0] == JSON:
+            msg = json.loads(event[2])
             if msg.get("op") == "done":
-                return msg, answers[end:]
-        at = end
-    return None, answers
+                return msg
+        event = answers.next()
+    return None
 
 
 def rehearse_once():
