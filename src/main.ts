@@ -376,15 +376,12 @@ function createManager(
   metrics: Metrics,
 ): { manager: SandboxManager; sandboxRecords: FileRecords<SandboxRecord> } {
   const { cluster } = parts;
-  const sandboxRecords = new FileRecords<SandboxRecord>(
-    join(config.dataDir, 'sandboxes'),
+  const sandboxRecords = new FileRecords<SandboxRecord>(join(config.dataDir, 'sandboxes'), {
     // A running sandbox's VM does not outlive the host: only paused and lost ones must.
-    (r) => r.state !== 'running',
-    undefined,
-    undefined,
+    lastsReboot: (r) => r.state !== 'running',
     // A create answers once its record is written: its file is opened ahead, off the request.
-    true,
-  );
+    openAhead: true,
+  });
   const snapshotRecords: RecordStore<SnapshotRecord> = new FileRecords(
     join(config.dataDir, 'snapshots'),
   );

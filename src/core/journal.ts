@@ -87,6 +87,26 @@ export function memoryRecords<R extends { id: string }>(): RecordStore<R> & {
   };
 }
 
+/** How a `FileRecords` writes; every field has the default a plain folder of records wants. */
+export interface FileRecordsOptions<R> {
+  /** Whether `record` must outlive the host (synced off the loop, see `FileRecords`); all do by default. */
+  readonly lastsReboot?: (record: R) => boolean;
+  /** Syncs files and the folder off the loop (tests hold or fail them). */
+  readonly syncer?: Syncer;
+  /** A file's sync on the loop, for `readAll` at start only (tests record it). */
+  readonly syncNow?: (path: string) => void;
+  /**
+   * Whether a write that is not durable goes to a file opened ahead, after the turn of the
+   * loop of the write before it (`<dir>/.ahead-<pid>-<n>.tmp`, one at a time): the `open` of
+   * a new file is most of a record's write (165 µs p50 on this ext4 when writes come tens of
+   * ms apart, against 95 µs for the write and rename of one opened ahead), and a pool hit's
+   * create waits for its record: its record's write took 0.13 ms against 0.19 without, in
+   * the request, in 4 of 4 rounds (docs/architecture.md, "A pool hit's create, session 12").
+   * Off by default; whoever turns it on calls `closeAhead` at its stop.
+   */
+  readonly openAhead?: boolean;
+}
+
 /**
  * One `<id>.json` per record in `dir`, replaced atomically (a crash of hostd loses none), and
  * synced to disk when `lastsReboot` says the record must outlive the host. A record that only
@@ -127,21 +147,19 @@ export class FileRecords<R extends { id: string }> implements RecordStore<R> {
   /** `closeAhead` ran: no file is opened ahead any more. */
   private aheadClosed = false;
 
+  private readonly lastsReboot: (record: R) => boolean;
+  private readonly syncer: Syncer;
+  private readonly syncNow: (path: string) => void;
+  private readonly openAhead: boolean;
+
   constructor(
     private readonly dir: string,
-    private readonly lastsReboot: (record: R) => boolean = () => true,
-    private readonly syncer: Syncer = fsSyncer,
-    /** A file's sync on the loop, for `readAll` at start only (tests record it). */
-    private readonly syncNow: (path: string) => void = fsyncFile,
-    /**
-     * Whether a write that is not durable goes to a file opened ahead, after the turn of the
-     * loop of the write before it (`<dir>/.ahead-<pid>-<n>.tmp`, one at a time): the `open` of
-     * a new file is most of a record's write (165 µs p50 on this ext4 when writes come tens of
-     * ms apart, against 95 µs for the write and rename of one opened ahead), and a pool hit's
-     * create waits for its record (docs/architecture.md, "A pool hit's create, session 11").
-     */
-    private readonly openAhead = false,
+    options: FileRecordsOptions<R> = {},
   ) {
+    this.lastsReboot = options.lastsReboot ?? (() => true);
+    this.syncer = options.syncer ?? fsSyncer;
+    this.syncNow = options.syncNow ?? fsyncFile;
+    this.openAhead = options.openAhead ?? false;
     mkdirSync(dir, { recursive: true, mode: 0o700 });
   }
 

@@ -25,7 +25,7 @@ const files = (dir: string): string[] => readdirSync(dir).sort();
 
 test('a removed record is not read back from the moment remove returns, and its file goes', () =>
   withDir(async (dir) => {
-    const records = new FileRecords<Rec>(dir, () => false);
+    const records = new FileRecords<Rec>(dir, { lastsReboot: () => false });
     records.write({ id: 'a', n: 1 });
     records.write({ id: 'a', n: 2 }); // rewritten: the case whose unlink waited for the disk
     records.write({ id: 'b', n: 1 });
@@ -41,7 +41,7 @@ test('a removed record is not read back from the moment remove returns, and its 
 
 test('a record written again right after its removal outlives the deferred unlink', () =>
   withDir(async (dir) => {
-    const records = new FileRecords<Rec>(dir, () => false);
+    const records = new FileRecords<Rec>(dir, { lastsReboot: () => false });
     records.write({ id: 'a', n: 1 });
     records.remove('a');
     records.write({ id: 'a', n: 2 }); // a sandbox handed away and back
@@ -121,7 +121,7 @@ const settled = async (p: Promise<unknown>): Promise<boolean> => {
 test("a durable record's content is synced off the event loop, then renamed in, then the folder synced; flush waits for all", () =>
   withDir(async (dir) => {
     const syncer = new HeldSyncer();
-    const records = new FileRecords<Rec>(dir, (r) => r.n > 0, syncer);
+    const records = new FileRecords<Rec>(dir, { lastsReboot: (r) => r.n > 0, syncer });
     records.write({ id: 'a', n: 0 }); // need not outlive the host: in place at once, no sync
     records.write({ id: 'a', n: 1 });
     // write() returned with its content's sync still under way (not an fsync on the loop), and
@@ -142,7 +142,7 @@ test("a durable record's content is synced off the event loop, then renamed in, 
 test('a durable write superseded while it syncs (written again, removed) does not land over the newer state', () =>
   withDir(async (dir) => {
     const syncer = new HeldSyncer();
-    const records = new FileRecords<Rec>(dir, (r) => r.n > 0, syncer);
+    const records = new FileRecords<Rec>(dir, { lastsReboot: (r) => r.n > 0, syncer });
     records.write({ id: 'a', n: 1 });
     records.write({ id: 'a', n: 0 }); // resumed, say: not durable, in place at once
     records.write({ id: 'b', n: 1 });
@@ -166,7 +166,7 @@ test('a durable write superseded while it syncs (written again, removed) does no
 test('a failed content sync fails the flush that waits for it, or the next; the old record stays', () =>
   withDir(async (dir) => {
     const syncer = new HeldSyncer();
-    const records = new FileRecords<Rec>(dir, (r) => r.n > 0, syncer);
+    const records = new FileRecords<Rec>(dir, { lastsReboot: (r) => r.n > 0, syncer });
     records.write({ id: 'a', n: 0 });
     records.write({ id: 'a', n: 1 });
     const flushed = records.flush();
@@ -186,7 +186,7 @@ test('a failed content sync fails the flush that waits for it, or the next; the 
 test('flush syncs the folder once for the durable records renamed in before it, and only then', () =>
   withDir(async (dir) => {
     const syncer = new HeldSyncer();
-    const records = new FileRecords<Rec>(dir, (r) => r.n > 0, syncer);
+    const records = new FileRecords<Rec>(dir, { lastsReboot: (r) => r.n > 0, syncer });
     await records.flush();
     records.write({ id: 'a', n: 0 }); // need not outlive the host: no folder sync
     await records.flush();
@@ -211,7 +211,7 @@ test('flush syncs the folder once for the durable records renamed in before it, 
 test('a durable write a crash interrupted before its rename is put in place by the next start when whole, dropped when torn', () =>
   withDir(async (dir) => {
     const syncer = new HeldSyncer();
-    const before = new FileRecords<Rec>(dir, (r) => r.n > 0, syncer);
+    const before = new FileRecords<Rec>(dir, { lastsReboot: (r) => r.n > 0, syncer });
     before.write({ id: 'a', n: 0 });
     before.write({ id: 'b', n: 0 });
     before.write({ id: 'a', n: 1 }); // its sync held: hostd dies here
@@ -234,7 +234,7 @@ test('a durable write a crash interrupted before its rename is put in place by t
 test('a durable write superseded before its sync opened its file fails no flush: the newer write is the record', () =>
   withDir(async (dir) => {
     // The real syncs: the superseded write's file is gone before its fsync opens it (ENOENT).
-    const records = new FileRecords<Rec>(dir, (r) => r.n > 0);
+    const records = new FileRecords<Rec>(dir, { lastsReboot: (r) => r.n > 0 });
     records.write({ id: 'a', n: 1 });
     records.write({ id: 'a', n: 2 });
     records.write({ id: 'b', n: 1 });
@@ -251,22 +251,20 @@ test('a durable write superseded before its sync opened its file fails no flush:
 test('a durable write put in place by the next start is synced before it replaces the durable record', () =>
   withDir(async (dir) => {
     const syncer = new HeldSyncer();
-    const before = new FileRecords<Rec>(dir, (r) => r.n > 0, syncer);
+    const before = new FileRecords<Rec>(dir, { lastsReboot: (r) => r.n > 0, syncer });
     before.write({ id: 'a', n: 1 });
     syncer.release();
     await before.flush();
     before.write({ id: 'a', n: 2 }); // its sync held: hostd dies here, the host stays up
     const seen: string[] = [];
-    const after = new FileRecords<Rec>(
-      dir,
-      () => true,
+    const after = new FileRecords<Rec>(dir, {
       syncer,
-      (path) => {
+      syncNow: (path) => {
         // Synced while a.json is still the durable record it is to replace.
         const now = (JSON.parse(readFileSync(join(dir, 'a.json'), 'utf8')) as Rec).n;
         seen.push(`${basename(path).replace(/\.\d+-\d+\.tmp$/, '.tmp')} over n=${now}`);
       },
-    );
+    });
     assert.deepEqual(after.readAll(), [{ id: 'a', n: 2 }]);
     assert.deepEqual(seen, ['a.json.tmp over n=1']);
   }));
@@ -277,7 +275,7 @@ const aheadFiles = (dir: string): string[] => files(dir).filter((f) => f.startsW
 
 test('with openAhead, a write goes to the file opened after the last write, which is opened anew', () =>
   withDir(async (dir) => {
-    const records = new FileRecords<Rec>(dir, () => false, undefined, undefined, true);
+    const records = new FileRecords<Rec>(dir, { lastsReboot: () => false, openAhead: true });
     records.write({ id: 'a', n: 1 }); // none open yet: its own file, as without openAhead
     assert.deepEqual(files(dir), ['a.json']);
     await nextTurn();
@@ -301,7 +299,7 @@ test('with openAhead, a write goes to the file opened after the last write, whic
     );
     assert.deepEqual(aheadFiles(dir), [second]);
     // The next start's read drops it with what else a crash left.
-    const restarted = new FileRecords<Rec>(dir, () => false);
+    const restarted = new FileRecords<Rec>(dir, { lastsReboot: () => false });
     assert.equal(restarted.readAll().length, 2);
     assert.deepEqual(files(dir), ['a.json', 'b.json']);
     records.closeAhead();
@@ -309,7 +307,7 @@ test('with openAhead, a write goes to the file opened after the last write, whic
 
 test('with openAhead, records that must outlive the host are written as without it', () =>
   withDir(async (dir) => {
-    const records = new FileRecords<Rec>(dir, (r) => r.n > 1, undefined, undefined, true);
+    const records = new FileRecords<Rec>(dir, { lastsReboot: (r) => r.n > 1, openAhead: true });
     records.write({ id: 'a', n: 1 });
     await nextTurn();
     const [ahead] = aheadFiles(dir);
@@ -325,7 +323,7 @@ const openFds = (): number => readdirSync('/proc/self/fd').length;
 test('closeAhead closes and removes the file opened ahead, and opens no other', () =>
   withDir(async (dir) => {
     const before = openFds();
-    const records = new FileRecords<Rec>(dir, () => false, undefined, undefined, true);
+    const records = new FileRecords<Rec>(dir, { lastsReboot: () => false, openAhead: true });
     records.write({ id: 'a', n: 1 });
     await nextTurn();
     records.write({ id: 'b', n: 1 }); // to the file opened ahead: its descriptor waits a turn
@@ -342,11 +340,11 @@ test('closeAhead closes and removes the file opened ahead, and opens no other', 
 
 test('a whole record in a spare file a crash left is removed at the next start, never read', () =>
   withDir(async (dir) => {
-    const records = new FileRecords<Rec>(dir, () => false, undefined, undefined, true);
+    const records = new FileRecords<Rec>(dir, { lastsReboot: () => false, openAhead: true });
     records.write({ id: 'a', n: 1 });
     // A crash between the write to a file opened ahead and its rename.
     writeFileSync(join(dir, '.ahead-99999-7.tmp'), JSON.stringify({ id: 'z', n: 1 }) + '\n');
-    const restarted = new FileRecords<Rec>(dir, () => false, undefined, undefined, true);
+    const restarted = new FileRecords<Rec>(dir, { lastsReboot: () => false, openAhead: true });
     assert.deepEqual(restarted.readAll(), [{ id: 'a', n: 1 }]);
     assert.deepEqual(files(dir).filter((f) => f.startsWith('.ahead-')).length, 0);
     records.closeAhead();
