@@ -305,6 +305,20 @@ test('with openAhead, a write goes to the file opened after the last write, whic
     records.closeAhead();
   }));
 
+test('without options every record must outlive the host and no file is opened ahead', () =>
+  withDir(async (dir) => {
+    const syncer = new HeldSyncer();
+    const records = new FileRecords<Rec>(dir, { syncer });
+    records.write({ id: 'a', n: 0 });
+    assert.equal(syncer.held, 1, 'synced before it is in place, as a durable record is');
+    assert.deepEqual(records.readAll(), []);
+    syncer.release();
+    await records.flush();
+    await nextTurn();
+    assert.deepEqual(records.readAll(), [{ id: 'a', n: 0 }]);
+    assert.deepEqual(aheadFiles(dir), []);
+  }));
+
 test('with openAhead, records that must outlive the host are written as without it', () =>
   withDir(async (dir) => {
     const records = new FileRecords<Rec>(dir, { lastsReboot: (r) => r.n > 1, openAhead: true });
