@@ -89,7 +89,10 @@ export function memoryRecords<R extends { id: string }>(): RecordStore<R> & {
 
 /** How a `FileRecords` writes; every field has the default a plain folder of records wants. */
 export interface FileRecordsOptions<R> {
-  /** Whether `record` must outlive the host (synced off the loop, see `FileRecords`); all do by default. */
+  /**
+   * Whether `record` must outlive the host (synced off the loop, see `FileRecords`); every record
+   * does by default.
+   */
   readonly lastsReboot?: (record: R) => boolean;
   /** Syncs files and the folder off the loop (tests hold or fail them). */
   readonly syncer?: Syncer;
