@@ -10,14 +10,18 @@ import { expectOk, guarded, Skip } from './skip.js';
 import { stateFigures } from './state.js';
 import { exec, now, pct, stdoutOf, type Results } from './util.js';
 
-export async function featureFigures(c: Api, hostd: Hostd | null): Promise<Results> {
+export async function featureFigures(
+  c: Api,
+  hostd: Hostd | null,
+  poolFull?: () => Promise<void>,
+): Promise<Results> {
   return {
     ...(await guarded(['templates_listed', 'template_build_s'], () => templateCatalog(c))),
     ...(await guarded(['import_pandas_new_sandbox_p50_ms', 'import_pandas_not_preloaded_ms'], () =>
       importFigures(c),
     )),
     ...(await guarded(['sandbox_free_ram_pct'], () => freeRam(c))),
-    ...(await filesFigures(c, hostd)),
+    ...(await filesFigures(c, hostd, poolFull)),
     ...(await displayFigures(c)),
     ...(await egressFigures(c)),
     ...(await stateFigures(c, hostd)),

@@ -305,7 +305,7 @@ async function mainParts(client: Api, hostd: Hostd | null, results: Results): Pr
     });
     Object.assign(results, density);
   }
-  if (parts.has('features')) Object.assign(results, await featureFigures(client, hostd));
+  if (parts.has('features')) Object.assign(results, await featureFigures(client, hostd, poolFull));
   if (parts.has('compute')) {
     Object.assign(results, await guarded(COMPUTE_FIGURES, () => computeFigures(client)));
   }
