@@ -13,7 +13,10 @@ HOSTD_TEST_TEMPLATE_SEED=$(mktemp -d /var/tmp/hostd-test-seed-XXXXXX)
 export HOSTD_TEST_TEMPLATE_SEED
 trap 'rm -rf "$logs" "$HOSTD_TEST_TEMPLATE_SEED"' EXIT
 
-step() { printf '\n=== %s ===\n' "$*"; }
+# Each step says when it starts, in seconds since the suite began, so that a slow CI run shows
+# which step took the time (node's own report below gives each test file's share).
+SECONDS=0
+step() { printf '\n=== %s (at %ds) ===\n' "$*" "$SECONDS"; }
 # Adds "N passed, M failed" counts found in a suite's log to the totals.
 count() {
   local p f
@@ -84,9 +87,16 @@ fi
 
 step "hostd unit, integration and browser tests (node:test)"
 # The browser tests (the web console in Debian's chromium) write screenshots to artifacts/console/.
-node --test --test-concurrency=1 --test-timeout=900000 dist/test/unit/ dist/test/integration/ dist/test/browser/ 2>&1 | tee "$logs/node.log"
+# Beside TAP, test/reporters/file-times.ts writes each file's wall time (its hooks, its hostd's
+# start and anything that keeps its process alive after its last test included), printed after.
+node --test --test-concurrency=1 --test-timeout=900000 \
+  --test-reporter=tap --test-reporter-destination=stdout \
+  --test-reporter=./dist/test/reporters/file-times.js --test-reporter-destination="$logs/file-times" \
+  dist/test/unit/ dist/test/integration/ dist/test/browser/ 2>&1 | tee "$logs/node.log"
 if [ "${PIPESTATUS[0]}" != 0 ]; then failures+=("node tests"); fi
 count "$logs/node.log" '^# pass [0-9]+' '^# fail [0-9]+'
+step "time per test file"
+head -25 "$logs/file-times" 2>/dev/null
 
 leaked=$(pgrep -fc 'qemu-system.*/dev/shm/hostd-(test|sdk)-' || true)
 if [ "${leaked:-0}" != 0 ]; then echo "LEAK: $leaked QEMU processes of the test run are still alive"; failures+=("leaked qemu"); fi
