@@ -149,12 +149,14 @@ describe('timeouts', () => {
   test('setTimeout shortens a lifetime: the sandbox is gone at its end', async () => {
     await withE2b(hostd, async (scope) => {
       const sbx = scope.track(await Sandbox.create());
-      // Long enough that the getInfo below still finds it on a busy host: at 2 s, an answer
-      // that slow could have come after the sandbox was gone.
-      const lifetimeMs = 15_000;
+      // First shortened from E2B's default 300 s to a minute, long enough that the getInfo
+      // below still finds it on a busy host, which shows the new end...
+      const lifetimeMs = 60_000;
       await sbx.setTimeout(lifetimeMs);
       const { endAt } = await sbx.getInfo();
       assert.ok(endAt.getTime() - Date.now() <= lifetimeMs);
+      // ...then to a second, whose end the test waits for (not a minute of it: CI's time).
+      await sbx.setTimeout(1_000);
       await eventually('the sandbox to end', async () => !(await running(sbx)), {
         timeoutMs: 60_000,
       });
