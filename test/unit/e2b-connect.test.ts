@@ -39,7 +39,11 @@ let url = '';
 const seen: { aborted: boolean; release: (() => void) | null } = { aborted: false, release: null };
 
 before(async () => {
-  app = Fastify();
+  // As hostd's own servers (src/api/server.ts, src/api/e2b/server.ts): close() ends every
+  // connection. With Fastify's default ('idle' only), the server end of the aborted stream's
+  // connection was left open in some runs, and close() waited ~70 s for it (the file's
+  // process, and CI, with it).
+  app = Fastify({ forceCloseConnections: true });
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (_r, raw, done) =>
     done(null, (raw as string) ? JSON.parse(raw as string) : undefined),
