@@ -7,8 +7,10 @@
  *
  * node:test reports each file as a test named by its path: dequeued when its process starts,
  * complete when that process has exited. Between the two: `head`, until its first top-level
- * test starts (loading, `before` hooks); `tail`, from its last test's end to the exit (`after` hooks, and
- * whatever keeps the event loop alive). A long tail with short after hooks is a leaked handle.
+ * test starts (loading the file; node 20 counts root-level `before` hooks, a hostd's start,
+ * in the first test's own duration, not here); `tail`, from its last top-level test's end to
+ * the exit (root `after` hooks, and whatever keeps the event loop alive). A tail of seconds
+ * with quick after hooks is a leaked handle: a timer, a socket, a server that waits on one.
  */
 import { relative } from 'node:path';
 
