@@ -241,3 +241,48 @@ class OutputFlushDeadline(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class WorkerWaitsInPoll(unittest.TestCase):
+    """The REPL worker waits for its port in poll, then reads, as the agent does: a read()
+    blocked on a virtio port is woken by every interrupt while the port's last write is
+    unreclaimed, so a restored fork child or pool clone would wake the worker for nothing
+    (docs/architecture.md, "What a child runs from its restore to its hello answer")."""
+
+    def test_each_wait_for_the_port_is_a_poll_before_the_read(self):
+        import select
+        from types import SimpleNamespace
+        from unittest import mock
+
+        import hostd_wire
+        import repl_worker
+
+        r, w = os.pipe()
+        self.addCleanup(os.close, r)
+        events = []
+        real_poll = select.poll
+
+        class Poller:
+            def __init__(self):
+                self.poller = real_poll()
+
+            def register(self, fd, mask):
+                self.poller.register(fd, mask)
+
+            def poll(self, *args):
+                events.append("poll")
+                return self.poller.poll(*args)
+
+        real_read_lines = hostd_wire.read_lines
+
+        def read_lines(fd, on_line, log, **kwargs):   # the real one, returning at EOF
+            real_read_lines(fd, on_line, log, stop_at_eof=True, **kwargs)
+
+        os.write(w, b"{}\n")
+        os.close(w)
+        worker = SimpleNamespace(port_in=r, handle=lambda line: events.append(line),
+                                 log=lambda text: None, _before_read=lambda: None)
+        with mock.patch.object(hostd_wire.select, "poll", Poller), \
+                mock.patch.object(repl_worker, "read_lines", read_lines):
+            repl_worker.Worker.serve(worker)
+        self.assertEqual(events, ["poll", b"{}", "poll"])
