@@ -31,9 +31,7 @@ def read_lines(fd, on_line, log, stop_at_eof=False, on_oversized=None, before_re
     reader blocked in read() is woken, finds nothing, and sleeps again, on every interrupt of
     the REPL port, two guest context switches each (docs/architecture.md, "Exec latency on a
     slow TCG host"). A poll reclaims on its first wake-up, so the process sleeps through the
-    next ones. The REPL worker waits so too: its writes reclaim its port's buffers at each
-    exec, but the last exit's stay unreclaimed until the next, and a restored VM's first
-    interrupt would wake it for nothing.
+    next ones. The worker needs none: its own writes reclaim its port's buffers every exec.
     """
     buf = bytearray()
     skipping = False                 # inside an oversized line: drop up to its newline

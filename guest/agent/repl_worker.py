@@ -76,13 +76,7 @@ class Worker:
         sys.modules["__main__"] = module
 
     def serve(self):
-        # Waits in poll, as the agent does: a read() blocked on the port is woken by every
-        # interrupt while the worker's last write (an exec's exit) is consumed and not yet
-        # reclaimed, and so by the first interrupt of every restore of a VM frozen that way (a
-        # fork child, a pool clone): a poll reclaims on its first wake-up and sleeps through the
-        # rest (docs/architecture.md, "What a child runs from its restore to its hello answer")
-        read_lines(self.port_in, self.handle, self.log, before_read=self._before_read,
-                   wait_in_poll=True)
+        read_lines(self.port_in, self.handle, self.log, before_read=self._before_read)
 
     def _before_read(self):
         if self.loop.loop is not None and self.loop.has_tasks():

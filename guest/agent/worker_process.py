@@ -18,7 +18,6 @@ from process_exit import exit_notifier
 WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "repl_worker.py")
 SYS_READ = 0                # x86-64 syscall numbers, as /proc/PID/task/TID/syscall shows them
 SYS_WRITE = 1
-SYS_POLL = 7
 F_SETPIPE_SZ = 1031
 F_GETPIPE_SZ = 1032
 FIONREAD = 0x541B
@@ -106,11 +105,8 @@ class WorkerProcess:
         """What the worker is doing: "starting" (preloading, not yet reading its port);
         "writing" while a thread is blocked writing its port (the host is not reading);
         "idle" while it waits for its port with nothing taken from it unfinished (its main
-        thread in the poll() on its port before the read, or in that read, or running asyncio
-        tasks between cells); else "busy". Read from /proc/PID/task/TID/syscall ("NR ARG0 ARG1
-        ..." while in a syscall). A poll's first argument is its array, not the fd: a poll of
-        one fd in the main thread is taken for the port's (user code that polls runs inside an
-        exec, which is taken and not done, so "busy" all the same)."""
+        thread in read(), or running asyncio tasks between cells); else "busy". Read from
+        /proc/PID/task/TID/syscall ("NR ARG0 ..." while in a syscall)."""
         if not self.shared.ready:
             return "starting"
         pid = self.proc.pid
@@ -122,13 +118,12 @@ class WorkerProcess:
                 if len(fields) < 2:
                     continue
                 nr, fd = int(fields[0]), int(fields[1], 16)
-                nfds = int(fields[2], 16) if nr == SYS_POLL and len(fields) > 2 else 0
             except (OSError, ValueError):
                 continue
             if nr == SYS_WRITE and fd == self.port_out:
                 return "writing"
-            if ((nr == SYS_READ and fd == self.port_in) or (nr == SYS_POLL and nfds == 1)) \
-                    and path == "/proc/%d/task/%d/syscall" % (pid, pid):
+            if nr == SYS_READ and fd == self.port_in and path == "/proc/%d/task/%d/syscall" % (
+                    pid, pid):
                 reading = True
         waiting = reading or self.shared.idle_loop
         return "idle" if waiting and self.shared.taken <= self.shared.done else "busy"

@@ -9,7 +9,7 @@ import unittest
 
 from agent_harness import AgentTestCase, main_thread_syscall, wait_for
 
-SYS_POLL = 7                # the worker waits for its port in poll(), then reads
+SYS_READ = 0
 
 
 class ControlMessages(AgentTestCase):
@@ -181,7 +181,7 @@ class Connections(AgentTestCase):
         self.run_ok("x = 2")
         self.agent.agent_hello()
         worker = self.agent.worker_pid()
-        wait_for(lambda: main_thread_syscall(worker) == SYS_POLL, what="the worker to be idle")
+        wait_for(lambda: main_thread_syscall(worker) == SYS_READ, what="the worker to be idle")
         os.kill(worker, signal.SIGKILL)
         self.assertEqual(self.agent.recv_repl(),
                          {"op": "repl_died", "code": 128 + signal.SIGKILL, "upto": 0})

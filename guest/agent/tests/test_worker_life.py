@@ -7,7 +7,7 @@ import unittest
 
 from agent_harness import NOTICE, AgentProcess, AgentTestCase, main_thread_syscall, wait_for
 
-SYS_POLL = 7                # the worker waits for its port in poll(), then reads
+SYS_READ = 0
 
 
 def processes_in(directory):
@@ -98,13 +98,13 @@ class WorkerLife(AgentTestCase):
                     "    open('wedged', 'w').close()\n    10 ** 10 ** 9\n"
                     "threading.Thread(target=wedge, daemon=True).start()")
         worker = self.agent.worker_pid()
-        wait_for(lambda: main_thread_syscall(worker) == SYS_POLL, what="the worker to be idle")
+        wait_for(lambda: main_thread_syscall(worker) == SYS_READ, what="the worker to be idle")
         open(self.path("wedge"), "w").close()
         wait_for(lambda: os.path.exists(self.path("wedged")), what="the GIL to be taken")
         exec_id = self.agent.start("print('never')")
         # Its main thread got the exec's bytes and waits for the GIL: not reading any more
-        wait_for(lambda: main_thread_syscall(worker) not in (None, SYS_POLL),
-                 what="the worker's main thread to leave its wait")
+        wait_for(lambda: main_thread_syscall(worker) not in (None, SYS_READ),
+                 what="the worker's main thread to leave read()")
         self.agent.send({"op": "cancel", "id": exec_id, "reason": "timeout"})
         msgs = [self.agent.recv_repl()]
         while msgs[-1]["op"] != "repl_died":
