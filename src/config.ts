@@ -93,6 +93,11 @@ export interface Config {
   readonly maxExecOutputBytes: number;
   /** Most QEMUs started ahead per template for forks (core/fork-standby.ts); 0: none. */
   readonly forkStandbyMax: number;
+  /**
+   * How many of a fork's children run their guest at once (core/lineage.ts); unset: one more
+   * than the host's cores; 0: all at once.
+   */
+  readonly forkRunAtOnce: number | undefined;
   /** Warm pool machines' files path too (SERVICE_POOL_WARM_FILES=1): core/pool.ts `warm`. */
   readonly poolWarmFiles: boolean;
   readonly logLevel: string;
@@ -400,6 +405,7 @@ export function loadConfig(env: Env = process.env): Config {
     maxStorageMib: intVar(env, 'SERVICE_MAX_STORAGE_MIB', 51200, 0, 1 << 30),
     minFreeMib: intVar(env, 'SERVICE_MIN_FREE_MIB', 256, 0, 1 << 30),
     forkStandbyMax: intVar(env, 'SERVICE_FORK_STANDBY_MAX', 32, 0, 32),
+    forkRunAtOnce: optionalInt(env, 'SERVICE_FORK_RUN_AT_ONCE', 0, 32),
     poolWarmFiles: env.SERVICE_POOL_WARM_FILES === '1',
     maxExecOutputBytes: intVar(
       env,

@@ -395,6 +395,7 @@ function createManager(
       minFreeMib: config.minFreeMib,
       maxExecOutputBytes: config.maxExecOutputBytes,
       forkStandbyMax: config.forkStandbyMax,
+      forkRunAtOnce: config.forkRunAtOnce,
       poolWarmFiles: config.poolWarmFiles,
       hostFree: cachedHostFree(config.dataDir),
       records: cluster

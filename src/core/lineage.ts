@@ -16,6 +16,7 @@ import type { Admission } from './admission.js';
 import type { ForkStandby } from './fork-standby.js';
 import type { SandboxRegistry } from './registry.js';
 import type { RunningSandbox, Sandbox, SandboxInfo } from './sandbox.js';
+import { turns } from './each-at-once.js';
 import { asMachineError, clientReason, logMachineFailure } from './machine-error.js';
 
 export const MAX_FORK = 32;
@@ -30,6 +31,10 @@ export interface LineageDeps {
   readonly stopping: () => boolean;
   readonly network: SandboxNetwork;
   readonly onForked?: (n: number, seconds: number) => void;
+  /**
+   * How many of a fork's children run their guest at once (`restoreAll`); 0 or Infinity: all.
+   */
+  readonly runAtOnce: number;
 }
 
 export class Lineage {
@@ -140,13 +145,18 @@ export class Lineage {
 
   /**
    * Restores `n` machines from `state` with the parent's network rules, or none: on any failure
-   * the others are destroyed.
+   * the others are destroyed. Every child's QEMU and disk are readied at once, but at most
+   * `runAtOnce` guests run at a time, the next as one answers its hello (docs/architecture.md,
+   * "Where a fork child's time goes"): under TCG a restored guest's CPU grows with the time it
+   * spends beside the others (all 32 at once, each ran for most of the fork), and on a 2-core
+   * host 32 runnable guests also crowd out hostd's own steps for the children.
    */
   private async restoreAll(state: FrozenState, n: number, parent: Sandbox): Promise<Machine[]> {
     const { allowOut } = parent;
     const { hypervisor, stopping, log, network } = this.deps;
+    const turn = turns(this.deps.runAtOnce);
     const restoreOne = async (): Promise<Machine> => {
-      const machine = await hypervisor.restore(state);
+      const machine = await hypervisor.restore(state, turn);
       try {
         await network.bind(machine, allowOut);
       } catch (err) {

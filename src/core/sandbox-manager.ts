@@ -5,6 +5,7 @@
  * errors and async iterables; it knows nothing of HTTP, and of machines only the
  * vm/machine.ts interfaces.
  */
+import { availableParallelism } from 'node:os';
 import type { Logger } from 'pino';
 import { fail, HostdError } from '../errors.js';
 import type {
@@ -145,6 +146,11 @@ export interface ManagerOptions {
   readonly maxExecOutputBytes: number;
   /** Most machines kept started ahead per template for forks (core/fork-standby.ts). */
   readonly forkStandbyMax: number;
+  /**
+   * How many of a fork's children run their guest at once (core/lineage.ts); by default one
+   * more than the host's cores. 0 or Infinity: all of them.
+   */
+  readonly forkRunAtOnce?: number;
   /** The host's free memory and data-dir space now. */
   readonly hostFree: () => HostFree;
   readonly refillPauses?: RefillPauses;
@@ -289,6 +295,7 @@ export class SandboxManager {
       stopping: () => this.stopping,
       network: this.network,
       onForked: (n, s) => observer.forked?.(n, s),
+      runAtOnce: options.forkRunAtOnce ?? availableParallelism() + 1,
     });
     this.catalog = new TemplateCatalog(
       options.templates,

@@ -283,6 +283,12 @@ export interface MachineDescriptor {
 }
 
 /**
+ * Waits for a turn to run a restored guest (Hypervisor.restore); resolves with the function
+ * that ends the turn.
+ */
+export type RunTurn = () => Promise<() => void>;
+
+/**
  * An immutable machine state that machines are restored from. Reference-counted: its files
  * are freed when the last holder (a pool, a restored machine, a fork in progress) lets go.
  */
@@ -408,8 +414,13 @@ export interface Hypervisor {
    * reopened what it needs; returns how many were removed.
    */
   collectGarbage(): Promise<number>;
-  /** A new running machine in `state` (copy-on-write: it costs only what it writes). */
-  restore(state: FrozenState): Promise<Machine>;
+  /**
+   * A new running machine in `state` (copy-on-write: it costs only what it writes). `turn`, when
+   * given, is awaited after the machine's own set-up and before its guest runs; the function it
+   * resolves with is called once the guest has answered (or the restore failed): a fork runs a
+   * few children's guests at a time this way, their set-up ahead (core/lineage.ts).
+   */
+  restore(state: FrozenState, turn?: RunTurn): Promise<Machine>;
   /**
    * The paused machine running again, as it was. The paused files are deleted once it runs; on
    * failure they are kept, and `paused` can be resumed again or discarded.

@@ -49,6 +49,7 @@ import type {
   PausedDescriptor,
   PausedMachine,
   PausedManifest,
+  RunTurn,
   StateDescriptor,
   StateManifest,
   TemplateImage,
@@ -404,7 +405,9 @@ class FakeTarget implements ForkTarget {
   }
 }
 
-type Step = 'restore' | 'capture' | 'persist' | 'boot' | 'pause' | 'resume' | 'file' | 'context';
+/** `guest`: a restored guest running to its hello, inside its turn (Hypervisor.restore). */
+type Step =
+  'guest' | 'restore' | 'capture' | 'persist' | 'boot' | 'pause' | 'resume' | 'file' | 'context';
 /** Steps `failNext` can make fail. */
 export type FaultStep =
   | 'restore'
@@ -444,12 +447,30 @@ export class FakeHypervisor implements Hypervisor {
     return new FakeState(`template-${template}`, new Map(), template, image.key).retain();
   }
 
-  async restore(state: FrozenState): Promise<FakeMachine> {
+  /** Restored guests running to their hello now (inside their turn), and the most at once. */
+  guestsRunning = 0;
+  guestsPeak = 0;
+  /** Restores that throw while their guest runs (inside its turn), counted down. */
+  failNextGuests = 0;
+
+  async restore(state: FrozenState, turn?: RunTurn): Promise<FakeMachine> {
     await this.gate('restore');
     this.fault('restore', null);
     if (this.failNextRestores > 0) {
       this.failNextRestores--;
       throw new VmError('start_failed', 'the VM failed to start (fake)', { operation: 'restore' });
+    }
+    const done = turn ? await turn() : null;
+    this.guestsPeak = Math.max(this.guestsPeak, ++this.guestsRunning);
+    try {
+      await this.gate('guest');
+      if (this.failNextGuests > 0) {
+        this.failNextGuests--;
+        throw new VmError('agent_unresponsive', 'no hello (fake)', { operation: 'restore' });
+      }
+    } finally {
+      this.guestsRunning--;
+      done?.();
     }
     const m = new FakeMachine(this, state as FakeState);
     this.machines.push(m);

@@ -5,7 +5,8 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { eachAtOnce } from '../../src/core/each-at-once.js';
+import { eventually } from '../../testkit/eventually.js';
+import { eachAtOnce, turns } from '../../src/core/each-at-once.js';
 
 /** Items whose work ends when the test says so, recording what runs. */
 function gated(): {
@@ -93,4 +94,36 @@ test('no items: done at once; fewer items than N: all at once', async () => {
   g.finish(1);
   g.finish(2);
   await done;
+});
+
+test('turns: at most N held at once, given in the order asked; an end twice ends once', async () => {
+  const take = turns(2);
+  const got: number[] = [];
+  const ends: (() => void)[] = [];
+  const ask = (i: number): void => {
+    void take().then((end) => {
+      got.push(i);
+      ends[i] = end;
+    });
+  };
+  [0, 1, 2, 3].forEach(ask);
+  await eventually('two turns given', () => got.length === 2);
+  assert.deepEqual(got, [0, 1]);
+  ends[1]!();
+  ends[1]!(); // a second end frees nothing more
+  await eventually('the third turn given', () => got.length === 3);
+  assert.deepEqual(got, [0, 1, 2]);
+  await new Promise(setImmediate); // every promise settled: the double end gave no fourth turn
+  assert.equal(got.length, 3);
+  ends[0]!();
+  await eventually('the fourth turn given', () => got.length === 4);
+  assert.deepEqual(got, [0, 1, 2, 3]);
+});
+
+test('turns: no limit when N is not a finite number of at least 1', async () => {
+  for (const n of [Infinity, 0, Number.NaN]) {
+    const take = turns(n);
+    const ends = await Promise.all(Array.from({ length: 40 }, () => take()));
+    assert.equal(ends.length, 40);
+  }
 });

@@ -259,6 +259,45 @@ describe('fork', () => {
     await manager.shutdown();
   });
 
+  test("a fork runs at most forkRunAtOnce children's guests at once, the next as one answers", async () => {
+    const { manager, hv } = await started({ forkRunAtOnce: 3 });
+    const { id } = await manager.create({ template: 'slim' });
+    hv.hold('guest');
+    const fork = manager.fork(id, 8);
+    await eventually('three guests to run', () => hv.waitingAt('guest') === 3);
+    assert.equal(hv.guestsRunning, 3, 'the other five wait for a turn');
+    hv.release('guest');
+    assert.equal((await fork).length, 8);
+    assert.equal(hv.guestsPeak, 3);
+    await manager.shutdown();
+  });
+
+  test('children within forkRunAtOnce all run at once', async () => {
+    const { manager, hv } = await started({ forkRunAtOnce: 3 });
+    const { id } = await manager.create({ template: 'slim' });
+    hv.hold('guest');
+    const fork = manager.fork(id, 2);
+    await eventually('both guests to run', () => hv.waitingAt('guest') === 2);
+    hv.release('guest');
+    assert.equal((await fork).length, 2);
+    await manager.shutdown();
+  });
+
+  test('a child failing in its turn passes the turn on: the fork fails whole, none is left', async () => {
+    const { manager, hv } = await started({ forkRunAtOnce: 2 });
+    const { id } = await manager.create({ template: 'slim' });
+    await eventually('the pools to settle', () => manager.poolStats()[0]!.ready === 2);
+    const sandboxes = manager.count;
+    const machines = hv.live.length;
+    hv.failNextGuests = 1;
+    const err = await rejectsWith(manager.fork(id, 6), 'forkChildrenFailed');
+    assert.deepEqual(err.params.slice(0, 2), [1, 6]);
+    assert.equal(hv.guestsPeak, 2);
+    assert.equal(manager.count, sandboxes);
+    assert.equal(hv.live.length, machines, 'the five children that started are destroyed');
+    await manager.shutdown();
+  });
+
   test('a fork that would pass the sandbox cap starts no child', async () => {
     const { manager, hv } = await started({ maxSandboxes: 4 });
     const { id } = await manager.create({ template: 'slim' });

@@ -21,6 +21,7 @@ import type {
   StateDescriptor,
   StateManifest,
   TemplateImage,
+  RunTurn,
 } from '../machine.js';
 import type { LoadedImage } from '../image/image.js';
 import { QemuPaused } from './qemu-paused.js';
@@ -125,8 +126,8 @@ export class QemuHypervisor implements Hypervisor {
     return this.ctx.store.collectGarbage();
   }
 
-  restore(state: FrozenState): Promise<Vm> {
-    return asVmError('restore', () => Vm.restore(this.ctx, ours(state)));
+  restore(state: FrozenState, turn?: RunTurn): Promise<Vm> {
+    return asVmError('restore', () => Vm.restore(this.ctx, ours(state), turn));
   }
 
   resume(paused: PausedMachine): Promise<Vm> {

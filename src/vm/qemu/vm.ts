@@ -27,6 +27,7 @@ import type {
   MachineDescriptor,
   MachineUsage,
   NetworkPolicy,
+  RunTurn,
 } from '../machine.js';
 import {
   NetChannel,
@@ -211,7 +212,7 @@ export class Vm implements Machine {
    * a new one. Holds a reference to the state's image from before QEMU opens the file, so that
    * the image cannot be deleted under it.
    */
-  static async restore(ctx: VmContext, state: QemuState): Promise<Vm> {
+  static async restore(ctx: VmContext, state: QemuState, turn?: RunTurn): Promise<Vm> {
     state.retain();
     let vm: Vm | undefined;
     try {
@@ -221,7 +222,7 @@ export class Vm implements Machine {
       state.release();
       throw err;
     }
-    await vm.resume(state, state.deviceState, true);
+    await vm.resume(state, state.deviceState, true, turn);
     return vm;
   }
 
@@ -329,17 +330,29 @@ export class Vm implements Machine {
 
   /**
    * Loads a device state of `state` into this incoming VM, runs it, and waits for hello. `copy`:
-   * `state` itself (a new copy), not a pause of one machine (which goes on).
+   * `state` itself (a new copy), not a pause of one machine (which goes on). `turn`: awaited
+   * once the disk is attached, before the device state goes (QEMU runs the guest as soon as it
+   * has loaded it), and ended after the hello; the restore's timeout starts with the turn.
    */
-  private async resume(state: QemuState, deviceState: Buffer, copy: boolean): Promise<void> {
+  private async resume(
+    state: QemuState,
+    deviceState: Buffer,
+    copy: boolean,
+    turn?: RunTurn,
+  ): Promise<void> {
     this.state = state; // takes over the caller's reference
     this.base = state.image;
     try {
       if (this.disk && !this.disk.isAttached) {
         await this.disk.attach(this.process, state.layer?.retain() ?? null);
       }
-      await this.process.loadDeviceState(deviceState, Date.now() + RESTORE_TIMEOUT_MS);
-      await this.hello(HELLO_TIMEOUT_MS, copy);
+      const done = turn ? await turn() : null;
+      try {
+        await this.process.loadDeviceState(deviceState, Date.now() + RESTORE_TIMEOUT_MS);
+        await this.hello(HELLO_TIMEOUT_MS, copy);
+      } finally {
+        done?.();
+      }
     } catch (err) {
       throw await this.failed(err);
     }
