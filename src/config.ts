@@ -94,8 +94,8 @@ export interface Config {
   /** Most QEMUs started ahead per template for forks (core/fork-standby.ts); 0: none. */
   readonly forkStandbyMax: number;
   /**
-   * How many of a fork's children run their guest at once (core/lineage.ts); unset: one more
-   * than the host's cores; 0: all at once.
+   * How many of a fork's children run their guest at once (core/lineage.ts); unset: twice the
+   * host's cores under TCG, all at once under KVM (main.ts); 0: all at once.
    */
   readonly forkRunAtOnce: number | undefined;
   /** Warm pool machines' files path too (SERVICE_POOL_WARM_FILES=1): core/pool.ts `warm`. */

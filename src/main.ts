@@ -48,7 +48,7 @@ import { ClusterNode, type LocalSandboxes } from './core/cluster/cluster-node.js
 import type { RecordStore, SnapshotRecord } from './core/journal.js';
 import { randomBytes } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
-import { networkInterfaces } from 'node:os';
+import { availableParallelism, networkInterfaces } from 'node:os';
 import { dirname, join } from 'node:path';
 
 const HOSTD_VERSION = '0.1.0';
@@ -82,7 +82,7 @@ async function main(): Promise<void> {
   const cluster = config.cluster ? await clusterNode(config, log) : null;
   const { manager, sandboxRecords } = createManager(
     config,
-    { templates, images, sizing, ports, cluster },
+    { templates, images, sizing, ports, cluster, accel: accel.accel },
     hypervisor,
     log,
     metrics,
@@ -370,6 +370,7 @@ function createManager(
     sizing: SandboxSizing;
     ports: ApiPorts;
     cluster: ClusterNode | null;
+    accel: AccelDecision['accel'];
   },
   hypervisor: QemuHypervisor,
   log: Logger,
@@ -395,7 +396,11 @@ function createManager(
       minFreeMib: config.minFreeMib,
       maxExecOutputBytes: config.maxExecOutputBytes,
       forkStandbyMax: config.forkStandbyMax,
-      forkRunAtOnce: config.forkRunAtOnce,
+      // Under TCG a restored guest's CPU grows with the guests running beside it (twice the
+      // cores measured best, docs/architecture.md); under KVM a child's guest part is a
+      // millisecond, so its children all run at once, as before.
+      forkRunAtOnce:
+        config.forkRunAtOnce ?? (parts.accel === 'tcg' ? 2 * availableParallelism() : 0),
       poolWarmFiles: config.poolWarmFiles,
       hostFree: cachedHostFree(config.dataDir),
       records: cluster

@@ -147,8 +147,8 @@ export interface ManagerOptions {
   /** Most machines kept started ahead per template for forks (core/fork-standby.ts). */
   readonly forkStandbyMax: number;
   /**
-   * How many of a fork's children run their guest at once (core/lineage.ts); by default one
-   * more than the host's cores. 0 or Infinity: all of them.
+   * How many of a fork's children run their guest at once (core/lineage.ts); by default twice
+   * the host's cores (main.ts passes 0 under KVM). 0 or Infinity: all of them.
    */
   readonly forkRunAtOnce?: number;
   /** The host's free memory and data-dir space now. */
@@ -295,7 +295,7 @@ export class SandboxManager {
       stopping: () => this.stopping,
       network: this.network,
       onForked: (n, s) => observer.forked?.(n, s),
-      runAtOnce: options.forkRunAtOnce ?? availableParallelism() + 1,
+      runAtOnce: options.forkRunAtOnce ?? 2 * availableParallelism(),
     });
     this.catalog = new TemplateCatalog(
       options.templates,
