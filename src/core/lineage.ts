@@ -10,7 +10,7 @@
  */
 import type { Logger } from 'pino';
 import { fail, failWith } from '../errors.js';
-import type { FrozenState, Hypervisor, Machine } from '../vm/machine.js';
+import { VmError, type FrozenState, type Hypervisor, type Machine } from '../vm/machine.js';
 import type { SandboxNetwork } from './network.js';
 import type { Admission } from './admission.js';
 import type { ForkStandby } from './fork-standby.js';
@@ -154,16 +154,48 @@ export class Lineage {
   private async restoreAll(state: FrozenState, n: number, parent: Sandbox): Promise<Machine[]> {
     const { allowOut } = parent;
     const { hypervisor, stopping, log, network } = this.deps;
-    const turn = turns(this.deps.runAtOnce);
+    const take = turns(this.deps.runAtOnce);
+    // The first child that failed, in time: the fork is lost from then on (all or nothing), so a
+    // child still waiting for its turn gives up then, as it does once hostd stops, rather than
+    // run its guest to be destroyed: with every guest failing its hello, a fork of 32 four at a
+    // time would otherwise take eight hello timeouts to fail, the parent's queue (and hostd's
+    // stop) held all along.
+    let failure: { reason: unknown } | null = null;
+    let gaveUp = 0;
     const restoreOne = async (): Promise<Machine> => {
-      const machine = await hypervisor.restore(state, turn);
+      const held: { end: (() => void) | null; gaveUp: boolean } = { end: null, gaveUp: false };
+      const turn = async (): Promise<() => void> => {
+        held.end = await take();
+        if (failure || stopping()) {
+          held.gaveUp = true;
+          throw new VmError('start_failed', 'another child of the fork failed, or hostd stops', {
+            operation: 'restore',
+          });
+        }
+        // Ended below once the restore has settled, not at the hello: a failed child's VM
+        // ends its turn before its restore rejects, and the next child would run its guest
+        // before the failure is known here.
+        return () => undefined;
+      };
       try {
-        await network.bind(machine, allowOut);
+        let machine: Machine;
+        try {
+          machine = await hypervisor.restore(state, turn);
+        } finally {
+          held.end?.();
+        }
+        try {
+          await network.bind(machine, allowOut);
+        } catch (err) {
+          await machine.destroy();
+          throw err;
+        }
+        return machine;
       } catch (err) {
-        await machine.destroy();
+        if (held.gaveUp) gaveUp++;
+        else failure ??= { reason: err };
         throw err;
       }
-      return machine;
     };
     // Each child holds its own reference to the state; the capture's goes when all are started.
     const results = await Promise.allSettled(Array.from({ length: n }, restoreOne)).finally(() => {
@@ -171,13 +203,13 @@ export class Lineage {
       void state.discardPrepared();
     });
     const machines = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
-    const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failure || stopping()) {
       await Promise.all(machines.map((m) => m.destroy()));
-      if (stopping()) throw fail('shuttingDown');
-      logMachineFailure(log, failure!.reason, { sandbox: parent.id }, 'start a fork child');
-      const why = clientReason(failure!.reason);
-      throw failWith(failure!.reason, 'forkChildrenFailed', n - machines.length, n, why);
+      if (stopping() || !failure) throw fail('shuttingDown');
+      const { reason } = failure;
+      logMachineFailure(log, reason, { sandbox: parent.id }, 'start a fork child');
+      const why = clientReason(reason);
+      throw failWith(reason, 'forkChildrenFailed', n - machines.length - gaveUp, n, why);
     }
     return machines;
   }

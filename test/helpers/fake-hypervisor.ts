@@ -450,6 +450,8 @@ export class FakeHypervisor implements Hypervisor {
   /** Restored guests running to their hello now (inside their turn), and the most at once. */
   guestsRunning = 0;
   guestsPeak = 0;
+  /** Restored guests that ran in a turn (a fork's children), in all. */
+  guestsRun = 0;
   /** Restores that throw while their guest runs (inside its turn), counted down. */
   failNextGuests = 0;
 
@@ -461,6 +463,7 @@ export class FakeHypervisor implements Hypervisor {
       throw new VmError('start_failed', 'the VM failed to start (fake)', { operation: 'restore' });
     }
     const done = turn ? await turn() : null;
+    if (turn) this.guestsRun++;
     this.guestsPeak = Math.max(this.guestsPeak, ++this.guestsRunning);
     try {
       await this.gate('guest');

@@ -298,6 +298,36 @@ describe('fork', () => {
     await manager.shutdown();
   });
 
+  test('once a child fails, the children still waiting for a turn run no guest: the fork fails at once', async () => {
+    const { manager, hv } = await started({ forkRunAtOnce: 1 });
+    const { id } = await manager.create({ template: 'slim' });
+    await eventually('the pools to settle', () => manager.poolStats()[0]!.ready === 2);
+    const machines = hv.live.length;
+    hv.hold('guest');
+    hv.failNextGuests = 1;
+    const fork = rejectsWith(manager.fork(id, 4), 'forkChildrenFailed');
+    await eventually('the first guest to run', () => hv.waitingAt('guest') === 1);
+    hv.release('guest');
+    const err = await fork;
+    assert.deepEqual(err.params.slice(0, 2), [1, 4], 'the one that failed, not those that gave up');
+    assert.equal(hv.guestsRun, 1, 'the three behind it never ran their guest');
+    assert.equal(hv.live.length, machines);
+    await manager.shutdown();
+  });
+
+  test('children waiting for a turn when hostd stops run no guest', async () => {
+    const { manager, hv } = await started({ forkRunAtOnce: 1 });
+    const { id } = await manager.create({ template: 'slim' });
+    hv.hold('guest');
+    const fork = rejectsWith(manager.fork(id, 4), 'shuttingDown');
+    await eventually('the first guest to run', () => hv.waitingAt('guest') === 1);
+    const stopped = manager.shutdown();
+    hv.release('guest');
+    await fork;
+    await stopped;
+    assert.equal(hv.guestsRun, 1, 'the three behind it never ran their guest');
+  });
+
   test('a fork that would pass the sandbox cap starts no child', async () => {
     const { manager, hv } = await started({ maxSandboxes: 4 });
     const { id } = await manager.create({ template: 'slim' });
