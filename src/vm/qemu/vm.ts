@@ -354,7 +354,14 @@ export class Vm implements Machine {
         done?.();
       }
     } catch (err) {
-      throw await this.failed(err);
+      const error = await this.failed(err);
+      // The caller's reference was handed over above, and nothing destroys this VM now (no one
+      // holds it): let go once QEMU is gone, or the state's image (a fork point's RAM file on
+      // tmpfs) outlives every user until hostd's next start. Each fork child that fails or
+      // gives up its turn (core/lineage.ts) comes here.
+      this.state = this.base = null;
+      state.release();
+      throw error;
     }
   }
 
