@@ -4,8 +4,8 @@ cancels and default environment changes to it, kills it when it ignores a cancel
 dies finishes on the REPL port what it left and starts a fresh one.
 
 Execs are named by (epoch, id) (repl_interrupts.py). `lock` guards what the main thread shares
-with the executor and the escalation timers: worker, epoch, python_cancels, and the worker's
-fds, which are closed only under it.
+with the executor and the escalation timers: worker, epoch, python_cancels, unwatched, and the
+worker's fds, which are closed only under it.
 """
 
 import collections
@@ -48,6 +48,10 @@ class Supervisor:
         # Python cancels, the last few ((epoch, id) -> reason): a fresh worker gets them too
         # (one may come before the worker is up), and a dead worker's exec ends with its code.
         self.python_cancels = collections.OrderedDict()
+        # Those of them that came while there was no worker (it had died and the next one was
+        # not started yet, or the first one was being started): nothing watches them until
+        # the next worker does (_spawn), or one whose exec is unknown would never end.
+        self.unwatched = set()
         self.hello_epoch = 0        # the last worker's, for the next one
         self.notice = None          # exit status of the last worker, for the next one
 
@@ -63,6 +67,7 @@ class Supervisor:
         with self.lock:
             self.epoch += 1
             self.python_cancels.clear()
+            self.unwatched.clear()
             if self.worker is not None:
                 self.worker.shared.epoch = self.epoch
                 if copy:
@@ -114,10 +119,11 @@ class Supervisor:
         """Holds self.lock."""
         self.python_cancels[key] = reason
         while len(self.python_cancels) > 64:
-            self.python_cancels.popitem(last=False)
+            self.unwatched.discard(self.python_cancels.popitem(last=False)[0])
         w = self.worker
         if w is None:
-            return                       # the next worker gets it when it starts
+            self.unwatched.add(key)      # the next worker gets it, and is watched, when it starts
+            return
         w.cancel(key, reason)
         self._escalate_later(Escalation(w, key, self.epoch))
 
@@ -185,6 +191,12 @@ class Supervisor:
                 w.send({"op": "env", "set": changed, "unset": unset})
             for key, reason in self.python_cancels.items():
                 w.cancel(key, reason)    # one may have come before it
+                if key in self.unwatched:
+                    # Watched as if it had come now: this worker ends it if the exec waits in
+                    # the port (or kills it if it cannot read it), else the agent ends it once
+                    # the worker is idle, as for any cancel of an exec the worker never sees.
+                    self._escalate_later(Escalation(w, key, self.epoch))
+            self.unwatched.clear()
 
     def _on_exit(self, w):
         """The worker died (os._exit, a signal, the OOM killer, an escalation). Finishes on its

@@ -1,6 +1,7 @@
 """The REPL worker's death and replacement, as the agent supervises it."""
 
 import os
+import shutil
 import signal
 import tempfile
 import unittest
@@ -136,6 +137,30 @@ class WorkerLife(AgentTestCase):
         self.assertFalse(os.path.exists(self.path("ran")))
         result = self.agent.run("print('fresh')")
         self.assertEqual((result.stdout, result.stderr), (["fresh"], [NOTICE % 3]))
+
+    def test_a_cancel_that_comes_while_there_is_no_worker_is_answered_by_the_next_one(self):
+        # Between a worker's death and its successor's start (held off here: it cannot start
+        # in a working directory that is gone) nothing runs that could see a cancel. One of an
+        # exec no worker will ever see (a bash exec that just ended, a Python one the dead
+        # worker had read) must still end once the next worker is there and idle, as when a
+        # worker was there all along; hostd, which had not cancelled it when it heard of the
+        # death, waits for that exit. The first worker of an agent is in the same place
+        # while it starts: a quick first exec ends before the agent has noted the worker.
+        self.run_ok("x = 1")
+        away = self.workdir + ".away"
+        os.rename(self.workdir, away)
+        self.addCleanup(shutil.rmtree, away, True)
+        os.kill(self.agent.worker_pid(), signal.SIGKILL)
+        self.assertEqual(self.agent.recv_repl(),
+                         {"op": "repl_died", "code": 128 + signal.SIGKILL, "upto": 1})
+        self.agent.send({"op": "cancel", "id": 7, "reason": "timeout"})
+        self.agent.send({"op": "ping", "nonce": "read"})
+        self.assertEqual(self.agent.recv(), {"op": "pong", "nonce": "read"})   # ...the cancel
+        os.rename(away, self.workdir)
+        self.assertEqual(self.agent.recv_repl(), {"op": "exit", "id": 7, "code": 124})
+        result = self.agent.run("print('fresh')")
+        self.assertEqual((result.stdout, result.stderr),
+                         (["fresh"], [NOTICE % (128 + signal.SIGKILL)]))
 
 
 if __name__ == "__main__":
