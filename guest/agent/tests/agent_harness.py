@@ -61,7 +61,9 @@ class Port:
                     return json.loads(line)
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not select.select([self.fd], [], [], remaining)[0]:
-                raise AssertionError("no message on %s within %.1f s" % (self.name, timeout))
+                # With what the agent logged: a message that never came is a bug to find there
+                raise AssertionError("no message on %s within %.1f s; the agent's stderr ends:\n%s"
+                                     % (self.name, timeout, self.process.log()[-4000:]))
             data = os.read(self.fd, 1 << 20)
             if not data:
                 raise AssertionError("the agent closed %s; its stderr:\n%s"
