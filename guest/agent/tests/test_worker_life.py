@@ -140,12 +140,13 @@ class WorkerLife(AgentTestCase):
 
     def test_a_cancel_that_comes_while_there_is_no_worker_is_answered_by_the_next_one(self):
         # Between a worker's death and its successor's start (held off here: it cannot start
-        # in a working directory that is gone) nothing runs that could see a cancel. One of an
+        # in a working directory that is gone) no worker can be told of a cancel. One of an
         # exec no worker will ever see (a bash exec that just ended, a Python one the dead
-        # worker had read) must still end once the next worker is there and idle, as when a
-        # worker was there all along; hostd, which had not cancelled it when it heard of the
-        # death, waits for that exit. The first worker of an agent is in the same place
-        # while it starts: a quick first exec ends before the agent has noted the worker.
+        # worker had read) must still end once the next worker is there and idle, as it does
+        # when a worker was there all along: hostd, which had not cancelled it yet when it
+        # heard of the death, waits for that exit. (An agent's first worker, until the agent
+        # has noted it, is the same case: test_control's cancel of an unknown exec met it
+        # under load, when that worker ran the test's first exec before it was noted.)
         self.run_ok("x = 1")
         away = self.workdir + ".away"
         os.rename(self.workdir, away)
