@@ -148,10 +148,14 @@ class WorkerLife(AgentTestCase):
         # has noted it, is the same case: test_control's cancel of an unknown exec met it
         # under load, when that worker ran the test's first exec before it was noted.)
         self.run_ok("x = 1")
+        worker = self.agent.worker_pid()
+        # Killed once back in read(): not between its write of the exit and its outbox's
+        # update, which would make the agent send that exit again (repl_output.py, flush)
+        wait_for(lambda: main_thread_syscall(worker) == SYS_READ, what="the worker to be idle")
         away = self.workdir + ".away"
         os.rename(self.workdir, away)
         self.addCleanup(shutil.rmtree, away, True)
-        os.kill(self.agent.worker_pid(), signal.SIGKILL)
+        os.kill(worker, signal.SIGKILL)
         self.assertEqual(self.agent.recv_repl(),
                          {"op": "repl_died", "code": 128 + signal.SIGKILL, "upto": 1})
         self.agent.send({"op": "cancel", "id": 7, "reason": "timeout"})
