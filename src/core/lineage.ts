@@ -164,7 +164,7 @@ export class Lineage {
     let gaveUp = 0;
     const restoreOne = async (): Promise<Machine> => {
       const held: { end: (() => void) | null; gaveUp: boolean } = { end: null, gaveUp: false };
-      const turn = async (): Promise<() => void> => {
+      const turn = async (): Promise<void> => {
         held.end = await take();
         if (failure || stopping()) {
           held.gaveUp = true;
@@ -172,10 +172,9 @@ export class Lineage {
             operation: 'restore',
           });
         }
-        // Ended below once the restore has settled, not at the hello: a failed child's VM
-        // ends its turn before its restore rejects, and the next child would run its guest
-        // before the failure is known here.
-        return () => undefined;
+        // Ended below once the restore has settled, not at the hello: ended inside the VM, a
+        // failed child's turn would pass on before its restore rejects, and the next child
+        // would run its guest before the failure is known here.
       };
       try {
         let machine: Machine;

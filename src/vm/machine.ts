@@ -283,10 +283,10 @@ export interface MachineDescriptor {
 }
 
 /**
- * Waits for a turn to run a restored guest (Hypervisor.restore); resolves with the function
- * that ends the turn.
+ * Waits for a turn to run a restored guest (Hypervisor.restore); rejects to give the restore
+ * up. Whoever gives the turn ends it, once the restore has settled (core/lineage.ts).
  */
-export type RunTurn = () => Promise<() => void>;
+export type RunTurn = () => Promise<void>;
 
 /**
  * An immutable machine state that machines are restored from. Reference-counted: its files
@@ -416,8 +416,7 @@ export interface Hypervisor {
   collectGarbage(): Promise<number>;
   /**
    * A new running machine in `state` (copy-on-write: it costs only what it writes). `turn`, when
-   * given, is awaited after the machine's own set-up and before its guest runs; the function it
-   * resolves with is called once the guest has answered (or the restore failed): a fork runs a
+   * given, is awaited after the machine's own set-up and before its guest runs: a fork runs a
    * few children's guests at a time this way, their set-up ahead (core/lineage.ts).
    */
   restore(state: FrozenState, turn?: RunTurn): Promise<Machine>;

@@ -462,8 +462,10 @@ export class FakeHypervisor implements Hypervisor {
       this.failNextRestores--;
       throw new VmError('start_failed', 'the VM failed to start (fake)', { operation: 'restore' });
     }
-    const done = turn ? await turn() : null;
-    if (turn) this.guestsRun++;
+    if (turn) {
+      await turn();
+      this.guestsRun++;
+    }
     this.guestsPeak = Math.max(this.guestsPeak, ++this.guestsRunning);
     try {
       await this.gate('guest');
@@ -473,7 +475,6 @@ export class FakeHypervisor implements Hypervisor {
       }
     } finally {
       this.guestsRunning--;
-      done?.();
     }
     const m = new FakeMachine(this, state as FakeState);
     this.machines.push(m);

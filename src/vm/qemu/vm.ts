@@ -332,7 +332,7 @@ export class Vm implements Machine {
    * Loads a device state of `state` into this incoming VM, runs it, and waits for hello. `copy`:
    * `state` itself (a new copy), not a pause of one machine (which goes on). `turn`: awaited
    * once the disk is attached, before the device state goes (QEMU runs the guest as soon as it
-   * has loaded it), and ended after the hello; the restore's timeout starts with the turn.
+   * has loaded it); the restore's timeout starts with the turn.
    */
   private async resume(
     state: QemuState,
@@ -346,13 +346,9 @@ export class Vm implements Machine {
       if (this.disk && !this.disk.isAttached) {
         await this.disk.attach(this.process, state.layer?.retain() ?? null);
       }
-      const done = turn ? await turn() : null;
-      try {
-        await this.process.loadDeviceState(deviceState, Date.now() + RESTORE_TIMEOUT_MS);
-        await this.hello(HELLO_TIMEOUT_MS, copy);
-      } finally {
-        done?.();
-      }
+      await turn?.();
+      await this.process.loadDeviceState(deviceState, Date.now() + RESTORE_TIMEOUT_MS);
+      await this.hello(HELLO_TIMEOUT_MS, copy);
     } catch (err) {
       const error = await this.failed(err);
       // The caller's reference was handed over above, and nothing destroys this VM now (no one
