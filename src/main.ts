@@ -48,7 +48,7 @@ import { ClusterNode, type LocalSandboxes } from './core/cluster/cluster-node.js
 import type { RecordStore, SnapshotRecord } from './core/journal.js';
 import { randomBytes } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
-import { availableParallelism, networkInterfaces } from 'node:os';
+import { networkInterfaces } from 'node:os';
 import { dirname, join } from 'node:path';
 
 const HOSTD_VERSION = '0.1.0';
@@ -396,11 +396,10 @@ function createManager(
       minFreeMib: config.minFreeMib,
       maxExecOutputBytes: config.maxExecOutputBytes,
       forkStandbyMax: config.forkStandbyMax,
-      // Under TCG a restored guest's CPU grows with the guests running beside it (twice the
-      // cores measured best, docs/architecture.md); under KVM a child's guest part is a
-      // millisecond, so its children all run at once, as before.
-      forkRunAtOnce:
-        config.forkRunAtOnce ?? (parts.accel === 'tcg' ? 2 * availableParallelism() : 0),
+      // Under TCG the manager's default limit (a restored guest's CPU grows with the guests
+      // running beside it); under KVM a child's guest part is a millisecond, so its children
+      // all run at once, as before.
+      forkRunAtOnce: config.forkRunAtOnce ?? (parts.accel === 'tcg' ? undefined : 0),
       poolWarmFiles: config.poolWarmFiles,
       hostFree: cachedHostFree(config.dataDir),
       records: cluster

@@ -148,7 +148,8 @@ export interface ManagerOptions {
   readonly forkStandbyMax: number;
   /**
    * How many of a fork's children run their guest at once (core/lineage.ts); by default twice
-   * the host's cores (main.ts passes 0 under KVM). 0 or Infinity: all of them.
+   * the host's cores, which measured best under TCG (docs/architecture.md, "A fork's guests a
+   * few at a time"; main.ts passes 0 under KVM). 0 or Infinity: all of them.
    */
   readonly forkRunAtOnce?: number;
   /** The host's free memory and data-dir space now. */
